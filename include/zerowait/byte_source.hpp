@@ -1,0 +1,73 @@
+// The one seam every read goes through. Shard readers, the dataset and (later) the loader and
+// the remote cache only ever see a ByteSource, so local pread/mmap, O_DIRECT, io_uring, HTTP/S3
+// and a node-local cache are interchangeable under them.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "zerowait/status.hpp"
+
+namespace zerowait {
+
+using Clock = std::chrono::steady_clock;
+
+// A point in time after which a read is reported as kDeadlineExceeded instead of waited for.
+struct Deadline {
+  Clock::time_point at = Clock::time_point::max();
+
+  static Deadline none() { return {}; }
+  static Deadline after(std::chrono::nanoseconds d) { return {Clock::now() + d}; }
+  bool passed() const { return at != Clock::time_point::max() && Clock::now() >= at; }
+};
+
+// Read `dst.size()` bytes starting at `offset` into `dst`.
+struct ReadRequest {
+  uint64_t offset = 0;
+  std::span<std::byte> dst;
+};
+
+enum class IoBackend {
+  kPread,  // pread(2) into the caller's buffer
+  kMmap,   // a read-only mapping; reads are memcpy from it
+};
+
+// Returns "pread" / "mmap".
+const char* io_backend_name(IoBackend backend);
+// Parses "pread" / "mmap"; kInvalidArgument names the accepted values otherwise.
+Result<IoBackend> parse_io_backend(const std::string& name);
+
+// Random-access, read-only bytes of known size. Implementations are thread-safe: concurrent
+// read() calls on one source are allowed.
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+
+  // The name used in every error message (a file path or URL).
+  virtual const std::string& name() const = 0;
+  virtual uint64_t size() const = 0;
+
+  // Fills every request completely, or returns an error that names the source, the offset and
+  // the cause. A range past size() is kCorrupt ("short read"): callers only ask for ranges that
+  // their index says exist. Returns kDeadlineExceeded when `deadline` passes first.
+  virtual Status read(std::span<const ReadRequest> requests, Deadline deadline) = 0;
+
+  // Convenience: one range.
+  Status read_at(uint64_t offset, std::span<std::byte> dst, Deadline deadline = Deadline::none());
+
+  // Tells the kernel the access will be sequential (readahead); a no-op where meaningless.
+  virtual void advise_sequential() {}
+};
+
+// Opens a local file read-only with the given backend.
+Result<std::unique_ptr<ByteSource>> open_file_source(const std::string& path,
+                                                     IoBackend backend = IoBackend::kPread);
+
+// A source over bytes held in memory (tests, fuzzers, small embedded data). Copies `bytes`.
+std::unique_ptr<ByteSource> make_memory_source(std::string name, std::span<const std::byte> bytes);
+
+}  // namespace zerowait

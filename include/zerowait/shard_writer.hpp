@@ -1,0 +1,61 @@
+// Writes one shard file, sample by sample, streaming: memory use is one sample, not one shard.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "zerowait/shard_format.hpp"
+#include "zerowait/status.hpp"
+
+namespace zerowait {
+
+struct ShardWriterOptions {
+  bool align_samples = false;  // start every sample on a 4 KiB boundary (O_DIRECT / GPUDirect)
+  bool sync = true;            // fsync the file in finish()
+};
+
+// One named field of a sample to write.
+struct FieldData {
+  std::string_view name;
+  std::span<const std::byte> bytes;
+};
+
+// What finish() wrote.
+struct ShardSummary {
+  uint64_t samples = 0;
+  uint64_t file_bytes = 0;
+  uint64_t file_checksum = 0;  // xxHash3-64 of the whole file, as a manifest records it
+};
+
+// Not thread-safe; move-only. The file at `path` is created (truncated) by create() and is a
+// valid shard only once finish() returned success; the caller publishes it (rename) after that.
+// Runs of 4 KiB zero blocks are skipped with lseek, so the file is sparse where the data is.
+class ShardWriter {
+ public:
+  static Result<ShardWriter> create(const std::string& path, ShardWriterOptions options = {});
+
+  ShardWriter(ShardWriter&&) noexcept;
+  ShardWriter& operator=(ShardWriter&&) noexcept;
+  ~ShardWriter();  // closes without finishing: the file stays incomplete
+
+  // Appends one sample; fields are stored in the order given. Empty keys, duplicate field
+  // names and field names with '/' are kInvalidArgument.
+  Status add_sample(std::string_view key, std::span<const FieldData> fields);
+
+  // Writes index and footer, fsyncs (unless disabled), closes.
+  Result<ShardSummary> finish();
+
+  uint64_t samples() const;
+  uint64_t bytes_written() const;  // current file size, index not yet included
+  const std::string& path() const;
+
+ private:
+  struct State;
+  explicit ShardWriter(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace zerowait

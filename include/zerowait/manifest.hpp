@@ -34,7 +34,7 @@ struct Manifest {
   static Result<Manifest> parse(const std::string& json_text, const std::string& name);
   static Result<Manifest> load(const std::string& path);
   // Writes to "<path>.tmp", fsyncs, renames over `path`, fsyncs the directory.
-  Status save(const std::string& path) const;
+  Status save(const std::string& path, bool sync = true) const;
 };
 
 }  // namespace zerowait

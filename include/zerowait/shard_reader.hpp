@@ -61,7 +61,7 @@ class ShardReader {
   static Result<std::shared_ptr<ShardReader>> open_path(const std::string& path,
                                                         IoBackend backend = IoBackend::kPread);
   // Wraps an already-built index (used by the tar reader).
-  ShardReader(std::shared_ptr<ByteSource> source, ShardIndex index, uint32_t flags,
+  ShardReader(std::shared_ptr<ByteSource> source, format::ShardIndex index, uint32_t flags,
               ShardKind kind);
 
   const std::string& name() const { return source_->name(); }
@@ -69,7 +69,7 @@ class ShardReader {
   uint64_t size() const { return index_.sample_count(); }
   uint32_t flags() const { return flags_; }
   bool has_checksums() const { return (flags_ & format::kNoChecksums) == 0; }
-  const ShardIndex& index() const { return index_; }
+  const format::ShardIndex& index() const { return index_; }
   ByteSource& source() const { return *source_; }
 
   std::string_view key(uint64_t i) const { return index_.key(i); }
@@ -100,7 +100,7 @@ class ShardReader {
   Status check_sample(uint64_t i, std::span<const std::byte> sample_bytes) const;
 
   std::shared_ptr<ByteSource> source_;
-  ShardIndex index_;
+  format::ShardIndex index_;
   uint32_t flags_ = 0;
   ShardKind kind_ = ShardKind::kNative;
 };

@@ -1,0 +1,56 @@
+// RAII file descriptors and the few POSIX file operations every component needs, each returning
+// a Status that names the path (and offset) on failure.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "zerowait/status.hpp"
+
+namespace zerowait::internal {
+
+// Owns a file descriptor. close() on a write path must be called explicitly so its error is seen;
+// the destructor closes silently (a read path, or an abandoned write).
+class File {
+ public:
+  File() = default;
+  File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  File(File&& other) noexcept { *this = std::move(other); }
+  File& operator=(File&& other) noexcept;
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  ~File();
+
+  static Result<File> open_read(const std::string& path);
+  // O_WRONLY | O_CREAT | O_TRUNC, mode 0644.
+  static Result<File> create(const std::string& path);
+
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+  bool is_open() const { return fd_ >= 0; }
+
+  Result<uint64_t> size() const;
+  // Reads exactly dst.size() bytes at `offset` (retrying short reads and EINTR); hitting the end
+  // of the file first is kCorrupt "short read".
+  Status pread_exact(uint64_t offset, std::span<std::byte> dst) const;
+  // Writes all of `src` at the current position.
+  Status write_all(std::span<const std::byte> src);
+  Status sync();
+  Status close();
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
+
+// Reads a whole (small) file.
+Result<std::string> read_whole_file(const std::string& path);
+// Writes `path` atomically: "<path>.tmp.<pid>", fsync (if `sync`), rename, fsync the directory.
+Status write_file_atomic(const std::string& path, std::string_view bytes, bool sync = true);
+// fsyncs a directory so renames inside it are durable.
+Status sync_directory(const std::string& dir);
+Status rename_file(const std::string& from, const std::string& to);
+
+}  // namespace zerowait::internal

@@ -99,7 +99,8 @@ void drain(int fd, std::string* out) {
 }
 }  // namespace
 
-CommandResult run_command(const std::vector<std::string>& argv) {
+CommandResult run_command(const std::vector<std::string>& argv,
+                          const std::vector<std::string>& extra_env) {
   int out_pipe[2], err_pipe[2];
   if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
     throw std::runtime_error("pipe failed");
@@ -110,6 +111,7 @@ CommandResult run_command(const std::vector<std::string>& argv) {
     dup2(devnull, 0);
     dup2(out_pipe[1], 1);
     dup2(err_pipe[1], 2);
+    for (const auto& e : extra_env) putenv(const_cast<char*>(e.c_str()));
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
@@ -130,10 +132,11 @@ CommandResult run_command(const std::vector<std::string>& argv) {
   return result;
 }
 
-CommandResult run_cli(const std::vector<std::string>& args) {
+CommandResult run_cli(const std::vector<std::string>& args,
+                      const std::vector<std::string>& extra_env) {
   std::vector<std::string> argv{ZEROWAIT_CLI_PATH};
   argv.insert(argv.end(), args.begin(), args.end());
-  return run_command(argv);
+  return run_command(argv, extra_env);
 }
 
 }  // namespace zerowait::testing

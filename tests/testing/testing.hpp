@@ -42,9 +42,12 @@ struct CommandResult {
   std::string err;     // stderr
 };
 
-// Runs argv (argv[0] is a path) with no stdin; captures stdout and stderr.
-CommandResult run_command(const std::vector<std::string>& argv);
+// Runs argv (argv[0] is a path) with no stdin; captures stdout and stderr. `extra_env` entries
+// ("NAME=value") are added to the environment of the child.
+CommandResult run_command(const std::vector<std::string>& argv,
+                          const std::vector<std::string>& extra_env = {});
 // Runs the zerowait CLI built alongside the tests.
-CommandResult run_cli(const std::vector<std::string>& args);
+CommandResult run_cli(const std::vector<std::string>& args,
+                      const std::vector<std::string>& extra_env = {});
 
 }  // namespace zerowait::testing

@@ -1,0 +1,512 @@
+// The `zerowait._core` extension module. Statuses turn into Python exceptions here and only here,
+// and every call that can block on I/O runs with the GIL released, so Python threads (a training
+// loop, a progress bar) keep running while the C++ core reads, packs or verifies.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "zerowait/byte_source.hpp"
+#include "zerowait/dataset.hpp"
+#include "zerowait/pack.hpp"
+#include "zerowait/shard_reader.hpp"
+#include "zerowait/status.hpp"
+#include "zerowait/synthetic.hpp"
+
+#ifndef ZEROWAIT_VERSION
+#define ZEROWAIT_VERSION "0.0.0"
+#endif
+
+namespace py = pybind11;
+
+namespace zerowait {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Conversions
+
+// Paths and keys are bytes on Linux; decode them the way os.fsdecode does (surrogateescape), so
+// any file name round-trips.
+py::str fs_str(std::string_view s) {
+  PyObject* o = PyUnicode_DecodeFSDefaultAndSize(s.data(), static_cast<Py_ssize_t>(s.size()));
+  if (o == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(o);
+}
+
+// str, bytes or os.PathLike -> the file system bytes of the path.
+std::string fs_path(py::handle obj) {
+  py::object encoded = py::module_::import("os").attr("fsencode")(obj);
+  return encoded.cast<std::string>();
+}
+
+bool is_path_like(py::handle obj) {
+  return py::isinstance<py::str>(obj) || py::isinstance<py::bytes>(obj) ||
+         py::hasattr(obj, "__fspath__");
+}
+
+py::list str_list(const std::vector<std::string>& values) {
+  py::list out;
+  for (const std::string& v : values) out.append(fs_str(v));
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+// Carries a failed Status out of the GIL-free part of a call to the exception translator.
+class StatusError : public std::exception {
+ public:
+  explicit StatusError(Status status) : status_(std::move(status)) {}
+  const Status& status() const { return status_; }
+  const char* what() const noexcept override { return status_.message().c_str(); }
+
+ private:
+  Status status_;
+};
+
+void throw_if_error(const Status& status) {
+  if (!status.is_ok()) throw StatusError(status);
+}
+
+template <typename T>
+T value_or_throw(Result<T>&& result) {
+  if (!result.is_ok()) throw StatusError(result.status());
+  return std::move(result).value();
+}
+
+// One Python exception class per error code. The references are owned by the module for the life
+// of the interpreter; they are deliberately never released (the module cannot be unloaded).
+struct ExceptionTypes {
+  PyObject* base = nullptr;
+  PyObject* invalid_argument = nullptr;
+  PyObject* not_found = nullptr;
+  PyObject* already_exists = nullptr;
+  PyObject* io = nullptr;
+  PyObject* corrupt = nullptr;
+  PyObject* unsupported = nullptr;
+  PyObject* deadline_exceeded = nullptr;
+  PyObject* cancelled = nullptr;
+  PyObject* internal = nullptr;
+
+  PyObject* for_code(ErrorCode code) const {
+    switch (code) {
+      case ErrorCode::kInvalidArgument:
+        return invalid_argument;
+      case ErrorCode::kNotFound:
+        return not_found;
+      case ErrorCode::kAlreadyExists:
+        return already_exists;
+      case ErrorCode::kIo:
+        return io;
+      case ErrorCode::kCorrupt:
+        return corrupt;
+      case ErrorCode::kUnsupported:
+        return unsupported;
+      case ErrorCode::kDeadlineExceeded:
+        return deadline_exceeded;
+      case ErrorCode::kCancelled:
+        return cancelled;
+      case ErrorCode::kOk:  // an ok Status is never thrown; treat it as the bug it would be
+      case ErrorCode::kInternal:
+        return internal;
+    }
+    return internal;
+  }
+};
+
+ExceptionTypes g_exceptions;
+
+// Creates `zerowait.<name>` deriving from `bases` and adds it to the module.
+PyObject* add_exception(py::module_& m, const char* name, const char* doc,
+                        std::initializer_list<PyObject*> bases) {
+  py::tuple base_tuple(bases.size());
+  size_t i = 0;
+  for (PyObject* b : bases) base_tuple[i++] = py::handle(b);
+  const std::string qualified = std::string("zerowait.") + name;
+  PyObject* type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, base_tuple.ptr(), nullptr);
+  if (type == nullptr) throw py::error_already_set();
+  m.add_object(name, py::handle(type));
+  return type;
+}
+
+void register_exceptions(py::module_& m) {
+  ExceptionTypes& e = g_exceptions;
+  e.base = add_exception(m, "ZerowaitError",
+                         "Base class of every error raised by zerowait. `code` holds the error "
+                         "code name ('corrupt', 'not_found', ...).",
+                         {PyExc_Exception});
+  e.invalid_argument = add_exception(m, "InvalidArgumentError",
+                                     "An unusable argument (bad option, out-of-range value).",
+                                     {e.base, PyExc_ValueError});
+  e.not_found = add_exception(m, "ZerowaitNotFoundError", "A path or key that does not exist.",
+                              {e.base, PyExc_FileNotFoundError});
+  e.already_exists =
+      add_exception(m, "AlreadyExistsError", "Refusing to overwrite something that exists.",
+                    {e.base, PyExc_FileExistsError});
+  e.io = add_exception(m, "ZerowaitIOError",
+                       "The operating system failed a call; the message names the path, the "
+                       "offset and the OS error.",
+                       {e.base, PyExc_OSError});
+  e.corrupt = add_exception(m, "CorruptDataError",
+                            "Bytes on disk do not match the format or their checksum; the message "
+                            "names the shard (and the sample, when one is at fault).",
+                            {e.base, PyExc_ValueError});
+  e.unsupported = add_exception(m, "UnsupportedError",
+                                "A valid but unknown format version or feature.", {e.base});
+  e.deadline_exceeded =
+      add_exception(m, "DeadlineExceededError", "A read did not finish before its deadline.",
+                    {e.base, PyExc_TimeoutError});
+  e.cancelled = add_exception(m, "CancelledError", "Work stopped on request.", {e.base});
+  e.internal = add_exception(m, "InternalError", "A bug in zerowait; please report it.",
+                             {e.base, PyExc_RuntimeError});
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const StatusError& error) {
+      const Status& status = error.status();
+      PyObject* type = g_exceptions.for_code(status.code());
+      // Same text as the C++ Status message, so Python and CLI errors read alike.
+      try {
+        py::object exc = py::handle(type)(fs_str(status.message()));
+        exc.attr("code") = error_code_name(status.code());
+        PyErr_SetObject(type, exc.ptr());
+      } catch (py::error_already_set& e) {
+        e.restore();  // building the exception failed: raise that failure instead
+      }
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dataset
+
+// What the Python `Dataset` holds: the shared C++ dataset plus the options it was opened with.
+// Immutable after construction, so concurrent Python threads may read through one instance.
+struct PyDataset {
+  std::shared_ptr<Dataset> dataset;
+  std::string path;  // as given, file system bytes
+  IoBackend backend = IoBackend::kPread;
+  ReadOptions read_options;
+};
+
+std::shared_ptr<PyDataset> open_dataset(py::handle path, const std::string& io, bool verify) {
+  auto handle = std::make_shared<PyDataset>();
+  handle->path = fs_path(path);
+  handle->backend = value_or_throw(parse_io_backend(io));
+  handle->read_options.verify = verify;
+  DatasetOptions options;
+  options.backend = handle->backend;
+  Result<std::shared_ptr<Dataset>> opened = [&] {
+    py::gil_scoped_release release;
+    return Dataset::open(handle->path, options);
+  }();
+  handle->dataset = value_or_throw(std::move(opened));
+  return handle;
+}
+
+// Negative indices count from the end, like a list; anything else out of range is IndexError.
+uint64_t normalize_index(const PyDataset& d, int64_t i) {
+  const uint64_t n = d.dataset->size();
+  const int64_t resolved = i < 0 ? i + static_cast<int64_t>(n) : i;
+  if (resolved < 0 || static_cast<uint64_t>(resolved) >= n) {
+    throw py::index_error("dataset index " + std::to_string(i) + " out of range (" +
+                          std::to_string(n) + " samples)");
+  }
+  return static_cast<uint64_t>(resolved);
+}
+
+std::shared_ptr<ShardReader> shard_reader(const PyDataset& d, size_t shard) {
+  Result<std::shared_ptr<ShardReader>> reader = [&] {
+    py::gil_scoped_release release;
+    return d.dataset->shard(shard);
+  }();
+  return value_or_throw(std::move(reader));
+}
+
+py::dict get_sample(const PyDataset& d, int64_t i) {
+  const uint64_t index = normalize_index(d, i);
+  Result<Sample> read = [&] {
+    py::gil_scoped_release release;
+    return d.dataset->read(index, d.read_options);
+  }();
+  const Sample sample = value_or_throw(std::move(read));
+  py::dict fields;
+  for (const FieldView& field : sample.view.fields) {
+    fields[fs_str(field.name)] =
+        py::bytes(reinterpret_cast<const char*>(field.bytes.data()), field.bytes.size());
+  }
+  return fields;
+}
+
+py::str get_key(const PyDataset& d, int64_t i) {
+  const uint64_t index = normalize_index(d, i);
+  const SampleLocation location = value_or_throw(d.dataset->locate(index));
+  return fs_str(shard_reader(d, location.shard)->key(location.local));
+}
+
+py::list get_shards(const PyDataset& d) {
+  const Manifest& manifest = d.dataset->manifest();
+  py::list shards;
+  for (size_t s = 0; s < d.dataset->shard_count(); ++s) {
+    py::dict shard;
+    shard["path"] = fs_str(d.dataset->shard_path(s));
+    if (s < manifest.shards.size()) {
+      shard["samples"] = manifest.shards[s].samples;
+      shard["bytes"] = manifest.shards[s].bytes;
+    }
+    shards.append(std::move(shard));
+  }
+  return shards;
+}
+
+struct BadSampleRecord {
+  size_t shard = 0;
+  uint64_t global_index = 0;
+  BadSample bad;
+};
+
+// Checks every sample's checksum, shard by shard. A shard that cannot be read at all raises (its
+// error names it); bad samples are returned.
+py::list verify_dataset(const PyDataset& d) {
+  std::vector<BadSampleRecord> found;
+  Status failure;
+  {
+    py::gil_scoped_release release;
+    uint64_t first_index = 0;
+    for (size_t s = 0; s < d.dataset->shard_count() && failure.is_ok(); ++s) {
+      Result<std::shared_ptr<ShardReader>> reader = d.dataset->shard(s);
+      if (!reader.is_ok()) {
+        failure = reader.status();
+        break;
+      }
+      Result<uint64_t> checked = (*reader)->verify([&](const BadSample& bad) {
+        found.push_back({s, first_index + bad.index, bad});
+      });
+      if (!checked.is_ok()) failure = checked.status();
+      first_index += (*reader)->size();
+    }
+  }
+  throw_if_error(failure);
+  py::list out;
+  for (const BadSampleRecord& record : found) {
+    py::dict bad;
+    bad["shard"] = fs_str(d.dataset->shard_path(record.shard));
+    bad["index"] = record.global_index;
+    bad["shard_index"] = record.bad.index;
+    bad["key"] = fs_str(record.bad.key);
+    bad["reason"] = record.bad.reason;
+    out.append(std::move(bad));
+  }
+  return out;
+}
+
+void bind_dataset(py::module_& m) {
+  py::class_<PyDataset, std::shared_ptr<PyDataset>>(m, "Dataset", R"doc(
+Samples of a packed dataset, by global index.
+
+``path`` is a manifest.json, a directory holding one, a directory of .zws / .tar shards, a single
+.zws shard, or a single WebDataset .tar (its index is built once and cached beside it as
+``<tar>.zwidx``). ``io`` picks the read backend: "pread" or "mmap". With ``verify=True`` every
+read checks the sample's xxHash3 checksum and raises CorruptDataError naming shard, index and key.
+
+``ds[i]`` returns ``{field: bytes}`` (negative ``i`` counts from the end; IndexError past it).
+Thread-safe: reads release the GIL and may run from several Python threads at once.
+)doc")
+      .def(py::init(&open_dataset), py::arg("path"), py::arg("io") = "pread",
+           py::arg("verify") = false)
+      .def("__len__", [](const PyDataset& d) { return d.dataset->size(); })
+      .def("__getitem__", &get_sample, py::arg("index"),
+           "Returns the fields of sample `index` as {name: bytes}.")
+      .def("key", &get_key, py::arg("index"),
+           "Returns the key of sample `index` (its path without extension when packed from "
+           "files).")
+      .def("verify", &verify_dataset,
+           "Checks every sample's checksum. Returns the bad samples as dicts with shard (path), "
+           "index (global, as ds[index]), shard_index, key and reason; an empty list means the "
+           "dataset is intact. Raises when a shard cannot be read at all.")
+      .def_property_readonly("path", [](const PyDataset& d) { return fs_str(d.path); })
+      .def_property_readonly("io", [](const PyDataset& d) { return io_backend_name(d.backend); })
+      .def_property_readonly(
+          "fields", [](const PyDataset& d) { return str_list(d.dataset->fields()); },
+          "Every field name that occurs, sorted.")
+      .def_property_readonly(
+          "classes", [](const PyDataset& d) { return str_list(d.dataset->classes()); },
+          "ImageFolder class names; a sample's 'cls' field (ASCII decimal) "
+          "indexes this list. Empty for other datasets.")
+      .def_property_readonly("shard_count",
+                             [](const PyDataset& d) { return d.dataset->shard_count(); })
+      .def_property_readonly("shards", &get_shards,
+                             "One dict per shard: path, samples, bytes (file size).")
+      .def("__repr__",
+           [](const PyDataset& d) {
+             return py::str("zerowait.Dataset({!r}, samples={}, shards={}, io={!r})")
+                 .format(fs_str(d.path), d.dataset->size(), d.dataset->shard_count(),
+                         io_backend_name(d.backend));
+           })
+      // Picklable by path, so a Dataset can travel to spawned DataLoader workers.
+      .def(py::pickle(
+          [](const PyDataset& d) {
+            return py::make_tuple(fs_str(d.path), io_backend_name(d.backend),
+                                  d.read_options.verify);
+          },
+          [](const py::tuple& state) {
+            if (state.size() != 3) throw py::value_error("invalid zerowait.Dataset state");
+            return open_dataset(state[0], state[1].cast<std::string>(), state[2].cast<bool>());
+          }));
+}
+
+// ---------------------------------------------------------------------------------------------
+// pack
+
+// Hands pack's progress (reported from its writer thread) to a Python callable. The callable is
+// only touched with the GIL held; the first exception it raises stops further calls and is
+// re-raised once pack returns.
+struct ProgressRelay {
+  py::object callback;
+  std::exception_ptr error;
+
+  void operator()(const PackProgress& p) {
+    py::gil_scoped_acquire gil;
+    if (error) return;
+    try {
+      py::dict info;
+      info["files_done"] = p.files_done;
+      info["files_total"] = p.files_total;
+      info["bytes_done"] = p.bytes_done;
+      info["bytes_total"] = p.bytes_total;
+      callback(info);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+};
+
+py::dict pack_py(py::handle sources, py::handle out_dir, bool imagefolder, uint64_t shard_size,
+                 unsigned threads, bool align, bool verify_images, bool overwrite, bool sync,
+                 py::object progress) {
+  PackOptions options;
+  if (is_path_like(sources)) {
+    options.sources.push_back(fs_path(sources));
+  } else {
+    for (py::handle source : sources) options.sources.push_back(fs_path(source));
+  }
+  options.out_dir = fs_path(out_dir);
+  options.imagefolder = imagefolder;
+  options.shard_size = shard_size;
+  options.threads = threads;
+  options.align = align;
+  options.verify_images = verify_images;
+  options.overwrite = overwrite;
+  options.sync = sync;
+
+  ProgressRelay relay;
+  if (!progress.is_none()) {
+    if (!PyCallable_Check(progress.ptr())) throw py::type_error("progress must be callable");
+    relay.callback = std::move(progress);
+    // Capture a pointer, not the py::object: pack may copy the std::function on threads that do
+    // not hold the GIL, and copying a py::object touches its reference count.
+    options.on_progress = [relay_ptr = &relay](const PackProgress& p) { (*relay_ptr)(p); };
+  }
+
+  Result<PackReport> packed = [&] {
+    py::gil_scoped_release release;
+    return pack(options);
+  }();
+  if (relay.error) std::rethrow_exception(relay.error);
+  const PackReport report = value_or_throw(std::move(packed));
+
+  py::list quarantined;
+  for (const QuarantineEntry& entry : report.quarantined) {
+    py::dict q;
+    q["path"] = fs_str(entry.path);
+    q["reason"] = entry.reason;
+    quarantined.append(std::move(q));
+  }
+  py::dict out;
+  out["samples"] = report.samples;
+  out["files"] = report.files;
+  out["ignored"] = report.ignored;
+  out["shards"] = report.shards;
+  out["bytes_in"] = report.bytes_in;
+  out["bytes_out"] = report.bytes_out;
+  out["seconds"] = report.seconds;
+  out["quarantined"] = std::move(quarantined);
+  out["manifest_path"] = fs_str(report.manifest_path);
+  return out;
+}
+
+py::dict generate_imagefolder_py(py::handle out_dir, uint64_t files, uint32_t classes,
+                                 uint64_t seed, uint64_t min_bytes, uint64_t max_bytes,
+                                 unsigned threads) {
+  SyntheticImageFolderOptions options;
+  options.out_dir = fs_path(out_dir);
+  options.files = files;
+  options.classes = classes;
+  options.seed = seed;
+  options.min_bytes = min_bytes;
+  options.max_bytes = max_bytes;
+  options.threads = threads;
+  Result<SyntheticReport> generated = [&] {
+    py::gil_scoped_release release;
+    return generate_imagefolder(options);
+  }();
+  const SyntheticReport report = value_or_throw(std::move(generated));
+  py::dict out;
+  out["files"] = report.files;
+  out["bytes"] = report.bytes;
+  return out;
+}
+
+void bind_functions(py::module_& m) {
+  // Defaults come from the C++ option structs: one source of truth.
+  const PackOptions pack_defaults;
+  m.def("pack", &pack_py, py::arg("sources"), py::arg("out_dir"), py::kw_only(),
+        py::arg("imagefolder") = pack_defaults.imagefolder,
+        py::arg("shard_size") = pack_defaults.shard_size,
+        py::arg("threads") = pack_defaults.threads, py::arg("align") = pack_defaults.align,
+        py::arg("verify_images") = pack_defaults.verify_images,
+        py::arg("overwrite") = pack_defaults.overwrite, py::arg("sync") = pack_defaults.sync,
+        py::arg("progress") = py::none(), R"doc(
+Packs trees of small files, ImageFolder trees and WebDataset tars into shards plus a manifest,
+like ``zerowait pack``.
+
+``sources`` is one path or a list of paths (directories, .tar, .tar.gz). With
+``imagefolder=True`` CLASS/FILE.ext becomes fields ``ext`` and ``cls`` (ASCII decimal index into
+the sorted class names). ``threads=0`` uses every CPU. ``progress``, when given, is called with
+a dict (files_done, files_total, bytes_done, bytes_total) from a pack thread while holding the
+GIL; an exception it raises is re-raised after pack finishes. Corrupt inputs are quarantined,
+not packed, and listed in the report.
+
+Returns a dict: samples, files, ignored, shards, bytes_in, bytes_out, seconds,
+quarantined ([{path, reason}]), manifest_path. Same inputs and options give identical bytes.
+)doc");
+
+  const SyntheticImageFolderOptions gen_defaults;
+  m.def("generate_imagefolder", &generate_imagefolder_py, py::arg("out_dir"), py::kw_only(),
+        py::arg("files") = gen_defaults.files, py::arg("classes") = gen_defaults.classes,
+        py::arg("seed") = gen_defaults.seed, py::arg("min_bytes") = gen_defaults.min_bytes,
+        py::arg("max_bytes") = gen_defaults.max_bytes, py::arg("threads") = gen_defaults.threads,
+        R"doc(
+Writes a synthetic ImageFolder tree of real, decodable JPEGs:
+``out_dir/class_XXX/img_XXXXXXXX.jpg``, each between min_bytes and max_bytes. The same options
+give the same bytes. Returns a dict: files, bytes.
+)doc");
+}
+
+}  // namespace
+}  // namespace zerowait
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "zerowait's C++ core. Use the `zerowait` package rather than this module directly.";
+  m.attr("__version__") = ZEROWAIT_VERSION;
+  zerowait::register_exceptions(m);
+  zerowait::bind_dataset(m);
+  zerowait::bind_functions(m);
+}

@@ -1,0 +1,49 @@
+"""zerowait: removes the time a GPU spends waiting on I/O.
+
+Pack trees of small files into large indexed shards, then read samples back by index:
+
+    >>> import zerowait
+    >>> report = zerowait.pack("images/", "shards/", imagefolder=True)
+    >>> ds = zerowait.Dataset("shards/")
+    >>> sample = ds[0]                      # {"jpg": b"...", "cls": b"3"}
+    >>> ds.classes[int(sample["cls"])]      # the class directory name
+
+Everything here is implemented in C++ (``zerowait._core``); blocking calls release the GIL.
+Errors derive from :class:`ZerowaitError` and from the matching built-in exception
+(``FileNotFoundError``, ``ValueError``, ``TimeoutError``, ...), so ordinary ``except`` clauses
+work. The ``zerowait`` command installed beside this package offers the same operations.
+"""
+
+from zerowait._core import (
+    AlreadyExistsError,
+    CancelledError,
+    CorruptDataError,
+    Dataset,
+    DeadlineExceededError,
+    InternalError,
+    InvalidArgumentError,
+    UnsupportedError,
+    ZerowaitError,
+    ZerowaitIOError,
+    ZerowaitNotFoundError,
+    __version__,
+    generate_imagefolder,
+    pack,
+)
+
+__all__ = [
+    "AlreadyExistsError",
+    "CancelledError",
+    "CorruptDataError",
+    "Dataset",
+    "DeadlineExceededError",
+    "InternalError",
+    "InvalidArgumentError",
+    "UnsupportedError",
+    "ZerowaitError",
+    "ZerowaitIOError",
+    "ZerowaitNotFoundError",
+    "__version__",
+    "generate_imagefolder",
+    "pack",
+]

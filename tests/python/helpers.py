@@ -1,0 +1,44 @@
+"""Helpers shared by the Python tests: real trees of files on disk and their expected contents."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import zerowait
+
+
+def read_tree(root: Path) -> dict[str, bytes]:
+    """Every regular file under root, by '/'-separated relative path."""
+    files = (p for p in sorted(root.rglob("*")) if p.is_file())
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in files}
+
+
+def write_random_tree(root: Path, samples: int, seed: int) -> dict[str, dict[str, bytes]]:
+    """Writes a WebDataset-style tree (files grouped by basename) and returns key -> fields.
+
+    Two sub-directories, fields "bin" (random bytes, sometimes empty), "meta.json" (a dotted
+    field name) and, every fifth sample, "zeros" (12 KiB of zero bytes, which the shard writer
+    stores sparsely).
+    """
+    rng = random.Random(seed)
+    expected: dict[str, dict[str, bytes]] = {}
+    for i in range(samples):
+        key = f"part{i % 2}/sample_{i:04d}"
+        fields = {
+            "bin": rng.randbytes(0 if i == 3 else rng.randint(1, 6000)),
+            "meta.json": f'{{"index": {i}, "seed": {seed}}}'.encode(),
+        }
+        if i % 5 == 0:
+            fields["zeros"] = bytes(12 * 1024)
+        for name, data in fields.items():
+            path = root / f"{key}.{name}"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        expected[key] = fields
+    return expected
+
+
+def dataset_contents(ds: zerowait.Dataset) -> dict[str, dict[str, bytes]]:
+    """key -> fields for every sample of ds, read through the public API."""
+    return {ds.key(i): ds[i] for i in range(len(ds))}

@@ -120,6 +120,12 @@ Result<std::shared_ptr<ShardReader>> Dataset::shard(size_t s) const {
                    " bytes; the manifest says " + std::to_string(expected.samples) + " and " +
                    std::to_string(expected.bytes) + ": the dataset was modified after packing");
   }
+  if (!expected.checksum.empty() &&
+      format::checksum_hex(reader->index_checksum()) != expected.checksum) {
+    return corrupt("shard '" + shard_paths_[s] + "' has index checksum " +
+                   format::checksum_hex(reader->index_checksum()) + "; the manifest says " +
+                   expected.checksum + ": the shard was replaced after packing");
+  }
   readers_[s] = reader;
   return reader;
 }

@@ -31,7 +31,7 @@ std::string Manifest::to_json() const {
   json shard_list = json::array();
   for (const ManifestShard& s : shards) {
     shard_list.push_back(
-        {{"path", s.path}, {"samples", s.samples}, {"bytes", s.bytes}, {"xxh3", s.checksum}});
+        {{"path", s.path}, {"samples", s.samples}, {"bytes", s.bytes}, {"index_xxh3", s.checksum}});
   }
   j["shards"] = std::move(shard_list);
   return j.dump(1) + "\n";
@@ -64,7 +64,7 @@ Result<Manifest> Manifest::parse(const std::string& json_text, const std::string
       shard.path = s.at("path").get<std::string>();
       shard.samples = s.at("samples").get<uint64_t>();
       shard.bytes = s.at("bytes").get<uint64_t>();
-      shard.checksum = s.value("xxh3", std::string());
+      shard.checksum = s.value("index_xxh3", std::string());
       if (shard.path.empty() || shard.path.front() == '/' ||
           shard.path.find("..") != std::string::npos) {
         return corrupt("manifest '" + name + "': shard path \"" + shard.path +
@@ -72,7 +72,7 @@ Result<Manifest> Manifest::parse(const std::string& json_text, const std::string
       }
       if (!shard.checksum.empty() && !is_hex16(shard.checksum)) {
         return corrupt("manifest '" + name + "': shard \"" + shard.path +
-                       "\" has a malformed xxh3 \"" + shard.checksum + "\"");
+                       "\" has a malformed index_xxh3 \"" + shard.checksum + "\"");
       }
       total_samples += shard.samples;
       total_bytes += shard.bytes;

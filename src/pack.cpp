@@ -9,6 +9,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "internal/byte_buffer.hpp"
 #include "internal/file.hpp"
 #include "internal/image_check.hpp"
 #include "internal/pack_plan.hpp"
@@ -29,11 +30,19 @@ constexpr uint64_t kLoadWindowBytes = 256ull << 20;  // bytes loaded ahead of th
 // A sample with its bytes in memory, or the reasons it must not be packed.
 struct LoadedSample {
   std::vector<std::string> names;
-  std::vector<std::vector<std::byte>> data;
+  std::vector<internal::ByteBuffer> data;
   std::vector<QuarantineEntry> bad;
+  uint64_t checksum = 0;  // computed where the sample was loaded, off the writer thread
+
+  std::vector<FieldData> field_data() const {
+    std::vector<FieldData> fields;
+    for (size_t i = 0; i < names.size(); ++i) fields.push_back({names[i], data[i]});
+    return fields;
+  }
 };
 
-// Checks the image fields; the first bad one is recorded with its reason.
+// Checks the image fields (the first bad one is recorded with its reason) and computes the
+// sample checksum of a good sample.
 void check_sample(const std::vector<std::string>& paths, LoadedSample* s,
                   internal::ImageCheck mode) {
   for (size_t i = 0; i < s->names.size(); ++i) {
@@ -43,12 +52,13 @@ void check_sample(const std::vector<std::string>& paths, LoadedSample* s,
       return;
     }
   }
+  s->checksum = ShardWriter::sample_checksum(s->field_data());
 }
 
-Result<std::vector<std::byte>> read_input_file(const std::string& path) {
+Result<internal::ByteBuffer> read_input_file(const std::string& path) {
   ZW_ASSIGN_OR_RETURN(internal::File file, internal::File::open_read(path));
   ZW_ASSIGN_OR_RETURN(uint64_t size, file.size());
-  std::vector<std::byte> bytes(size);
+  internal::ByteBuffer bytes(size);
   ZW_RETURN_IF_ERROR(file.pread_exact(0, bytes));
   return bytes;
 }
@@ -98,13 +108,16 @@ class OrderedLoader {
   LoadedSample next() {
     std::unique_lock<std::mutex> lock(mutex_);
     Slot& slot = slots_[consumed_ % slots_.size()];
+    consumer_waiting_ = true;
     loaded_.wait(lock, [&] { return slot.ready; });
+    consumer_waiting_ = false;
     LoadedSample s = std::move(slot.sample);
     slot.ready = false;
     in_flight_bytes_ -= slot.bytes;
     ++consumed_;
+    const bool wake = loaders_waiting_ > 0;
     lock.unlock();
-    can_load_.notify_all();
+    if (wake) can_load_.notify_all();
     return s;
   }
 
@@ -121,6 +134,7 @@ class OrderedLoader {
       uint64_t bytes = 0;
       {
         std::unique_lock<std::mutex> lock(mutex_);
+        ++loaders_waiting_;
         can_load_.wait(lock, [&] {
           if (stopping_ || next_ >= samples_.size()) return true;
           bytes = planned_bytes(samples_[next_]);
@@ -128,19 +142,22 @@ class OrderedLoader {
           return next_ < consumed_ + slots_.size() &&
                  (next_ == consumed_ || in_flight_bytes_ + bytes <= kLoadWindowBytes);
         });
+        --loaders_waiting_;
         if (stopping_ || next_ >= samples_.size()) return;
         idx = next_++;
         in_flight_bytes_ += bytes;
       }
       LoadedSample s = load_sample(samples_[idx], mode_);
+      bool wake;
       {
         std::lock_guard<std::mutex> lock(mutex_);
         Slot& slot = slots_[idx % slots_.size()];
         slot.sample = std::move(s);
         slot.bytes = bytes;
         slot.ready = true;
+        wake = consumer_waiting_ && idx == consumed_;
       }
-      loaded_.notify_all();
+      if (wake) loaded_.notify_one();
     }
   }
 
@@ -158,6 +175,8 @@ class OrderedLoader {
   size_t next_ = 0, consumed_ = 0;
   uint64_t in_flight_bytes_ = 0;
   bool stopping_ = false;
+  bool consumer_waiting_ = false;
+  int loaders_waiting_ = 0;
   std::vector<std::thread> workers_;
 };
 
@@ -203,9 +222,7 @@ class PackRun {
       }
       for (auto& q : s.bad) report_.quarantined.push_back(std::move(q));
     } else {
-      std::vector<FieldData> fields;
-      for (size_t i = 0; i < s.names.size(); ++i) fields.push_back({s.names[i], s.data[i]});
-      ZW_RETURN_IF_ERROR(writer_.add_sample(key, fields));
+      ZW_RETURN_IF_ERROR(writer_.add_sample(key, s.field_data(), s.checksum));
       report_.files += files;
       report_.bytes_in += payload;
     }
@@ -255,6 +272,7 @@ Status pack_tar(const std::string& archive, PackRun* run) {
     return st;
   };
   internal::TarMember m;
+  std::vector<std::byte> member_data;
   for (;;) {
     ZW_ASSIGN_OR_RETURN(bool more, stream->next(&m));
     if (!more) break;
@@ -276,9 +294,9 @@ Status pack_tar(const std::string& archive, PackRun* run) {
       continue;
     }
     group.names.emplace_back(field);
-    group.data.emplace_back();
     paths.push_back(where);
-    ZW_RETURN_IF_ERROR(stream->read_data(&group.data.back()));
+    ZW_RETURN_IF_ERROR(stream->read_data(&member_data));
+    group.data.emplace_back(member_data.begin(), member_data.end());
   }
   return flush();
 }

@@ -1,6 +1,6 @@
 #include "zerowait/shard_format.hpp"
 
-#include <xxhash.h>
+#include "internal/xxhash.hpp"
 
 #include <cstdio>
 #include <cstring>

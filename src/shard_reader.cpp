@@ -23,8 +23,12 @@ const FieldView* SampleView::field(std::string_view name) const {
 }
 
 ShardReader::ShardReader(std::shared_ptr<ByteSource> source, format::ShardIndex index,
-                         uint32_t flags, ShardKind kind)
-    : source_(std::move(source)), index_(std::move(index)), flags_(flags), kind_(kind) {}
+                         uint32_t flags, ShardKind kind, uint64_t index_checksum)
+    : source_(std::move(source)),
+      index_(std::move(index)),
+      flags_(flags),
+      kind_(kind),
+      index_checksum_(index_checksum) {}
 
 Result<std::shared_ptr<ShardReader>> ShardReader::open(std::shared_ptr<ByteSource> source) {
   const std::string& name = source->name();
@@ -68,7 +72,7 @@ Result<std::shared_ptr<ShardReader>> ShardReader::open(std::shared_ptr<ByteSourc
     }
   }
   return std::make_shared<ShardReader>(std::move(source), std::move(index), footer.flags,
-                                       ShardKind::kNative);
+                                       ShardKind::kNative, footer.index_checksum);
 }
 
 Result<std::shared_ptr<ShardReader>> ShardReader::open_path(const std::string& path,

@@ -1,7 +1,8 @@
 #include "zerowait/shard_writer.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
-#include <xxhash.h>
+#include "internal/xxhash.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -15,6 +16,9 @@ namespace zerowait {
 namespace {
 
 constexpr size_t kWriteBufferSize = 4 << 20;
+// With sync on, writeback of each this many bytes starts right away, so the disk works while
+// pack reads inputs and the final fsync has little left to wait for.
+constexpr uint64_t kWritebackChunk = 16 << 20;
 constexpr uint64_t kBlock = 4096;  // unit of hole detection
 
 bool all_zero(const std::byte* p, size_t n) {
@@ -44,14 +48,8 @@ struct ShardWriter::State {
   uint64_t file_size = 0;  // bytes appended so far (buffered ones included)
   std::vector<std::byte> buffer;  // pending bytes, starting at file offset buffer_start
   uint64_t buffer_start = 0;
-  XXH3_state_t* file_hash = nullptr;
-  XXH3_state_t* sample_hash = nullptr;
+  uint64_t writeback_start = 0;  // bytes below this offset were handed to writeback
   bool finished = false;
-
-  ~State() {
-    XXH3_freeState(file_hash);
-    XXH3_freeState(sample_hash);
-  }
 
   // Writes `data` at `offset`, leaving 4 KiB blocks of zeros as holes.
   Status write_out(std::span<const std::byte> data, uint64_t offset) {
@@ -98,11 +96,19 @@ struct ShardWriter::State {
     Status st = write_out(buffer, buffer_start);
     buffer_start += buffer.size();
     buffer.clear();
+    start_writeback();
     return st;
   }
 
+  void start_writeback() {
+    if (!options.sync || buffer_start - writeback_start < kWritebackChunk) return;
+    // Advisory: a failure here only loses the overlap; fsync in finish() reports real errors.
+    ::sync_file_range(file.fd(), static_cast<off_t>(writeback_start),
+                      static_cast<off_t>(buffer_start - writeback_start), SYNC_FILE_RANGE_WRITE);
+    writeback_start = buffer_start;
+  }
+
   Status append(std::span<const std::byte> data) {
-    XXH3_64bits_update(file_hash, data.data(), data.size());
     file_size += data.size();
     if (buffer.size() + data.size() <= kWriteBufferSize) {
       buffer.insert(buffer.end(), data.begin(), data.end());
@@ -112,6 +118,7 @@ struct ShardWriter::State {
     if (data.size() >= kWriteBufferSize) {  // large fields go straight to the file
       ZW_RETURN_IF_ERROR(write_out(data, buffer_start));
       buffer_start += data.size();
+      start_writeback();
       return Status::ok();
     }
     buffer.assign(data.begin(), data.end());
@@ -137,15 +144,27 @@ Result<ShardWriter> ShardWriter::create(const std::string& path, ShardWriterOpti
   state->file = std::move(file);
   state->options = options;
   state->buffer.reserve(kWriteBufferSize);
-  state->file_hash = XXH3_createState();
-  state->sample_hash = XXH3_createState();
-  XXH3_64bits_reset(state->file_hash);
   ZW_RETURN_IF_ERROR(state->append(as_bytes(
       format::encode_header(options.align_samples ? format::kAligned : 0u))));
   return ShardWriter(std::move(state));
 }
 
+uint64_t ShardWriter::sample_checksum(std::span<const FieldData> fields) {
+  if (fields.size() == 1) return format::checksum(fields[0].bytes);
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  for (const FieldData& f : fields) XXH3_64bits_update(state, f.bytes.data(), f.bytes.size());
+  const uint64_t sum = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return sum;
+}
+
 Status ShardWriter::add_sample(std::string_view key, std::span<const FieldData> fields) {
+  return add_sample(key, fields, sample_checksum(fields));
+}
+
+Status ShardWriter::add_sample(std::string_view key, std::span<const FieldData> fields,
+                               uint64_t checksum) {
   State& s = *state_;
   if (s.finished) return invalid_argument("shard '" + s.file.path() + "' is already finished");
   if (key.empty()) return invalid_argument("empty sample key in shard '" + s.file.path() + "'");
@@ -170,15 +189,13 @@ Status ShardWriter::add_sample(std::string_view key, std::span<const FieldData> 
   entry.field_count = static_cast<uint32_t>(fields.size());
   entry.key_offset = s.index.strings.size();
   entry.key_size = static_cast<uint32_t>(key.size());
-  XXH3_64bits_reset(s.sample_hash);
   for (const FieldData& field : fields) {
     s.index.fields.push_back(
         {s.index.intern_name(field.name), s.file_size, static_cast<uint64_t>(field.bytes.size())});
-    XXH3_64bits_update(s.sample_hash, field.bytes.data(), field.bytes.size());
     ZW_RETURN_IF_ERROR(s.append(field.bytes));
   }
   entry.size = s.file_size - entry.offset;
-  entry.checksum = XXH3_64bits_digest(s.sample_hash);
+  entry.checksum = checksum;
   s.index.strings.append(key);
   s.index.samples.push_back(entry);
   return Status::ok();
@@ -204,7 +221,7 @@ Result<ShardSummary> ShardWriter::finish() {
   }
   if (s.options.sync) ZW_RETURN_IF_ERROR(s.file.sync());
   ZW_RETURN_IF_ERROR(s.file.close());
-  return ShardSummary{s.index.sample_count(), s.file_size, XXH3_64bits_digest(s.file_hash)};
+  return ShardSummary{s.index.sample_count(), s.file_size, footer.index_checksum};
 }
 
 uint64_t ShardWriter::samples() const { return state_->index.sample_count(); }

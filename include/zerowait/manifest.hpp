@@ -14,7 +14,7 @@ struct ManifestShard {
   std::string path;       // relative to the manifest's directory
   uint64_t samples = 0;
   uint64_t bytes = 0;     // file size
-  std::string checksum;   // xxHash3-64 of the whole file, 16 hex digits
+  std::string checksum;   // the shard's index checksum (footer), 16 hex digits
 };
 
 struct Manifest {

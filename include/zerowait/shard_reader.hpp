@@ -62,13 +62,15 @@ class ShardReader {
                                                         IoBackend backend = IoBackend::kPread);
   // Wraps an already-built index (used by the tar reader).
   ShardReader(std::shared_ptr<ByteSource> source, format::ShardIndex index, uint32_t flags,
-              ShardKind kind);
+              ShardKind kind, uint64_t index_checksum = 0);
 
   const std::string& name() const { return source_->name(); }
   ShardKind kind() const { return kind_; }
   uint64_t size() const { return index_.sample_count(); }
   uint32_t flags() const { return flags_; }
   bool has_checksums() const { return (flags_ & format::kNoChecksums) == 0; }
+  // The footer's xxHash3-64 of the index (what a manifest records); 0 for a tar.
+  uint64_t index_checksum() const { return index_checksum_; }
   const format::ShardIndex& index() const { return index_; }
   ByteSource& source() const { return *source_; }
 
@@ -103,6 +105,7 @@ class ShardReader {
   format::ShardIndex index_;
   uint32_t flags_ = 0;
   ShardKind kind_ = ShardKind::kNative;
+  uint64_t index_checksum_ = 0;
 };
 
 }  // namespace zerowait

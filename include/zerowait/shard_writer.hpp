@@ -27,7 +27,9 @@ struct FieldData {
 struct ShardSummary {
   uint64_t samples = 0;
   uint64_t file_bytes = 0;
-  uint64_t file_checksum = 0;  // xxHash3-64 of the whole file, as a manifest records it
+  // xxHash3-64 of the index region, as the footer and the manifest record it. The index holds
+  // every sample's checksum, so this one value pins down the whole shard's content.
+  uint64_t index_checksum = 0;
 };
 
 // Not thread-safe; move-only. The file at `path` is created (truncated) by create() and is a
@@ -44,6 +46,12 @@ class ShardWriter {
   // Appends one sample; fields are stored in the order given. Empty keys, duplicate field
   // names and field names with '/' are kInvalidArgument.
   Status add_sample(std::string_view key, std::span<const FieldData> fields);
+  // Same, with `checksum` already computed as sample_checksum(fields), so callers can hash on
+  // their own threads. A wrong value makes the sample read as corrupt later.
+  Status add_sample(std::string_view key, std::span<const FieldData> fields, uint64_t checksum);
+
+  // The checksum stored for a sample: xxHash3-64 of its fields' bytes concatenated in order.
+  static uint64_t sample_checksum(std::span<const FieldData> fields);
 
   // Writes index and footer, fsyncs (unless disabled), closes.
   Result<ShardSummary> finish();

@@ -39,6 +39,7 @@ struct FoundFile {
 Result<std::vector<FoundFile>> walk(const std::string& root, uint64_t* ignored) {
   std::vector<FoundFile> files;
   std::error_code ec;
+  const size_t root_prefix = root.size() + (root.ends_with('/') ? 0 : 1);
   fs::recursive_directory_iterator it(root, fs::directory_options::follow_directory_symlink, ec);
   if (ec) return errno_status(ec.value(), "cannot list directory", root);
   for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
@@ -51,7 +52,9 @@ Result<std::vector<FoundFile>> walk(const std::string& root, uint64_t* ignored) 
     }
     FoundFile f;
     f.path = e.path().string();
-    f.rel = fs::relative(e.path(), root, ec).generic_string();
+    // The iterator yields root + "/" + relative; plain string slicing avoids fs::relative, which
+    // resolves symlinks component by component (a readlink per file).
+    f.rel = f.path.substr(root_prefix);
     f.size = e.file_size(ec);
     files.push_back(std::move(f));
   }

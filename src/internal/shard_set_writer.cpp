@@ -22,7 +22,8 @@ ShardSetWriter::~ShardSetWriter() {
   }
 }
 
-Status ShardSetWriter::add_sample(std::string_view key, std::span<const FieldData> fields) {
+Status ShardSetWriter::add_sample(std::string_view key, std::span<const FieldData> fields,
+                                  uint64_t checksum) {
   if (current_ && current_->bytes_written() >= shard_size_) ZW_RETURN_IF_ERROR(close_current());
   if (!current_) {
     // A leading dot keeps partial shards out of `*.zws` globs and directory scans.
@@ -30,7 +31,7 @@ Status ShardSetWriter::add_sample(std::string_view key, std::span<const FieldDat
     ZW_ASSIGN_OR_RETURN(ShardWriter w, ShardWriter::create(current_tmp_, options_));
     current_.emplace(std::move(w));
   }
-  ZW_RETURN_IF_ERROR(current_->add_sample(key, fields));
+  ZW_RETURN_IF_ERROR(current_->add_sample(key, fields, checksum));
   for (const FieldData& f : fields) {
     if (!field_names_.count(std::string(f.name))) field_names_.emplace(f.name);
   }
@@ -44,7 +45,7 @@ Status ShardSetWriter::close_current() {
   const std::string name = shard_name(shards_.size());
   ZW_RETURN_IF_ERROR(rename_file(current_tmp_, dir_ + "/" + name));
   shards_.push_back({name, summary.samples, summary.file_bytes,
-                     format::checksum_hex(summary.file_checksum)});
+                     format::checksum_hex(summary.index_checksum)});
   published_bytes_ += summary.file_bytes;
   return Status::ok();
 }

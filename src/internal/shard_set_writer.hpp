@@ -22,7 +22,8 @@ class ShardSetWriter {
   ~ShardSetWriter();  // removes a partial shard left by an error
 
   // Appends a sample, opening a new shard first when the current one reached the target size.
-  Status add_sample(std::string_view key, std::span<const FieldData> fields);
+  // `checksum` is ShardWriter::sample_checksum(fields), computed by the caller.
+  Status add_sample(std::string_view key, std::span<const FieldData> fields, uint64_t checksum);
   // Finishes and publishes the last shard.
   Status finish();
 

@@ -1,0 +1,115 @@
+// Dataset::open over every kind of path it accepts, and the errors for what it refuses.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "testing/testing.hpp"
+#include "zerowait/dataset.hpp"
+#include "zerowait/pack.hpp"
+
+namespace zerowait {
+namespace {
+namespace fs = std::filesystem;
+using testing::TempDir;
+
+void make_dataset(const TempDir& dir, uint64_t shard_size = 1 << 20) {
+  for (int i = 0; i < 30; ++i) {
+    testing::write_file(dir / ("src/k" + std::to_string(100 + i) + ".bin"),
+                        testing::random_bytes(5000, i));
+  }
+  auto r = pack({.sources = {dir / "src"}, .out_dir = dir / "ds", .shard_size = shard_size});
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+}
+
+TEST(Dataset, OpensManifestDirectoryShardAndShardDirectory) {
+  TempDir dir;
+  make_dataset(dir, 40000);
+  for (const std::string& path : {dir / "ds", dir / "ds/manifest.json"}) {
+    auto ds = Dataset::open(path);
+    ASSERT_TRUE(ds.is_ok()) << ds.status().to_string();
+    EXPECT_EQ((*ds)->size(), 30u);
+    EXPECT_GT((*ds)->shard_count(), 2u);
+    EXPECT_EQ((*ds)->fields(), std::vector<std::string>{"bin"});
+  }
+  // Without the manifest the shards themselves are read.
+  fs::rename(dir / "ds/manifest.json", dir / "manifest.json.bak");
+  auto ds = Dataset::open(dir / "ds");
+  ASSERT_TRUE(ds.is_ok()) << ds.status().to_string();
+  EXPECT_EQ((*ds)->size(), 30u);
+  auto s = (*ds)->read(29, {.verify = true});
+  ASSERT_TRUE(s.is_ok());
+  EXPECT_EQ(s->view.key, "k129");
+  auto one = Dataset::open(dir / "ds/shard-000000.zws");
+  ASSERT_TRUE(one.is_ok());
+  EXPECT_EQ((*one)->shard_count(), 1u);
+}
+
+TEST(Dataset, ShardChangedAfterPackingIsNamed) {
+  TempDir dir;
+  make_dataset(dir);
+  // Replace the shard with a valid shard of different content: the manifest catches it.
+  testing::write_file(dir / "src2/k100.bin", "other");
+  ASSERT_TRUE(pack({.sources = {dir / "src2"}, .out_dir = dir / "other"}).is_ok());
+  fs::copy_file(dir / "other/shard-000000.zws", dir / "ds/shard-000000.zws",
+                fs::copy_options::overwrite_existing);
+  auto ds = Dataset::open(dir / "ds");
+  ASSERT_TRUE(ds.is_ok());  // opening reads the manifest only
+  auto s = (*ds)->read(0);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.status().code(), ErrorCode::kCorrupt);
+  EXPECT_NE(s.status().message().find("shard-000000.zws"), std::string::npos);
+}
+
+TEST(Dataset, MissingAndMalformedPaths) {
+  TempDir dir;
+  auto missing = Dataset::open(dir / "nope");
+  EXPECT_EQ(missing.status().code(), ErrorCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("nope"), std::string::npos);
+  fs::create_directories(dir / "empty");
+  EXPECT_EQ(Dataset::open(dir / "empty").status().code(), ErrorCode::kNotFound);
+  testing::write_file(dir / "bad/manifest.json", "{not json");
+  auto bad = Dataset::open(dir / "bad");
+  EXPECT_EQ(bad.status().code(), ErrorCode::kCorrupt);
+  EXPECT_NE(bad.status().message().find("manifest.json"), std::string::npos);
+  testing::write_file(dir / "v2/manifest.json",
+                      R"({"format":"zerowait-dataset","version":2,"samples":0,"bytes":0,"shards":[]})");
+  EXPECT_EQ(Dataset::open(dir / "v2").status().code(), ErrorCode::kUnsupported);
+  testing::write_file(dir / "esc/manifest.json",
+                      R"({"format":"zerowait-dataset","version":1,"samples":0,"bytes":0,)"
+                      R"("shards":[{"path":"../x.zws","samples":0,"bytes":0}]})");
+  EXPECT_EQ(Dataset::open(dir / "esc").status().code(), ErrorCode::kCorrupt);
+}
+
+TEST(Dataset, MissingShardIsNamedOnFirstUse) {
+  TempDir dir;
+  make_dataset(dir);
+  fs::remove(dir / "ds/shard-000000.zws");
+  auto ds = Dataset::open(dir / "ds");
+  ASSERT_TRUE(ds.is_ok());
+  auto s = (*ds)->read(0);
+  EXPECT_EQ(s.status().code(), ErrorCode::kNotFound);
+  EXPECT_NE(s.status().message().find("shard-000000.zws"), std::string::npos);
+}
+
+TEST(Dataset, WebDatasetTarDirectory) {
+  TempDir dir;
+  testing::write_file(dir / "t/a.txt", "A");
+  testing::write_file(dir / "t/a.cls", "1");
+  testing::write_file(dir / "t/b.txt", "B");
+  fs::create_directories(dir / "tars");
+  ASSERT_EQ(testing::run_command({"/bin/tar", "-cf", dir / "tars/part-0.tar", "-C", dir / "t",
+                                  "a.txt", "a.cls", "b.txt"})
+                .exit_code,
+            0)
+      << "tar failed";
+  auto ds = Dataset::open(dir / "tars");
+  ASSERT_TRUE(ds.is_ok()) << ds.status().to_string();
+  EXPECT_EQ((*ds)->size(), 2u);
+  auto s = (*ds)->read(0);
+  ASSERT_TRUE(s.is_ok());
+  EXPECT_EQ(s->view.key, "a");
+  EXPECT_EQ(s->view.fields.size(), 2u);
+}
+
+}  // namespace
+}  // namespace zerowait

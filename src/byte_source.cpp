@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -49,6 +50,10 @@ class PreadSource final : public ByteSource {
   void advise_sequential() override {
     ::posix_fadvise(file_.fd(), 0, 0, POSIX_FADV_SEQUENTIAL);
   }
+  void prefetch(uint64_t offset, uint64_t length) override {
+    ::posix_fadvise(file_.fd(), static_cast<off_t>(offset), static_cast<off_t>(length),
+                    POSIX_FADV_WILLNEED);
+  }
 
  private:
   internal::File file_;
@@ -76,6 +81,13 @@ class MmapSource final : public ByteSource {
 
   void advise_sequential() override {
     if (size_ > 0) ::madvise(const_cast<std::byte*>(data_), size_, MADV_SEQUENTIAL);
+  }
+  void prefetch(uint64_t offset, uint64_t length) override {
+    if (offset >= size_) return;
+    // madvise wants a page-aligned start.
+    const uint64_t start = offset & ~uint64_t{4095};
+    const uint64_t len = std::min<uint64_t>(length + (offset - start), size_ - start);
+    ::madvise(const_cast<std::byte*>(data_) + start, len, MADV_WILLNEED);
   }
 
  private:

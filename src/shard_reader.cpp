@@ -7,7 +7,7 @@
 namespace zerowait {
 namespace {
 
-constexpr uint64_t kVerifyChunkBytes = 16 << 20;  // sequential reads of this size in verify()
+constexpr uint64_t kVerifyChunkBytes = 4 << 20;  // sequential reads of this size in verify()
 
 bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -87,6 +87,7 @@ SampleView ShardReader::make_view(uint64_t i, std::span<const std::byte> bytes) 
   SampleView view;
   view.index = i;
   view.key = index_.key(i);
+  view.bytes = bytes;
   view.fields.reserve(s.field_count);
   for (const format::FieldEntry& f : index_.fields_of(i)) {
     view.fields.push_back({index_.names[f.name_id], bytes.subspan(f.offset - s.offset, f.size)});
@@ -166,38 +167,61 @@ Result<std::vector<SampleView>> ShardReader::read_samples(uint64_t first, uint64
   return views;
 }
 
+Status ShardReader::scan(const std::function<Status(std::span<const SampleView>)>& visit,
+                         const ScanOptions& options) const {
+  if (size() == 0) return Status::ok();
+  source_->advise_sequential();
+  const uint64_t data_end = index_.samples.back().offset + index_.samples.back().size;
+  uint64_t prefetched_until = index_.samples.front().offset;
+  std::vector<std::byte> buffer;
+  ReadOptions read_options{options.verify, options.deadline};
+  for (uint64_t first = 0; first < size();) {
+    uint64_t count = 1;
+    while (first + count < size() && span_bytes(first, count + 1) <= options.chunk_bytes) ++count;
+    // Keep `prefetch_chunks` chunks of hints in flight beyond the one read now.
+    const uint64_t position = index_.samples[first].offset;
+    const uint64_t target = std::min(
+        data_end, position + (uint64_t{options.prefetch_chunks} + 1) * options.chunk_bytes);
+    if (options.prefetch_chunks > 0 && target > prefetched_until) {
+      source_->prefetch(std::max(prefetched_until, position),
+                        target - std::max(prefetched_until, position));
+      prefetched_until = target;
+    }
+    buffer.resize(std::max<uint64_t>(buffer.size(), span_bytes(first, count)));
+    ZW_ASSIGN_OR_RETURN(std::vector<SampleView> views,
+                        read_samples(first, count, buffer, read_options));
+    ZW_RETURN_IF_ERROR(visit(views));
+    first += count;
+  }
+  return Status::ok();
+}
+
 Result<uint64_t> ShardReader::verify(const std::function<void(const BadSample&)>& on_bad,
                                      const std::function<void(uint64_t)>& on_progress) const {
-  source_->advise_sequential();
-  std::vector<std::byte> buffer;
   uint64_t bad = 0;
-  uint64_t i = 0;
-  while (i < size()) {
-    // Group consecutive samples into one read of about kVerifyChunkBytes (at least one sample).
-    uint64_t count = 1;
-    while (i + count < size() && span_bytes(i, count + 1) <= kVerifyChunkBytes) ++count;
-    const uint64_t bytes = span_bytes(i, count);
-    buffer.resize(bytes);
-    ZW_RETURN_IF_ERROR(source_->read_at(index_.samples[i].offset, buffer));
-    const uint64_t base = index_.samples[i].offset;
-    for (uint64_t j = i; j < i + count; ++j) {
-      const format::SampleEntry& s = index_.samples[j];
-      if (!has_checksums()) continue;
-      const uint64_t actual =
-          format::checksum(std::span<const std::byte>(buffer).subspan(s.offset - base, s.size));
-      if (actual != s.checksum) {
-        ++bad;
-        if (on_bad) {
-          on_bad({j, std::string(key(j)),
-                  "checksum mismatch at offset " + std::to_string(s.offset) + " (stored " +
-                      format::checksum_hex(s.checksum) + ", read " +
-                      format::checksum_hex(actual) + ")"});
+  ScanOptions options;
+  options.chunk_bytes = kVerifyChunkBytes;
+  ZW_RETURN_IF_ERROR(scan(
+      [&](std::span<const SampleView> views) {
+        uint64_t bytes = 0;
+        for (const SampleView& v : views) {
+          bytes += v.bytes.size();
+          if (!has_checksums()) continue;
+          const format::SampleEntry& s = index_.samples[v.index];
+          const uint64_t actual = format::checksum(v.bytes);
+          if (actual == s.checksum) continue;
+          ++bad;
+          if (on_bad) {
+            on_bad({v.index, std::string(v.key),
+                    "checksum mismatch at offset " + std::to_string(s.offset) + " (stored " +
+                        format::checksum_hex(s.checksum) + ", read " +
+                        format::checksum_hex(actual) + ")"});
+          }
         }
-      }
-    }
-    if (on_progress) on_progress(bytes);
-    i += count;
-  }
+        if (on_progress) on_progress(bytes);
+        return Status::ok();
+      },
+      options));
   return bad;
 }
 

@@ -61,6 +61,9 @@ class ByteSource {
 
   // Tells the kernel the access will be sequential (readahead); a no-op where meaningless.
   virtual void advise_sequential() {}
+  // Hints that [offset, offset + length) will be read soon, so its I/O can start in the
+  // background now; a no-op where meaningless. Never fails: it is only a hint.
+  virtual void prefetch(uint64_t /*offset*/, uint64_t /*length*/) {}
 };
 
 // Opens a local file read-only with the given backend.

@@ -26,6 +26,7 @@ struct SampleView {
   uint64_t index = 0;  // local index in the shard
   std::string_view key;
   std::vector<FieldView> fields;
+  std::span<const std::byte> bytes;  // the sample's whole byte span (what its checksum covers)
 
   // Returns the field named `name`, or nullptr.
   const FieldView* field(std::string_view name) const;
@@ -90,6 +91,19 @@ class ShardReader {
   Result<std::vector<SampleView>> read_samples(uint64_t first, uint64_t count,
                                                std::span<std::byte> buffer,
                                                const ReadOptions& options = {}) const;
+
+  // Reads every sample in order, in reads of about `options.chunk_bytes` of consecutive samples
+  // (one sample larger than that is read alone), hinting the next chunks to the source so their
+  // I/O overlaps the caller's work. Calls `visit` once per chunk; the views are valid during the
+  // call only. Stops at, and returns, the first error of a read or of `visit`.
+  struct ScanOptions {
+    uint64_t chunk_bytes = 1 << 20;
+    unsigned prefetch_chunks = 4;  // chunks hinted ahead of the one being read
+    bool verify = false;
+    Deadline deadline = Deadline::none();
+  };
+  Status scan(const std::function<Status(std::span<const SampleView>)>& visit,
+              const ScanOptions& options) const;
 
   // Checks the checksum of every sample, reading sequentially in large chunks. Calls `on_bad`
   // for each mismatch and `on_progress(bytes)` as it goes. Returns an error only when the shard

@@ -15,7 +15,7 @@ namespace zerowait {
 
 // Splits a member path the way WebDataset does: the key is the path up to the first dot of the
 // file name, the field is the rest ("a/b/0001.seg.png" -> "a/b/0001", "seg.png"). Returns false
-// when the file name has no dot or the key would be empty.
+// when the file name has no dot, or the key or the field would be empty ("0001.").
 bool split_sample_name(std::string_view path, std::string_view* key, std::string_view* field);
 
 // True when `key` is a relative path with no "..", no empty component and no leading '/':

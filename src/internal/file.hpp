@@ -47,7 +47,8 @@ class File {
 
 // Reads a whole (small) file.
 Result<std::string> read_whole_file(const std::string& path);
-// Writes `path` atomically: "<path>.tmp.<pid>", fsync (if `sync`), rename, fsync the directory.
+// Writes `path` atomically: a unique "<path>.tmp.<pid>.<n>", fsync (if `sync`), rename, fsync the
+// directory.
 Status write_file_atomic(const std::string& path, std::string_view bytes, bool sync = true);
 // fsyncs a directory so renames inside it are durable.
 Status sync_directory(const std::string& dir);

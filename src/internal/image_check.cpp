@@ -128,10 +128,8 @@ Status check_jpeg_structure(std::span<const std::byte> b) {
   for (size_t i = size; i >= scan_start + 2; --i) {
     if (byte_at(b, i - 2) == 0xFF && byte_at(b, i - 1) == 0xD9) return Status::ok();
   }
-  return corrupt(
-      "truncated: no JPEG end-of-image marker after scan data (scan data starts at "
-      "offset " +
-      std::to_string(scan_start) + ", file size " + std::to_string(size) + ")");
+  return corrupt("truncated: no JPEG end-of-image marker after scan data (scan data starts at " +
+                 std::to_string(scan_start) + ", file size " + std::to_string(size) + ")");
 }
 
 struct TjDeleter {

@@ -1,0 +1,43 @@
+// The subcommands of `zerowait`. Each add_*_command registers its options on `app` and returns
+// what to run when the user chose it; main() dispatches and owns the error handling.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace zerowait::cli {
+
+struct Command {
+  CLI::App* app = nullptr;  // the subcommand's parser (owned by the parent app)
+  // Runs the command after a successful parse. Returns an exit code (kExitOk or
+  // kExitProblems); failures throw CliError.
+  std::function<int()> run;
+};
+
+Command add_pack_command(CLI::App& app);
+Command add_inspect_command(CLI::App& app);
+Command add_verify_command(CLI::App& app);
+Command add_cat_command(CLI::App& app);
+Command add_unpack_command(CLI::App& app);
+Command add_generate_command(CLI::App& app);
+
+// Returns `validator` without its description, for options whose type_name says it better.
+CLI::Validator quiet(CLI::Validator validator);
+// Accepts only decimal integers >= `min` (after any unit transform), with a plain message. CLI11
+// alone would wrap "-1" into a huge unsigned value.
+CLI::Validator integer_at_least(uint64_t min);
+// Adds "--threads N" (0 = one per CPU), shared by pack and generate.
+CLI::Option* add_threads_option(CLI::App* command, unsigned* threads);
+// Adds a byte-size option that accepts 1024, 64K, 256M, 1G (binary multiples); a bad value is a
+// usage error.
+CLI::Option* add_size_option(CLI::App* command, const std::string& name, uint64_t* bytes,
+                             const std::string& description);
+// Adds the required positional that names a dataset: a manifest.json, a directory holding one, a
+// directory of .zws/.tar shards, or one shard file.
+CLI::Option* add_dataset_argument(CLI::App* command, const std::string& name, std::string* path);
+// Adds "--json" (machine-readable output on stdout).
+CLI::Option* add_json_flag(CLI::App* command, bool* json);
+
+}  // namespace zerowait::cli

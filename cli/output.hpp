@@ -1,0 +1,93 @@
+// Helpers shared by the `zerowait` commands: exit codes, turning library errors into the one
+// top-level error path, human formatting of sizes/rates/tables, and JSON printing.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "zerowait/dataset.hpp"
+#include "zerowait/status.hpp"
+
+namespace zerowait::cli {
+
+// Exit codes, documented in `zerowait --help`.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 1;
+inline constexpr int kExitUsage = 2;     // the command line could not be parsed
+inline constexpr int kExitProblems = 3;  // the command completed but found bad inputs/samples
+
+// Thrown by commands for a failure that ends the command; main() prints
+// "zerowait: error: <what>" and exits with kExitError.
+class CliError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Throws CliError carrying the status message when `status` is an error.
+void check(const Status& status);
+
+// Returns the value of `result`, or throws CliError with its message.
+template <typename T>
+T unwrap(Result<T> result) {
+  check(result.status());
+  return std::move(result).value();
+}
+
+// Opens a dataset (manifest, directory, .zws or .tar) or throws CliError.
+std::shared_ptr<Dataset> open_dataset(const std::string& path);
+
+// Writes all of `bytes` to `fd`, retrying short writes and EINTR. Returns 0, or the errno of the
+// write that failed (callers decide: EPIPE on stdout is not an error for `cat`).
+int write_all(int fd, std::span<const std::byte> bytes);
+
+// Seconds since `start` on the steady clock.
+double seconds_since(std::chrono::steady_clock::time_point start);
+
+// "0 B", "512 B", "1.5 KiB", "57.0 MiB", "2.00 GiB" (binary units, like the size options).
+std::string format_bytes(uint64_t bytes);
+// Decimal megabytes per second ("123.4 MB/s"); "-" when no time has passed.
+std::string format_rate(uint64_t bytes, double seconds);
+// "0.42 s", "12.3 s", "3:07", "1:02:03".
+std::string format_duration(double seconds);
+// Joins `items` with ", ", listing at most `max_items` and then "... (N more)".
+std::string join_limited(const std::vector<std::string>& items, size_t max_items);
+
+// "1 shard", "15 shards".
+std::string count_noun(uint64_t count, const std::string& singular, const std::string& plural);
+
+enum class Align { kLeft, kRight };
+
+// A plain-text table: every column padded to its widest cell (header included).
+class Table {
+ public:
+  struct Column {
+    std::string title;
+    Align align = Align::kLeft;
+  };
+  explicit Table(std::vector<Column> columns);
+  // `row` has one cell per column.
+  void add_row(std::vector<std::string> row);
+  void print(std::ostream& out) const;
+
+ private:
+  std::vector<Column> columns_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// Prints "label:  value" lines with the values lined up.
+void print_key_values(std::ostream& out,
+                      const std::vector<std::pair<std::string, std::string>>& lines);
+
+// Prints `value` to stdout, indented, with a trailing newline.
+void print_json(const nlohmann::ordered_json& value);
+
+}  // namespace zerowait::cli

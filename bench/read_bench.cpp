@@ -3,8 +3,9 @@
 // it took. The bytes land in one reused, pre-faulted buffer and are touched (one byte per 4 KiB),
 // so the number is the cost of getting bytes into memory the program can use, nothing else.
 //
-//   zw_bench_read shards PATH [--chunk-mib N] [--verify]   (PATH: anything Dataset::open takes)
-//   zw_bench_read files DIR                                 (every regular file under DIR)
+//   zw_bench_read shards PATH [--chunk-mib N] [--prefetch-mib N] [--verify]   (PATH: anything
+//   Dataset::open takes) zw_bench_read files DIR                                 (every regular
+//   file under DIR)
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -56,11 +57,13 @@ void print_json(const char* mode, const Totals& t, const std::string& extra) {
       t.seconds, static_cast<unsigned long long>(t.touch), extra.c_str());
 }
 
-// Every sample of every shard, in order, `chunk` bytes of consecutive samples per read: the
-// access pattern of a sequential epoch through ShardReader::read_samples.
-Status read_shards(const std::string& path, uint64_t chunk, bool verify) {
-  std::vector<std::byte> buffer(chunk);  // value-initialised: faulted in before the clock starts
-  ReadOptions options;
+// Every sample of every shard, in order, through ShardReader::scan: reads of about `chunk` bytes
+// of consecutive samples with the next chunks hinted ahead, the access pattern of a sequential
+// epoch.
+Status read_shards(const std::string& path, uint64_t chunk, uint64_t prefetch_mib, bool verify) {
+  ShardReader::ScanOptions options;
+  options.chunk_bytes = chunk;
+  options.prefetch_bytes = prefetch_mib << 20;
   options.verify = verify;
   Totals t;
   const auto start = Clock::now();
@@ -69,22 +72,17 @@ Status read_shards(const std::string& path, uint64_t chunk, bool verify) {
   for (size_t s = 0; s < dataset->shard_count(); ++s) {
     const auto open_start = Clock::now();
     ZW_ASSIGN_OR_RETURN(std::shared_ptr<ShardReader> shard, dataset->shard(s));
-    shard->source().advise_sequential();
     open_seconds += seconds_since(open_start);
-    for (uint64_t first = 0; first < shard->size();) {
-      uint64_t count = 1;
-      while (first + count < shard->size() && shard->span_bytes(first, count + 1) <= chunk) {
-        ++count;
-      }
-      const uint64_t bytes = shard->span_bytes(first, count);
-      if (bytes > buffer.size()) buffer.resize(bytes);  // one sample larger than a chunk
-      ZW_ASSIGN_OR_RETURN(std::vector<SampleView> views,
-                          shard->read_samples(first, count, buffer, options));
-      t.touch += touch(std::span(buffer).first(bytes));
-      t.samples += views.size();
-      t.bytes += bytes;
-      first += count;
-    }
+    ZW_RETURN_IF_ERROR(shard->scan(
+        [&](std::span<const SampleView> views) {
+          for (const SampleView& v : views) {
+            t.touch += touch(v.bytes);
+            t.bytes += v.bytes.size();
+          }
+          t.samples += views.size();
+          return Status::ok();
+        },
+        options));
   }
   t.seconds = seconds_since(start);
   char open_json[48];
@@ -151,7 +149,7 @@ Status read_files(const std::string& dir) {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: zw_bench_read shards PATH [--chunk-mib N] [--verify]\n"
+               "usage: zw_bench_read shards PATH [--chunk-mib N] [--prefetch-mib N] [--verify]\n"
                "       zw_bench_read files DIR\n");
   return 2;
 }
@@ -163,13 +161,16 @@ int main(int argc, char** argv) {
   using namespace zerowait;
   if (argc < 3) return usage();
   const std::string mode = argv[1], path = argv[2];
-  uint64_t chunk_mib = 8;
+  uint64_t chunk_mib = 1;
+  uint64_t prefetch_mib = ShardReader::ScanOptions().prefetch_bytes >> 20;
   bool verify = false;
   for (int i = 3; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--chunk-mib" && i + 1 < argc) {
       chunk_mib = std::strtoull(argv[++i], nullptr, 10);
       if (chunk_mib == 0) return usage();
+    } else if (arg == "--prefetch-mib" && i + 1 < argc) {
+      prefetch_mib = std::strtoull(argv[++i], nullptr, 10);
     } else if (arg == "--verify") {
       verify = true;
     } else {
@@ -178,7 +179,7 @@ int main(int argc, char** argv) {
   }
   Status status;
   if (mode == "shards") {
-    status = read_shards(path, chunk_mib << 20, verify);
+    status = read_shards(path, chunk_mib << 20, prefetch_mib, verify);
   } else if (mode == "files") {
     status = read_files(path);
   } else {

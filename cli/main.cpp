@@ -11,9 +11,6 @@
 #include "commands.hpp"
 #include "output.hpp"
 
-#ifndef ZEROWAIT_VERSION
-#define ZEROWAIT_VERSION "0.1.0"  // CMake's PROJECT_VERSION when the build passes it in
-#endif
 
 namespace zerowait::cli {
 

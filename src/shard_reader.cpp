@@ -10,7 +10,8 @@ namespace {
 constexpr uint64_t kVerifyChunkBytes = 4 << 20;  // sequential reads of this size in verify()
 
 bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -53,12 +54,12 @@ Result<std::shared_ptr<ShardReader>> ShardReader::open(std::shared_ptr<ByteSourc
   ZW_RETURN_IF_ERROR(source->read_at(footer.index_offset, index_bytes));
   if (format::checksum(index_bytes) != footer.index_checksum) {
     return corrupt("shard '" + name + "': index checksum mismatch (index at offset " +
-                   std::to_string(footer.index_offset) + ", " +
-                   std::to_string(footer.index_size) + " bytes)");
+                   std::to_string(footer.index_offset) + ", " + std::to_string(footer.index_size) +
+                   " bytes)");
   }
-  ZW_ASSIGN_OR_RETURN(format::ShardIndex index,
-                      format::ShardIndex::parse(index_bytes, footer.data_offset,
-                                                footer.index_offset, name));
+  ZW_ASSIGN_OR_RETURN(
+      format::ShardIndex index,
+      format::ShardIndex::parse(index_bytes, footer.data_offset, footer.index_offset, name));
   if (index.sample_count() != footer.sample_count) {
     return corrupt("shard '" + name + "': footer says " + std::to_string(footer.sample_count) +
                    " samples, the index holds " + std::to_string(index.sample_count()));
@@ -145,8 +146,8 @@ Result<std::vector<SampleView>> ShardReader::read_samples(uint64_t first, uint64
                                                           const ReadOptions& options) const {
   if (first > size() || count > size() - first) {
     return invalid_argument("samples [" + std::to_string(first) + ", +" + std::to_string(count) +
-                            ") out of range: shard '" + name() + "' has " +
-                            std::to_string(size()) + " samples");
+                            ") out of range: shard '" + name() + "' has " + std::to_string(size()) +
+                            " samples");
   }
   const uint64_t bytes = span_bytes(first, count);
   if (buffer.size() < bytes) {
@@ -178,11 +179,11 @@ Status ShardReader::scan(const std::function<Status(std::span<const SampleView>)
   for (uint64_t first = 0; first < size();) {
     uint64_t count = 1;
     while (first + count < size() && span_bytes(first, count + 1) <= options.chunk_bytes) ++count;
-    // Keep `prefetch_chunks` chunks of hints in flight beyond the one read now.
+    // Keep `prefetch_bytes` of hints in flight beyond the chunk read now.
     const uint64_t position = index_.samples[first].offset;
-    const uint64_t target = std::min(
-        data_end, position + (uint64_t{options.prefetch_chunks} + 1) * options.chunk_bytes);
-    if (options.prefetch_chunks > 0 && target > prefetched_until) {
+    const uint64_t target =
+        std::min(data_end, position + options.chunk_bytes + options.prefetch_bytes);
+    if (options.prefetch_bytes > 0 && target > prefetched_until) {
       source_->prefetch(std::max(prefetched_until, position),
                         target - std::max(prefetched_until, position));
       prefetched_until = target;

@@ -10,12 +10,8 @@ namespace zerowait {
 namespace fs = std::filesystem;
 namespace {
 
-bool has_suffix(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 bool is_shard_file(const std::string& name) {
-  return has_suffix(name, format::kShardExtension) || has_suffix(name, ".tar");
+  return name.ends_with(format::kShardExtension) || name.ends_with(".tar");
 }
 
 }  // namespace
@@ -50,7 +46,7 @@ Result<std::shared_ptr<Dataset>> Dataset::open(const std::string& path, DatasetO
       ZW_RETURN_IF_ERROR(ds->add_shard_paths(shards, /*from_manifest=*/false));
       return ds;
     }
-  } else if (has_suffix(path, ".json")) {
+  } else if (path.ends_with(".json")) {
     manifest_path = path;
   } else {
     ZW_RETURN_IF_ERROR(ds->add_shard_paths({path}, /*from_manifest=*/false));

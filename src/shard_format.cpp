@@ -26,6 +26,12 @@ std::string entry_error(const std::string& name, uint64_t i, const std::string& 
   return "shard '" + name + "': index entry of sample " + std::to_string(i) + ": " + what;
 }
 
+Status version_error(const std::string& name, uint32_t version, const std::string& where) {
+  return unsupported("shard '" + name + "' has format version " + std::to_string(version) + " (" +
+                     where + "); this build reads version " + std::to_string(kVersion) +
+                     ": upgrade zerowait");
+}
+
 // a + b <= limit, without overflow.
 bool fits(uint64_t a, uint64_t b, uint64_t limit) { return a <= limit && b <= limit - a; }
 
@@ -57,9 +63,7 @@ Status decode_header(std::span<const std::byte> bytes, uint32_t* flags, const st
   }
   uint32_t version = get_u32(bytes.data() + 8);
   if (version != kVersion) {
-    return unsupported("shard '" + name + "' has format version " + std::to_string(version) +
-                       " (header, offset 8); this build reads version " +
-                       std::to_string(kVersion) + ": upgrade zerowait");
+    return version_error(name, version, "header, offset 8");
   }
   *flags = get_u32(bytes.data() + 12);
   if (get_u64(bytes.data() + 16) != kHeaderSize) {
@@ -96,9 +100,7 @@ Result<Footer> decode_footer(std::span<const std::byte> bytes, uint64_t file_siz
   Footer f;
   f.version = get_u32(bytes.data() + 40);
   if (f.version != kVersion) {
-    return unsupported("shard '" + name + "' has format version " + std::to_string(f.version) +
-                       " (footer" + where(40) + "); this build reads version " +
-                       std::to_string(kVersion) + ": upgrade zerowait");
+    return version_error(name, f.version, "footer, offset " + std::to_string(at + 40));
   }
   if (get_u64(bytes.data() + 48) != XXH3_64bits(bytes.data(), kFooterChecksummedBytes)) {
     return corrupt("shard '" + name + "': footer checksum mismatch" + where(48));

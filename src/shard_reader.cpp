@@ -9,11 +9,6 @@ namespace {
 
 constexpr uint64_t kVerifyChunkBytes = 4 << 20;  // sequential reads of this size in verify()
 
-bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 }  // namespace
 
 const FieldView* SampleView::field(std::string_view name) const {
@@ -78,7 +73,7 @@ Result<std::shared_ptr<ShardReader>> ShardReader::open(std::shared_ptr<ByteSourc
 
 Result<std::shared_ptr<ShardReader>> ShardReader::open_path(const std::string& path,
                                                             IoBackend backend) {
-  if (ends_with(path, ".tar")) return open_tar_shard(path, backend);
+  if (path.ends_with(".tar")) return open_tar_shard(path, backend);
   ZW_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source, open_file_source(path, backend));
   return open(std::shared_ptr<ByteSource>(std::move(source)));
 }

@@ -12,10 +12,6 @@ namespace zerowait::internal {
 namespace fs = std::filesystem;
 namespace {
 
-bool has_suffix(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
@@ -65,7 +61,7 @@ Result<std::vector<FoundFile>> walk(const std::string& root, uint64_t* ignored) 
 }  // namespace
 
 bool is_tar_source(const std::string& path) {
-  return has_suffix(path, ".tar") || has_suffix(path, ".tar.gz") || has_suffix(path, ".tgz");
+  return path.ends_with(".tar") || path.ends_with(".tar.gz") || path.ends_with(".tgz");
 }
 
 Result<PackPlan> plan_pack(const PackOptions& options) {

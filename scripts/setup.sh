@@ -81,6 +81,12 @@ else
   echo "using .venv ($("$VPY" --version))"
 fi
 
+# pip, minus the warnings this machine's pip configuration prints for every package that one of
+# its configured local indexes does not hold (harmless: the package comes from another index).
+pip_install() {
+  "$VPY" -m pip install "$@" 2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
+}
+
 # Build and test requirements. Debian 12's cmake (3.25) and ninja serve the build; the pip
 # versions are not required. The stamp skips pip entirely when nothing changed.
 PY_REQUIREMENTS=("scikit-build-core>=0.10" "pybind11>=2.12" numpy pytest)
@@ -89,10 +95,10 @@ STAMP="$VENV/.zerowait-requirements"
 wanted="${PY_REQUIREMENTS[*]} $TORCH_REQUIREMENT"
 if [[ "$(cat "$STAMP" 2>/dev/null || true)" != "$wanted" ]]; then
   echo "installing ${PY_REQUIREMENTS[*]}"
-  "$VPY" -m pip install --quiet "${PY_REQUIREMENTS[@]}" ||
+  pip_install --quiet "${PY_REQUIREMENTS[@]}" ||
     die "pip install of the build requirements failed"
   echo "installing $TORCH_REQUIREMENT (large; takes a minute)"
-  if "$VPY" -m pip install --quiet "$TORCH_REQUIREMENT"; then
+  if pip_install --quiet "$TORCH_REQUIREMENT"; then
     printf '%s' "$wanted" >"$STAMP"
   else
     echo "setup.sh: warning: '$TORCH_REQUIREMENT' could not be installed; zerowait itself works" \
@@ -109,7 +115,7 @@ step "building and installing zerowait into .venv (pip install .)"
 if [[ ! -d "$ROOT/build" ]] || ! ls "$ROOT"/build/cp*/CMakeCache.txt >/dev/null 2>&1; then
   echo "first build of the C++ core: a few minutes on 2 cores"
 fi
-"$VPY" -m pip install --quiet --no-build-isolation "$ROOT" ||
+pip_install --quiet --no-build-isolation "$ROOT" ||
   die "pip install . failed; rerun with: $VPY -m pip install -v --no-build-isolation ."
 "$VPY" -c 'import zerowait; print("zerowait", zerowait.__version__, "installed")'
 ZW="$VENV/bin/zerowait"
@@ -144,6 +150,12 @@ step "demo: zerowait inspect sample-data/shards"
 
 if [[ -x "$ROOT/bench/run" ]]; then
   step "demo: bench/run --files $DEMO_FILES --out sample-data/bench"
+  # Without a dev build (build/), the benchmark's reader comes from the pip build's directory.
+  if [[ -z "${ZEROWAIT_BENCH_READ:-}" && ! -x "$ROOT/build/zw_bench_read" ]]; then
+    for candidate in "$ROOT"/build/cp*/zw_bench_read; do
+      [[ -x "$candidate" ]] && export ZEROWAIT_BENCH_READ="$candidate"
+    done
+  fi
   PATH="$VENV/bin:$PATH" "$ROOT/bench/run" --files "$DEMO_FILES" --out "$DATA/bench"
 else
   echo "(bench/run is not there yet; skipping the benchmark)"

@@ -210,13 +210,17 @@ def count_while(call) -> int:
 
 
 def test_blocking_calls_release_the_gil(tmp_path):
-    """A Python thread makes progress while pack, generate and verify run."""
+    """A Python thread makes progress while pack, generate, verify and reads run.
+
+    Each call must last long enough for the counting thread to wake up at least once (tens of
+    microseconds); a quick one is repeated, which cannot hide a call that keeps the GIL.
+    """
     src, out = tmp_path / "images", tmp_path / "shards"
     assert count_while(lambda: zerowait.generate_imagefolder(src, files=200, classes=2)) > 0
     assert count_while(lambda: zerowait.pack(src, out, imagefolder=True, sync=True)) > 0
     ds = zerowait.Dataset(out)
-    assert count_while(ds.verify) > 0
-    assert count_while(lambda: zerowait.Dataset(out)) > 0
+    assert count_while(lambda: [ds.verify() for _ in range(10)]) > 0
+    assert count_while(lambda: [ds[i] for _ in range(3) for i in range(len(ds))]) > 0
 
 
 def test_reads_from_threads_agree(random_tree, tmp_path):

@@ -85,7 +85,6 @@ Result<PackPlan> plan_pack(const PackOptions& options) {
                                 "'");
       }
       sp.is_tar = true;
-      sp.bytes = fs::file_size(src, ec);
     } else {
       ZW_ASSIGN_OR_RETURN(found[i], walk(src, &plan.ignored));
       if (options.imagefolder) {

@@ -25,7 +25,7 @@ struct PlannedSample {
 
 struct SourcePlan {
   std::string source;
-  bool is_tar = false;                  // streamed by the tar path instead
+  bool is_tar = false;                  // streamed by the tar path instead; counted as it streams
   std::vector<PlannedSample> samples;   // directories only
   uint64_t files = 0;
   uint64_t bytes = 0;

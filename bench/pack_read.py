@@ -12,7 +12,7 @@ What is measured, on one synthetic ImageFolder tree of N real JPEGs (10-60 KB ea
 
 (b) Reading every sample once, in order:
     - shards: `zw_bench_read shards` opens the dataset (manifest + one index per shard) and reads
-      every shard with ShardReader::scan: 1 MiB of consecutive samples per read, the next 32 MiB
+      every shard with ShardReader::scan: 512 KiB of consecutive samples per read, the next 32 MiB
       hinted ahead (POSIX_FADV_WILLNEED), touching one byte per 4 KiB of every sample.
     - files: `zw_bench_read files` opens, fstats, reads and closes every file in sorted order, as
       a per-file PyTorch Dataset does, into the same kind of buffer. Listing the tree is not timed
@@ -344,7 +344,7 @@ def main():
     # (b) reads.
     startup = cat_startup()
     readers = [
-        ("zerowait shards (scan, 1 MiB + prefetch)", lambda: read_shards(bench_read, shards)),
+        ("zerowait shards (scan, 512 KiB + prefetch)", lambda: read_shards(bench_read, shards)),
         ("per-file open/read/close (C)", lambda: read_files(bench_read, tree)),
         ("per-file Python Dataset (open/read/close)", lambda: read_files_python(tree)),
         ("cat SHARDS/*.zws > /dev/null", lambda: read_cat(shards, startup)),

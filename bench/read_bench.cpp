@@ -3,7 +3,7 @@
 // it took. The bytes land in one reused, pre-faulted buffer and are touched (one byte per 4 KiB),
 // so the number is the cost of getting bytes into memory the program can use, nothing else.
 //
-//   zw_bench_read shards PATH [--chunk-mib N] [--prefetch-mib N] [--verify]   (PATH: anything
+//   zw_bench_read shards PATH [--chunk-kib N] [--prefetch-mib N] [--verify]   (PATH: anything
 //   Dataset::open takes) zw_bench_read files DIR                                 (every regular
 //   file under DIR)
 #include <fcntl.h>
@@ -149,7 +149,7 @@ Status read_files(const std::string& dir) {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: zw_bench_read shards PATH [--chunk-mib N] [--prefetch-mib N] [--verify]\n"
+               "usage: zw_bench_read shards PATH [--chunk-kib N] [--prefetch-mib N] [--verify]\n"
                "       zw_bench_read files DIR\n");
   return 2;
 }
@@ -161,14 +161,14 @@ int main(int argc, char** argv) {
   using namespace zerowait;
   if (argc < 3) return usage();
   const std::string mode = argv[1], path = argv[2];
-  uint64_t chunk_mib = 1;
+  uint64_t chunk_kib = ShardReader::ScanOptions().chunk_bytes >> 10;
   uint64_t prefetch_mib = ShardReader::ScanOptions().prefetch_bytes >> 20;
   bool verify = false;
   for (int i = 3; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--chunk-mib" && i + 1 < argc) {
-      chunk_mib = std::strtoull(argv[++i], nullptr, 10);
-      if (chunk_mib == 0) return usage();
+    if (arg == "--chunk-kib" && i + 1 < argc) {
+      chunk_kib = std::strtoull(argv[++i], nullptr, 10);
+      if (chunk_kib == 0) return usage();
     } else if (arg == "--prefetch-mib" && i + 1 < argc) {
       prefetch_mib = std::strtoull(argv[++i], nullptr, 10);
     } else if (arg == "--verify") {
@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
   }
   Status status;
   if (mode == "shards") {
-    status = read_shards(path, chunk_mib << 20, prefetch_mib, verify);
+    status = read_shards(path, chunk_kib << 10, prefetch_mib, verify);
   } else if (mode == "files") {
     status = read_files(path);
   } else {

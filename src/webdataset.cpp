@@ -9,6 +9,7 @@
 
 #include "internal/endian.hpp"
 #include "internal/file.hpp"
+#include "internal/log.hpp"
 #include "internal/tar_header.hpp"
 
 namespace zerowait {
@@ -227,7 +228,13 @@ Result<std::shared_ptr<ShardReader>> open_tar_shard(const std::string& tar_path,
   if (!index) {
     ZW_ASSIGN_OR_RETURN(index, build_tar_index(*source));
     // A read-only directory (or a full disk) only costs the cache: the index stays in memory.
-    if (cacheable) (void)internal::write_file_atomic(sidecar, encode_sidecar(after, *index), false);
+    if (cacheable) {
+      Status written = internal::write_file_atomic(sidecar, encode_sidecar(after, *index), false);
+      if (!written.is_ok()) {
+        internal::note_fallback("tar_index_not_cached",
+                                "tar indexes are kept in memory only (" + written.message() + ")");
+      }
+    }
   }
   return std::make_shared<ShardReader>(std::move(source), std::move(*index), format::kNoChecksums,
                                        ShardKind::kTar);

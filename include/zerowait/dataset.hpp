@@ -47,6 +47,8 @@ class Dataset {
   // Opens (once) and returns shard s. A shard whose sample count or size disagrees with the
   // manifest is kCorrupt.
   Result<std::shared_ptr<ShardReader>> shard(size_t s) const;
+  // Reads one sample into a buffer of its own. Its key and field names point into the shard's
+  // index: valid while this Dataset lives.
   Result<Sample> read(uint64_t global_index, const ReadOptions& options = {}) const;
 
  private:

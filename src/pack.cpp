@@ -24,7 +24,7 @@ using internal::PlannedSample;
 
 namespace {
 
-constexpr size_t kLoadWindowSamples = 512;          // samples loaded ahead of the writer
+constexpr size_t kLoadWindowSamples = 512;           // samples loaded ahead of the writer
 constexpr uint64_t kLoadWindowBytes = 256ull << 20;  // bytes loaded ahead of the writer
 
 // A sample with its bytes in memory, or the reasons it must not be packed.
@@ -55,14 +55,6 @@ void check_sample(const std::vector<std::string>& paths, LoadedSample* s,
   s->checksum = ShardWriter::sample_checksum(s->field_data());
 }
 
-Result<internal::ByteBuffer> read_input_file(const std::string& path) {
-  ZW_ASSIGN_OR_RETURN(internal::File file, internal::File::open_read(path));
-  ZW_ASSIGN_OR_RETURN(uint64_t size, file.size());
-  internal::ByteBuffer bytes(size);
-  ZW_RETURN_IF_ERROR(file.pread_exact(0, bytes));
-  return bytes;
-}
-
 LoadedSample load_sample(const PlannedSample& planned, internal::ImageCheck mode) {
   LoadedSample s;
   std::vector<std::string> paths;
@@ -74,7 +66,7 @@ LoadedSample load_sample(const PlannedSample& planned, internal::ImageCheck mode
       s.data.emplace_back(p, p + field.inline_value.size());
       continue;
     }
-    auto bytes = read_input_file(field.path);
+    auto bytes = internal::read_whole_file<internal::ByteBuffer>(field.path);
     if (!bytes.is_ok()) {
       s.bad.push_back({field.path, bytes.status().message()});
       s.data.emplace_back();
@@ -204,8 +196,8 @@ class PackRun {
     if (s.bad.empty() && !keys_.insert(key).second) {
       for (const auto& p : paths) {
         if (!p.empty()) {
-          s.bad.push_back({p, "duplicate sample key '" + key + "' (already packed from an "
-                                                               "earlier file or source)"});
+          s.bad.push_back({p, "duplicate sample key '" + key +
+                                  "' (already packed from an earlier file or source)"});
         }
       }
     }
@@ -216,8 +208,8 @@ class PackRun {
         const bool listed = std::any_of(s.bad.begin(), s.bad.end(),
                                         [&](const QuarantineEntry& q) { return q.path == p; });
         if (!p.empty() && !listed) {
-          s.bad.push_back({p, "not packed: sample '" + key + "' has a bad file '" + bad_path +
-                                  "'"});
+          s.bad.push_back(
+              {p, "not packed: sample '" + key + "' has a bad file '" + bad_path + "'"});
         }
       }
       for (auto& q : s.bad) report_.quarantined.push_back(std::move(q));
@@ -272,7 +264,6 @@ Status pack_tar(const std::string& archive, PackRun* run) {
     return st;
   };
   internal::TarMember m;
-  std::vector<std::byte> member_data;
   for (;;) {
     ZW_ASSIGN_OR_RETURN(bool more, stream->next(&m));
     if (!more) break;
@@ -289,14 +280,14 @@ Status pack_tar(const std::string& archive, PackRun* run) {
       group.bad.push_back({where, "unsafe member name (absolute or contains '..')"});
     } else if (std::find(group.names.begin(), group.names.end(), field) != group.names.end()) {
       // A repeated field would make the sample ambiguous; quarantine the repeat only.
-      run->report().quarantined.push_back({where, "duplicate field '" + std::string(field) +
-                                                      "' in sample '" + key + "'"});
+      run->report().quarantined.push_back(
+          {where, "duplicate field '" + std::string(field) + "' in sample '" + key + "'"});
       continue;
     }
     group.names.emplace_back(field);
     paths.push_back(where);
-    ZW_RETURN_IF_ERROR(stream->read_data(&member_data));
-    group.data.emplace_back(member_data.begin(), member_data.end());
+    group.data.emplace_back();
+    ZW_RETURN_IF_ERROR(stream->read_data(&group.data.back()));
   }
   return flush();
 }
@@ -379,8 +370,7 @@ Result<PackReport> pack(const PackOptions& options) {
   report.samples = manifest.samples;
   report.shards = manifest.shards.size();
   report.bytes_out = manifest.bytes;
-  report.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }
 

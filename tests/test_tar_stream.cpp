@@ -97,10 +97,10 @@ std::vector<Read> stream_all(const std::string& path, Status* status, bool read 
     auto more = (*stream)->next(&m);
     if (!more.is_ok()) *status = more.status();
     if (!more.is_ok() || !*more) return out;
-    std::vector<std::byte> data;
+    internal::ByteBuffer data;
     if (read) *status = (*stream)->read_data(&data);
     if (!status->is_ok()) return out;
-    out.push_back({m, testing::to_string(data)});
+    out.push_back({m, std::string(reinterpret_cast<const char*>(data.data()), data.size())});
   }
 }
 
@@ -245,7 +245,7 @@ TEST(TarStream, SkipsUnreadDataAndReadsDataOnce) {
   auto stream = TarStream::open(dir / "x.tar");
   ASSERT_TRUE(stream.is_ok());
   TarMember m;
-  std::vector<std::byte> data;
+  internal::ByteBuffer data;
   EXPECT_EQ((*stream)->read_data(&data).code(), ErrorCode::kInvalidArgument);
   ASSERT_TRUE(*(*stream)->next(&m));
   ASSERT_TRUE((*stream)->read_data(&data).is_ok());

@@ -89,15 +89,6 @@ Status File::close() {
   return Status::ok();
 }
 
-Result<std::string> read_whole_file(const std::string& path) {
-  ZW_ASSIGN_OR_RETURN(File file, File::open_read(path));
-  ZW_ASSIGN_OR_RETURN(uint64_t size, file.size());
-  std::string bytes(size, '\0');
-  ZW_RETURN_IF_ERROR(
-      file.pread_exact(0, std::span<std::byte>(reinterpret_cast<std::byte*>(bytes.data()), size)));
-  return bytes;
-}
-
 Status sync_directory(const std::string& dir) {
   int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return errno_status(errno, "cannot open directory", dir);

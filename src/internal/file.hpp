@@ -45,8 +45,17 @@ class File {
   std::string path_;
 };
 
-// Reads a whole (small) file.
-Result<std::string> read_whole_file(const std::string& path);
+// Reads a whole file into a std::string (text) or a ByteBuffer (data, not zero-filled first).
+template <typename Buffer = std::string>
+Result<Buffer> read_whole_file(const std::string& path) {
+  ZW_ASSIGN_OR_RETURN(File file, File::open_read(path));
+  ZW_ASSIGN_OR_RETURN(uint64_t size, file.size());
+  Buffer bytes;
+  bytes.resize(size);
+  ZW_RETURN_IF_ERROR(
+      file.pread_exact(0, std::span<std::byte>(reinterpret_cast<std::byte*>(bytes.data()), size)));
+  return bytes;
+}
 // Writes `path` atomically: a unique "<path>.tmp.<pid>.<n>", fsync (if `sync`), rename, fsync the
 // directory.
 Status write_file_atomic(const std::string& path, std::string_view bytes, bool sync = true);

@@ -33,7 +33,7 @@ Status ShardSetWriter::add_sample(std::string_view key, std::span<const FieldDat
   }
   ZW_RETURN_IF_ERROR(current_->add_sample(key, fields, checksum));
   for (const FieldData& f : fields) {
-    if (!field_names_.count(std::string(f.name))) field_names_.emplace(f.name);
+    if (field_names_.find(f.name) == field_names_.end()) field_names_.emplace(f.name);
   }
   ++samples_;
   return Status::ok();
@@ -44,8 +44,8 @@ Status ShardSetWriter::close_current() {
   current_.reset();
   const std::string name = shard_name(shards_.size());
   ZW_RETURN_IF_ERROR(rename_file(current_tmp_, dir_ + "/" + name));
-  shards_.push_back({name, summary.samples, summary.file_bytes,
-                     format::checksum_hex(summary.index_checksum)});
+  shards_.push_back(
+      {name, summary.samples, summary.file_bytes, format::checksum_hex(summary.index_checksum)});
   published_bytes_ += summary.file_bytes;
   return Status::ok();
 }

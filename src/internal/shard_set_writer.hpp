@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <set>
 #include <span>
@@ -28,7 +29,7 @@ class ShardSetWriter {
   Status finish();
 
   const std::vector<ManifestShard>& shards() const { return shards_; }
-  const std::set<std::string>& field_names() const { return field_names_; }
+  const std::set<std::string, std::less<>>& field_names() const { return field_names_; }
   uint64_t samples() const { return samples_; }
   uint64_t bytes() const;  // published shard bytes plus the current shard so far
 
@@ -44,7 +45,7 @@ class ShardSetWriter {
   std::optional<ShardWriter> current_;
   std::string current_tmp_;
   std::vector<ManifestShard> shards_;
-  std::set<std::string> field_names_;
+  std::set<std::string, std::less<>> field_names_;  // transparent: lookups by string_view
   uint64_t samples_ = 0;
   uint64_t published_bytes_ = 0;
 };

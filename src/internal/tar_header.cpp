@@ -250,7 +250,7 @@ Result<bool> TarWalker::next(TarMember* member) {
   }
 }
 
-Status TarWalker::read_data(std::vector<std::byte>* out) {
+Status TarWalker::read_data(ByteBuffer* out) {
   if (!has_member_ || input_->position() != current_.data_offset) {
     return invalid_argument("tar '" + archive_ +
                             "': read_data needs a member returned by next() and not read yet");

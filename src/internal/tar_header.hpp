@@ -69,7 +69,7 @@ class TarWalker {
   // end of the archive. On success the input is positioned at member->data_offset.
   Result<bool> next(TarMember* member);
   // Reads the data of the member last returned by next(), once.
-  Status read_data(std::vector<std::byte>* out);
+  Status read_data(ByteBuffer* out);
 
  private:
   Status error(uint64_t offset, const std::string& what) const;

@@ -134,7 +134,7 @@ class TarStreamImpl final : public TarStream {
       : input_(std::move(input)), walker_(input_.get(), path) {}
 
   Result<bool> next(TarMember* member) override { return walker_.next(member); }
-  Status read_data(std::vector<std::byte>* out) override { return walker_.read_data(out); }
+  Status read_data(ByteBuffer* out) override { return walker_.read_data(out); }
 
  private:
   std::unique_ptr<TarInput> input_;

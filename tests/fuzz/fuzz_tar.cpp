@@ -65,7 +65,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   UnsizedInput input(bytes);
   internal::TarWalker walker(&input, "fuzz.tar");
   internal::TarMember member;
-  std::vector<std::byte> member_data;
+  zerowait::internal::ByteBuffer member_data;
   for (int n = 0;; ++n) {
     auto more = walker.next(&member);
     if (!more.is_ok() || !*more) break;

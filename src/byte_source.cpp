@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "internal/file.hpp"
+#include "internal/file_sources.hpp"
+#include "internal/log.hpp"
 
 namespace zerowait {
-namespace {
+namespace internal {
 
-// Every backend rejects a range past the end the same way: the caller's index is wrong, which
-// for a file means it was truncated or the index is corrupt.
 Status check_range(const std::string& name, uint64_t size, const ReadRequest& r) {
   if (r.offset > size || r.dst.size() > size - r.offset) {
     return corrupt("short read of '" + name + "' at offset " + std::to_string(r.offset) +
@@ -25,39 +25,43 @@ Status check_range(const std::string& name, uint64_t size, const ReadRequest& r)
   return Status::ok();
 }
 
-Status deadline_status(const std::string& name, const ReadRequest& r) {
-  return Status(ErrorCode::kDeadlineExceeded, "read of '" + name + "' at offset " +
-                                                   std::to_string(r.offset) +
-                                                   " did not finish before its deadline");
+Status deadline_status(const std::string& name, uint64_t offset, size_t unfinished) {
+  return Status(ErrorCode::kDeadlineExceeded,
+                "deadline passed while reading '" + name + "' at offset " + std::to_string(offset) +
+                    " (" + std::to_string(unfinished) +
+                    (unfinished == 1 ? " request" : " requests") + " unfinished)");
 }
 
-class PreadSource final : public ByteSource {
+void CachedFileSource::advise_sequential() {
+  ::posix_fadvise(file_.fd(), 0, 0, POSIX_FADV_SEQUENTIAL);
+}
+
+void CachedFileSource::prefetch(uint64_t offset, uint64_t length) {
+  ::posix_fadvise(file_.fd(), static_cast<off_t>(offset), static_cast<off_t>(length),
+                  POSIX_FADV_WILLNEED);
+}
+
+}  // namespace internal
+
+namespace {
+
+using internal::check_range;
+using internal::deadline_status;
+
+class PreadSource final : public internal::CachedFileSource {
  public:
-  PreadSource(internal::File file, uint64_t size) : file_(std::move(file)), size_(size) {}
-  const std::string& name() const override { return file_.path(); }
-  uint64_t size() const override { return size_; }
+  using CachedFileSource::CachedFileSource;
 
   Status read(std::span<const ReadRequest> requests, Deadline deadline) override {
-    for (const ReadRequest& r : requests) {
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const ReadRequest& r = requests[i];
       // A local pread cannot be interrupted once issued; the deadline bounds the batch.
-      if (deadline.passed()) return deadline_status(name(), r);
-      ZW_RETURN_IF_ERROR(check_range(name(), size_, r));
-      ZW_RETURN_IF_ERROR(file_.pread_exact(r.offset, r.dst));
+      if (deadline.passed()) return deadline_status(name(), r.offset, requests.size() - i);
+      ZW_RETURN_IF_ERROR(check_range(name(), size(), r));
+      ZW_RETURN_IF_ERROR(file().pread_exact(r.offset, r.dst));
     }
     return Status::ok();
   }
-
-  void advise_sequential() override {
-    ::posix_fadvise(file_.fd(), 0, 0, POSIX_FADV_SEQUENTIAL);
-  }
-  void prefetch(uint64_t offset, uint64_t length) override {
-    ::posix_fadvise(file_.fd(), static_cast<off_t>(offset), static_cast<off_t>(length),
-                    POSIX_FADV_WILLNEED);
-  }
-
- private:
-  internal::File file_;
-  uint64_t size_;
 };
 
 class MmapSource final : public ByteSource {
@@ -71,8 +75,9 @@ class MmapSource final : public ByteSource {
   uint64_t size() const override { return size_; }
 
   Status read(std::span<const ReadRequest> requests, Deadline deadline) override {
-    for (const ReadRequest& r : requests) {
-      if (deadline.passed()) return deadline_status(name(), r);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const ReadRequest& r = requests[i];
+      if (deadline.passed()) return deadline_status(name_, r.offset, requests.size() - i);
       ZW_RETURN_IF_ERROR(check_range(name_, size_, r));
       if (!r.dst.empty()) std::memcpy(r.dst.data(), data_ + r.offset, r.dst.size());
     }
@@ -104,8 +109,9 @@ class MemorySource final : public ByteSource {
   uint64_t size() const override { return bytes_.size(); }
 
   Status read(std::span<const ReadRequest> requests, Deadline deadline) override {
-    for (const ReadRequest& r : requests) {
-      if (deadline.passed()) return deadline_status(name(), r);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const ReadRequest& r = requests[i];
+      if (deadline.passed()) return deadline_status(name_, r.offset, requests.size() - i);
       ZW_RETURN_IF_ERROR(check_range(name_, bytes_.size(), r));
       if (!r.dst.empty()) std::memcpy(r.dst.data(), bytes_.data() + r.offset, r.dst.size());
     }
@@ -117,33 +123,9 @@ class MemorySource final : public ByteSource {
   std::vector<std::byte> bytes_;
 };
 
-}  // namespace
-
-const char* io_backend_name(IoBackend backend) {
-  switch (backend) {
-    case IoBackend::kPread: return "pread";
-    case IoBackend::kMmap: return "mmap";
-  }
-  return "unknown";
-}
-
-Result<IoBackend> parse_io_backend(const std::string& name) {
-  if (name == "pread") return IoBackend::kPread;
-  if (name == "mmap") return IoBackend::kMmap;
-  return invalid_argument("unknown I/O backend '" + name + "': use 'pread' or 'mmap'");
-}
-
-Status ByteSource::read_at(uint64_t offset, std::span<std::byte> dst, Deadline deadline) {
-  ReadRequest request{offset, dst};
-  return read(std::span<const ReadRequest>(&request, 1), deadline);
-}
-
-Result<std::unique_ptr<ByteSource>> open_file_source(const std::string& path, IoBackend backend) {
+Result<std::unique_ptr<ByteSource>> open_mmap_source(const std::string& path) {
   ZW_ASSIGN_OR_RETURN(internal::File file, internal::File::open_read(path));
   ZW_ASSIGN_OR_RETURN(uint64_t size, file.size());
-  if (backend == IoBackend::kPread) {
-    return std::unique_ptr<ByteSource>(new PreadSource(std::move(file), size));
-  }
   const std::byte* data = nullptr;
   if (size > 0) {
     void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, file.fd(), 0);
@@ -152,6 +134,68 @@ Result<std::unique_ptr<ByteSource>> open_file_source(const std::string& path, Io
   }
   // The mapping outlives the descriptor; closing it here keeps one fd per source at most.
   return std::unique_ptr<ByteSource>(new MmapSource(path, data, size));
+}
+
+}  // namespace
+
+std::unique_ptr<ByteSource> internal::make_buffered_source(File file, uint64_t size) {
+  if (resolve_auto_io_backend() == IoBackend::kIoUring) {
+    return make_io_uring_source(std::move(file), size);
+  }
+  return std::make_unique<PreadSource>(std::move(file), size);
+}
+
+const char* io_backend_name(IoBackend backend) {
+  switch (backend) {
+    case IoBackend::kPread:
+      return "pread";
+    case IoBackend::kMmap:
+      return "mmap";
+    case IoBackend::kIoUring:
+      return "io_uring";
+    case IoBackend::kDirect:
+      return "direct";
+  }
+  return "unknown";
+}
+
+Result<IoBackend> parse_io_backend(const std::string& name) {
+  for (IoBackend backend :
+       {IoBackend::kPread, IoBackend::kMmap, IoBackend::kIoUring, IoBackend::kDirect}) {
+    if (name == io_backend_name(backend)) return backend;
+  }
+  if (name == "auto") return resolve_auto_io_backend();
+  return invalid_argument("unknown I/O backend '" + name +
+                          "': use 'auto', 'pread', 'mmap', 'io_uring' or 'direct'");
+}
+
+IoBackend resolve_auto_io_backend() {
+  if (io_uring_available()) return IoBackend::kIoUring;
+  internal::note_fallback("io_uring", "io_uring is not available (" +
+                                          io_uring_unavailable_reason() +
+                                          "); reading with a pread thread pool");
+  return IoBackend::kPread;
+}
+
+Status ByteSource::read_at(uint64_t offset, std::span<std::byte> dst, Deadline deadline) {
+  ReadRequest request{offset, dst};
+  return read(std::span<const ReadRequest>(&request, 1), deadline);
+}
+
+Result<std::unique_ptr<ByteSource>> open_file_source(const std::string& path, IoBackend backend) {
+  switch (backend) {
+    case IoBackend::kMmap:
+      return open_mmap_source(path);
+    case IoBackend::kDirect:
+      return internal::open_direct_source(path);
+    case IoBackend::kPread:
+    case IoBackend::kIoUring:
+      break;
+  }
+  ZW_ASSIGN_OR_RETURN(internal::File file, internal::File::open_read(path));
+  ZW_ASSIGN_OR_RETURN(uint64_t size, file.size());
+  if (backend == IoBackend::kIoUring) return internal::make_buffered_source(std::move(file), size);
+  return std::unique_ptr<ByteSource>(new PreadSource(std::move(file), size));
 }
 
 std::unique_ptr<ByteSource> make_memory_source(std::string name, std::span<const std::byte> bytes) {

@@ -46,20 +46,21 @@ Result<uint64_t> File::size() const {
 Status File::pread_exact(uint64_t offset, std::span<std::byte> dst) const {
   size_t done = 0;
   while (done < dst.size()) {
-    ssize_t n = ::pread(fd_, dst.data() + done, dst.size() - done,
-                        static_cast<off_t>(offset + done));
+    ssize_t n =
+        ::pread(fd_, dst.data() + done, dst.size() - done, static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
       return errno_status(errno, "cannot read", path_, static_cast<long long>(offset + done));
     }
-    if (n == 0) {
-      return corrupt("short read of '" + path_ + "' at offset " + std::to_string(offset + done) +
-                     ": needs " + std::to_string(dst.size() - done) +
-                     " more bytes, the file ends there (truncated?)");
-    }
+    if (n == 0) return short_read_status(path_, offset + done, dst.size() - done);
     done += static_cast<size_t>(n);
   }
   return Status::ok();
+}
+
+Status short_read_status(const std::string& path, uint64_t offset, uint64_t missing) {
+  return corrupt("short read of '" + path + "' at offset " + std::to_string(offset) + ": needs " +
+                 std::to_string(missing) + " more bytes, the file ends there (truncated?)");
 }
 
 Status File::write_all(std::span<const std::byte> src) {

@@ -45,6 +45,10 @@ class File {
   std::string path_;
 };
 
+// kCorrupt "short read of '<path>' at offset N: needs M more bytes, the file ends there": what
+// every reader says when a file ends before a range it was asked for.
+Status short_read_status(const std::string& path, uint64_t offset, uint64_t missing);
+
 // Reads a whole file into a std::string (text) or a ByteBuffer (data, not zero-filled first).
 template <typename Buffer = std::string>
 Result<Buffer> read_whole_file(const std::string& path) {

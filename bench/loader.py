@@ -18,7 +18,8 @@ $ZEROWAIT_PYTHON says otherwise), so no row inherits another's memory, threads o
       users write it.
     Capped: 2 warm-up batches (worker start-up), then the next 40 batches are timed. Warm (the
     tree read once before) and cold (caches dropped before the process starts).
-(b) zerowait.Loader over the shards, raw bytes (no decode), shuffle="quasi", batch_size B: one
+(b) zerowait.Loader over the shards, raw bytes (no decode), shuffle="random" (a uniform
+    permutation, as DataLoader(shuffle=True)), batch_size B: one
     untimed warm-up epoch (faults in the batch arena, fills the page cache), then a full timed
     epoch (warm), then the caches are dropped and another full epoch is timed (cold). The
     consumer touches nothing, as in (a). The child reports its RSS after importing torch and
@@ -219,7 +220,7 @@ def import_zerowait():
 
 
 def zerowait_loader(zerowait, spec, **overrides):
-    kwargs = {"batch_size": spec["batch_size"], "shuffle": "quasi", "seed": 0,
+    kwargs = {"batch_size": spec["batch_size"], "shuffle": "random", "seed": 0,
               "memory_budget": spec["memory_budget"]}
     kwargs.update(overrides)
     return zerowait.Loader(spec["shards"], **kwargs)
@@ -536,7 +537,7 @@ A_VARIANTS = (("a", "list"), ("a_flat", "flat"))
 NAMES = {
     "a": "DataLoader, per-file Dataset, raw, 2 workers, list collate",
     "a_flat": "DataLoader, per-file Dataset, raw, 2 workers, flat shm cat",
-    "b": "zerowait.Loader raw bytes, shuffle=quasi",
+    "b": "zerowait.Loader raw bytes, shuffle=random",
     "c": "torchvision ImageFolder + RandomResizedCrop(224)+flip, 2 w.",
     "d": "zerowait.Loader decode RandomResizedCrop(224, flip)",
     "e_buffered": "fio seq 1 MiB psync buffered (shard files)",

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "common.hpp"
 #include "zerowait/byte_source.hpp"
 #include "zerowait/dataset.hpp"
 #include "zerowait/pack.hpp"
@@ -28,58 +29,6 @@ namespace py = pybind11;
 namespace zerowait {
 namespace {
 
-// ---------------------------------------------------------------------------------------------
-// Conversions
-
-// Paths and keys are bytes on Linux; decode them the way os.fsdecode does (surrogateescape), so
-// any file name round-trips.
-py::str fs_str(std::string_view s) {
-  PyObject* o = PyUnicode_DecodeFSDefaultAndSize(s.data(), static_cast<Py_ssize_t>(s.size()));
-  if (o == nullptr) throw py::error_already_set();
-  return py::reinterpret_steal<py::str>(o);
-}
-
-// str, bytes or os.PathLike -> the file system bytes of the path.
-std::string fs_path(py::handle obj) {
-  py::object encoded = py::module_::import("os").attr("fsencode")(obj);
-  return encoded.cast<std::string>();
-}
-
-bool is_path_like(py::handle obj) {
-  return py::isinstance<py::str>(obj) || py::isinstance<py::bytes>(obj) ||
-         py::hasattr(obj, "__fspath__");
-}
-
-py::list str_list(const std::vector<std::string>& values) {
-  py::list out;
-  for (const std::string& v : values) out.append(fs_str(v));
-  return out;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Errors
-
-// Carries a failed Status out of the GIL-free part of a call to the exception translator.
-class StatusError : public std::exception {
- public:
-  explicit StatusError(Status status) : status_(std::move(status)) {}
-  const Status& status() const { return status_; }
-  const char* what() const noexcept override { return status_.message().c_str(); }
-
- private:
-  Status status_;
-};
-
-void throw_if_error(const Status& status) {
-  if (!status.is_ok()) throw StatusError(status);
-}
-
-template <typename T>
-T value_or_throw(Result<T>&& result) {
-  if (!result.is_ok()) throw StatusError(result.status());
-  return std::move(result).value();
-}
-
 // One Python exception class per error code. The references are owned by the module for the life
 // of the interpreter; they are deliberately never released (the module cannot be unloaded).
 struct ExceptionTypes {
@@ -92,6 +41,7 @@ struct ExceptionTypes {
   PyObject* unsupported = nullptr;
   PyObject* deadline_exceeded = nullptr;
   PyObject* cancelled = nullptr;
+  PyObject* resource_exhausted = nullptr;
   PyObject* internal = nullptr;
 
   PyObject* for_code(ErrorCode code) const {
@@ -112,6 +62,8 @@ struct ExceptionTypes {
         return deadline_exceeded;
       case ErrorCode::kCancelled:
         return cancelled;
+      case ErrorCode::kResourceExhausted:
+        return resource_exhausted;
       case ErrorCode::kOk:  // an ok Status is never thrown; treat it as the bug it would be
       case ErrorCode::kInternal:
         return internal;
@@ -163,6 +115,10 @@ void register_exceptions(py::module_& m) {
       add_exception(m, "DeadlineExceededError", "A read did not finish before its deadline.",
                     {e.base, PyExc_TimeoutError});
   e.cancelled = add_exception(m, "CancelledError", "Work stopped on request.", {e.base});
+  e.resource_exhausted = add_exception(
+      m, "ResourceExhaustedError",
+      "A memory budget or pool cannot hold what is asked; the message says how much was needed.",
+      {e.base, PyExc_MemoryError});
   e.internal = add_exception(m, "InternalError", "A bug in zerowait; please report it.",
                              {e.base, PyExc_RuntimeError});
 
@@ -509,4 +465,5 @@ PYBIND11_MODULE(_core, m) {
   zerowait::register_exceptions(m);
   zerowait::bind_dataset(m);
   zerowait::bind_functions(m);
+  zerowait::bind_loader(m);
 }

@@ -6,16 +6,28 @@ namespace zerowait {
 
 const char* error_code_name(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kOk: return "ok";
-    case ErrorCode::kInvalidArgument: return "invalid_argument";
-    case ErrorCode::kNotFound: return "not_found";
-    case ErrorCode::kAlreadyExists: return "already_exists";
-    case ErrorCode::kIo: return "io";
-    case ErrorCode::kCorrupt: return "corrupt";
-    case ErrorCode::kUnsupported: return "unsupported";
-    case ErrorCode::kDeadlineExceeded: return "deadline_exceeded";
-    case ErrorCode::kCancelled: return "cancelled";
-    case ErrorCode::kInternal: return "internal";
+    case ErrorCode::kOk:
+      return "ok";
+    case ErrorCode::kInvalidArgument:
+      return "invalid_argument";
+    case ErrorCode::kNotFound:
+      return "not_found";
+    case ErrorCode::kAlreadyExists:
+      return "already_exists";
+    case ErrorCode::kIo:
+      return "io";
+    case ErrorCode::kCorrupt:
+      return "corrupt";
+    case ErrorCode::kUnsupported:
+      return "unsupported";
+    case ErrorCode::kDeadlineExceeded:
+      return "deadline_exceeded";
+    case ErrorCode::kCancelled:
+      return "cancelled";
+    case ErrorCode::kResourceExhausted:
+      return "resource_exhausted";
+    case ErrorCode::kInternal:
+      return "internal";
   }
   return "unknown";
 }
@@ -36,9 +48,12 @@ Status errno_status(int err, const std::string& what, const std::string& path, l
   message += ": ";
   message += strerror(err);
   switch (err) {
-    case ENOENT: return Status(ErrorCode::kNotFound, message);
-    case EEXIST: return Status(ErrorCode::kAlreadyExists, message);
-    default: return Status(ErrorCode::kIo, message);
+    case ENOENT:
+      return Status(ErrorCode::kNotFound, message);
+    case EEXIST:
+      return Status(ErrorCode::kAlreadyExists, message);
+    default:
+      return Status(ErrorCode::kIo, message);
   }
 }
 

@@ -115,10 +115,13 @@ class ShardReader {
   Result<uint64_t> verify(const std::function<void(const BadSample&)>& on_bad,
                           const std::function<void(uint64_t)>& on_progress = {}) const;
 
- private:
+  // For callers that read sample bytes themselves (the loader coalesces reads across samples):
+  // the view of sample i over its bytes `sample_bytes` (sample_bytes(i) long), and its checksum
+  // check (kCorrupt naming shard, index, key and offset; ok when the shard has no checksums).
   SampleView make_view(uint64_t i, std::span<const std::byte> sample_bytes) const;
   Status check_sample(uint64_t i, std::span<const std::byte> sample_bytes) const;
 
+ private:
   std::shared_ptr<ByteSource> source_;
   format::ShardIndex index_;
   uint32_t flags_ = 0;

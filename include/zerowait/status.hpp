@@ -11,15 +11,16 @@ namespace zerowait {
 
 enum class ErrorCode {
   kOk = 0,
-  kInvalidArgument,   // caller passed something unusable (bad option, out-of-range index)
-  kNotFound,          // a path or key that does not exist
-  kAlreadyExists,     // refusing to overwrite
-  kIo,                // the OS failed a call (message carries path, offset and strerror)
-  kCorrupt,           // bytes on disk do not match the format or their checksum
-  kUnsupported,       // a valid but unknown format version or feature
-  kDeadlineExceeded,  // a read did not finish before its deadline
-  kCancelled,         // work stopped on request
-  kInternal,          // a bug in zerowait
+  kInvalidArgument,    // caller passed something unusable (bad option, out-of-range index)
+  kNotFound,           // a path or key that does not exist
+  kAlreadyExists,      // refusing to overwrite
+  kIo,                 // the OS failed a call (message carries path, offset and strerror)
+  kCorrupt,            // bytes on disk do not match the format or their checksum
+  kUnsupported,        // a valid but unknown format version or feature
+  kDeadlineExceeded,   // a read did not finish before its deadline
+  kCancelled,          // work stopped on request
+  kResourceExhausted,  // a memory budget or pool cannot hold what is asked
+  kInternal,           // a bug in zerowait
 };
 
 // Returns a stable lower-case name ("corrupt", "io", ...) for messages and JSON.
@@ -49,21 +50,24 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status invalid_argument(std::string m) { return {ErrorCode::kInvalidArgument, std::move(m)}; }
+inline Status invalid_argument(std::string m) {
+  return {ErrorCode::kInvalidArgument, std::move(m)};
+}
 inline Status not_found(std::string m) { return {ErrorCode::kNotFound, std::move(m)}; }
 inline Status corrupt(std::string m) { return {ErrorCode::kCorrupt, std::move(m)}; }
 inline Status unsupported(std::string m) { return {ErrorCode::kUnsupported, std::move(m)}; }
 inline Status io_error(std::string m) { return {ErrorCode::kIo, std::move(m)}; }
 
-// Maps an errno value to a Status in exactly one place: "<what> '<path>'[ at offset N]: <strerror>".
-// ENOENT becomes kNotFound, EEXIST kAlreadyExists, everything else kIo.
-Status errno_status(int err, const std::string& what, const std::string& path, long long offset = -1);
+// Maps an errno value to a Status in exactly one place: "<what> '<path>'[ at offset N]:
+// <strerror>". ENOENT becomes kNotFound, EEXIST kAlreadyExists, everything else kIo.
+Status errno_status(int err, const std::string& what, const std::string& path,
+                    long long offset = -1);
 
 // A value or an error. Accessing value() of an error is a bug (asserted).
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : data_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : data_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : data_(std::move(status)) {  // NOLINT: implicit by design
     assert(!std::get<Status>(data_).is_ok() && "Result built from an ok Status");
   }
@@ -90,10 +94,10 @@ class [[nodiscard]] Result {
 }  // namespace zerowait
 
 // Propagates a failing Status from the enclosing function.
-#define ZW_RETURN_IF_ERROR(expr)                  \
-  do {                                            \
-    ::zerowait::Status zw_status_ = (expr);       \
-    if (!zw_status_.is_ok()) return zw_status_;   \
+#define ZW_RETURN_IF_ERROR(expr)                \
+  do {                                          \
+    ::zerowait::Status zw_status_ = (expr);     \
+    if (!zw_status_.is_ok()) return zw_status_; \
   } while (0)
 
 #define ZW_CONCAT_INNER(a, b) a##b

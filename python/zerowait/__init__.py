@@ -22,6 +22,7 @@ from zerowait._core import (
     DeadlineExceededError,
     InternalError,
     InvalidArgumentError,
+    ResourceExhaustedError,
     UnsupportedError,
     ZerowaitError,
     ZerowaitIOError,
@@ -30,15 +31,21 @@ from zerowait._core import (
     generate_imagefolder,
     pack,
 )
+from zerowait.loader import CenterCrop, ImageTransform, Loader, RandomResizedCrop
 
 __all__ = [
     "AlreadyExistsError",
     "CancelledError",
+    "CenterCrop",
     "CorruptDataError",
     "Dataset",
     "DeadlineExceededError",
+    "ImageTransform",
     "InternalError",
     "InvalidArgumentError",
+    "Loader",
+    "RandomResizedCrop",
+    "ResourceExhaustedError",
     "UnsupportedError",
     "ZerowaitError",
     "ZerowaitIOError",

@@ -1,0 +1,74 @@
+// What the binding files share: path and string conversions, and carrying a failed Status to
+// the exception translator (registered in bindings.cpp).
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <exception>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "zerowait/status.hpp"
+
+namespace py = pybind11;
+
+namespace zerowait {
+
+// ---------------------------------------------------------------------------------------------
+// Conversions
+
+// Paths and keys are bytes on Linux; decode them the way os.fsdecode does (surrogateescape), so
+// any file name round-trips.
+inline py::str fs_str(std::string_view s) {
+  PyObject* o = PyUnicode_DecodeFSDefaultAndSize(s.data(), static_cast<Py_ssize_t>(s.size()));
+  if (o == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(o);
+}
+
+// str, bytes or os.PathLike -> the file system bytes of the path.
+inline std::string fs_path(py::handle obj) {
+  py::object encoded = py::module_::import("os").attr("fsencode")(obj);
+  return encoded.cast<std::string>();
+}
+
+inline bool is_path_like(py::handle obj) {
+  return py::isinstance<py::str>(obj) || py::isinstance<py::bytes>(obj) ||
+         py::hasattr(obj, "__fspath__");
+}
+
+inline py::list str_list(const std::vector<std::string>& values) {
+  py::list out;
+  for (const std::string& v : values) out.append(fs_str(v));
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+// Carries a failed Status out of the GIL-free part of a call to the exception translator.
+class StatusError : public std::exception {
+ public:
+  explicit StatusError(Status status) : status_(std::move(status)) {}
+  const Status& status() const { return status_; }
+  const char* what() const noexcept override { return status_.message().c_str(); }
+
+ private:
+  Status status_;
+};
+
+inline void throw_if_error(const Status& status) {
+  if (!status.is_ok()) throw StatusError(status);
+}
+
+template <typename T>
+T value_or_throw(Result<T>&& result) {
+  if (!result.is_ok()) throw StatusError(result.status());
+  return std::move(result).value();
+}
+
+// Defined in loader_bindings.cpp.
+void bind_loader(py::module_& m);
+
+}  // namespace zerowait

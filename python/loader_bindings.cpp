@@ -1,0 +1,264 @@
+// Python bindings of the Loader. Batches reach Python as numpy arrays that point into the native
+// arena (no copy); one capsule holding the Batch is the base of all of them, so the arena goes
+// back to the pool when the last array (or torch tensor made from one) is freed.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "common.hpp"
+#include "zerowait/dataset.hpp"
+#include "zerowait/image_transform.hpp"
+#include "zerowait/loader.hpp"
+
+namespace zerowait {
+
+namespace {
+
+FieldDecode field_decode(py::handle spec, const std::string& field) {
+  FieldDecode decode;
+  if (py::isinstance<ImageTransform>(spec)) {
+    decode.kind = FieldDecode::Kind::kImage;
+    decode.image = spec.cast<ImageTransform>();
+    return decode;
+  }
+  if (py::isinstance<py::str>(spec)) {
+    const std::string kind = spec.cast<std::string>();
+    if (kind == "raw") return decode;
+    if (kind == "int") {
+      decode.kind = FieldDecode::Kind::kInt;
+      return decode;
+    }
+  }
+  throw StatusError(invalid_argument("decode['" + field + "'] must be \"raw\", \"int\" or an " +
+                                     "ImageTransform (zerowait.RandomResizedCrop / CenterCrop), " +
+                                     "not " + py::repr(spec).cast<std::string>()));
+}
+
+std::unique_ptr<Loader> make_loader(py::handle path, py::dict kw) {
+  LoaderOptions o;
+  auto get = [&](const char* name) { return kw[py::str(name)]; };
+  o.batch_size = get("batch_size").cast<uint64_t>();
+  o.shuffle.mode = value_or_throw(parse_shuffle_mode(get("shuffle").cast<std::string>()));
+  o.shuffle.seed = get("seed").cast<uint64_t>();
+  o.shuffle.block_samples = get("shuffle_block").cast<uint64_t>();
+  o.shuffle.window_blocks = get("shuffle_window").cast<uint64_t>();
+  o.epoch = get("epoch").cast<uint64_t>();
+  o.rank = get("rank").cast<uint32_t>();
+  o.world_size = get("world_size").cast<uint32_t>();
+  o.drop_last = get("drop_last").cast<bool>();
+  o.threads = get("threads").cast<unsigned>();
+  o.prefetch = get("prefetch").cast<unsigned>();
+  o.memory_budget = get("memory_budget").cast<uint64_t>();
+  o.io = value_or_throw(parse_io_backend(get("io").cast<std::string>()));
+  o.on_corrupt = value_or_throw(parse_corrupt_policy(get("on_corrupt").cast<std::string>()));
+  if (!get("fields").is_none()) o.fields = get("fields").cast<std::vector<std::string>>();
+  if (!get("decode").is_none()) {
+    for (auto [name, spec] : get("decode").cast<py::dict>()) {
+      const std::string field = name.cast<std::string>();
+      o.decode[field] = field_decode(spec, field);
+    }
+  }
+  o.keys = get("keys").cast<bool>();
+  o.verify = get("verify").cast<bool>();
+  o.read_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(get("read_timeout").cast<double>() * 1000.0));
+  o.autotune = get("autotune").cast<bool>();
+  o.pin_memory = get("pin_memory").cast<bool>();
+
+  const std::string dataset_path = fs_path(path);
+  py::gil_scoped_release release;
+  DatasetOptions dataset_options;
+  dataset_options.backend = o.io;
+  std::shared_ptr<Dataset> dataset = value_or_throw(Dataset::open(dataset_path, dataset_options));
+  return value_or_throw(Loader::create(std::move(dataset), std::move(o)));
+}
+
+py::dtype numpy_dtype(DType dtype) {
+  return dtype == DType::kInt64 ? py::dtype::of<int64_t>() : py::dtype::of<uint8_t>();
+}
+
+// {"name": numpy array, ...} viewing the batch's arena, plus "__key__" when keys were asked.
+py::dict batch_arrays(std::shared_ptr<Batch> batch) {
+  auto* owner = new std::shared_ptr<Batch>(batch);
+  py::capsule base(owner, [](void* p) { delete static_cast<std::shared_ptr<Batch>*>(p); });
+  py::dict out;
+  for (const BatchColumn& c : batch->columns()) {
+    py::dtype dtype = numpy_dtype(c.dtype);
+    std::vector<py::ssize_t> shape(c.shape.begin(), c.shape.end());
+    out[py::str(c.name)] = py::array(dtype, shape, c.data, base);
+  }
+  if (!batch->keys().empty()) {
+    py::list keys;
+    for (const std::string& k : batch->keys()) keys.append(fs_str(k));
+    out["__key__"] = keys;
+  }
+  return out;
+}
+
+py::dict state_to_dict(const LoaderState& s) {
+  py::dict d;
+  d["version"] = 1;
+  d["epoch"] = s.epoch;
+  d["position"] = s.position;
+  d["seed"] = s.seed;
+  d["shuffle"] = shuffle_mode_name(s.shuffle);
+  d["shuffle_block"] = s.block_samples;
+  d["shuffle_window"] = s.window_blocks;
+  d["dataset_samples"] = s.dataset_samples;
+  d["dataset_fingerprint"] = s.dataset_fingerprint;
+  d["batch_size"] = s.batch_size;
+  d["world_size"] = s.world_size;
+  return d;
+}
+
+LoaderState state_from_dict(const py::dict& d) {
+  if (!d.contains("version") || d["version"].cast<int>() != 1) {
+    throw StatusError(invalid_argument("not a zerowait loader state (version 1 expected)"));
+  }
+  LoaderState s;
+  s.epoch = d["epoch"].cast<uint64_t>();
+  s.position = d["position"].cast<uint64_t>();
+  s.seed = d["seed"].cast<uint64_t>();
+  s.shuffle = value_or_throw(parse_shuffle_mode(d["shuffle"].cast<std::string>()));
+  s.block_samples = d["shuffle_block"].cast<uint64_t>();
+  s.window_blocks = d["shuffle_window"].cast<uint64_t>();
+  s.dataset_samples = d["dataset_samples"].cast<uint64_t>();
+  s.dataset_fingerprint = d["dataset_fingerprint"].cast<uint64_t>();
+  s.batch_size = d["batch_size"].cast<uint64_t>();
+  s.world_size = d["world_size"].cast<uint32_t>();
+  return s;
+}
+
+py::dict stats_to_dict(const LoaderStats& s) {
+  py::dict d;
+  d["batches"] = s.batches;
+  d["samples"] = s.samples;
+  d["bytes_read"] = s.bytes_read;
+  d["skipped"] = s.skipped;
+  d["padded"] = s.padded;
+  d["wait_s"] = s.wait_s;
+  d["read_s"] = s.read_s;
+  d["decode_s"] = s.decode_s;
+  d["elapsed_s"] = s.elapsed_s;
+  d["threads"] = s.threads;
+  d["prefetch"] = s.prefetch;
+  d["arenas"] = s.arenas;
+  d["arenas_free"] = s.arenas_free;
+  d["arena_bytes"] = s.arena_bytes;
+  d["memory_budget"] = s.memory_budget;
+  d["io"] = s.io;
+  d["pinned"] = s.pinned;
+  d["io_fallbacks"] = s.io_fallbacks;
+  py::list steps;
+  for (const StepStats& step : s.recent) {
+    py::dict r;
+    r["epoch"] = step.epoch;
+    r["batch"] = step.batch;
+    r["wait_s"] = step.wait_s;
+    r["read_s"] = step.read_s;
+    r["decode_s"] = step.decode_s;
+    r["bytes_read"] = step.bytes_read;
+    r["samples"] = step.samples;
+    r["skipped"] = step.skipped;
+    r["ready_batches"] = step.ready_batches;
+    steps.append(r);
+  }
+  d["recent"] = steps;
+  return d;
+}
+
+}  // namespace
+
+void bind_loader(py::module_& m) {
+  // The defaults of LoaderOptions, so the Python signature shows the C++ values (one source).
+  const LoaderOptions defaults;
+  py::dict d;
+  d["batch_size"] = defaults.batch_size;
+  d["shuffle"] = shuffle_mode_name(defaults.shuffle.mode);
+  d["shuffle_block"] = defaults.shuffle.block_samples;
+  d["shuffle_window"] = defaults.shuffle.window_blocks;
+  d["prefetch"] = defaults.prefetch;
+  d["memory_budget"] = defaults.memory_budget;
+  d["read_timeout"] = std::chrono::duration<double>(defaults.read_timeout).count();
+  d["drop_last"] = defaults.drop_last;
+  d["verify"] = defaults.verify;
+  d["keys"] = defaults.keys;
+  d["autotune"] = defaults.autotune;
+  d["on_corrupt"] = defaults.on_corrupt == CorruptPolicy::kRaise ? "raise" : "skip";
+  m.attr("LOADER_DEFAULTS") = d;
+
+  py::class_<ImageTransform>(m, "ImageTransform", R"doc(
+How a JPEG field becomes a uint8 [size, size, 3] image. Build one with
+zerowait.RandomResizedCrop(...) or zerowait.CenterCrop(...).
+)doc")
+      .def(py::init([](const std::string& mode, int size, int resize, double scale_min,
+                       double scale_max, double ratio_min, double ratio_max, bool flip) {
+             ImageTransform t;
+             if (mode == "random_resized_crop") {
+               t.mode = ImageTransform::Mode::kRandomResizedCrop;
+             } else if (mode == "center_crop") {
+               t.mode = ImageTransform::Mode::kResizeCenterCrop;
+             } else {
+               throw StatusError(invalid_argument("unknown image mode '" + mode +
+                                                  "' (random_resized_crop or center_crop)"));
+             }
+             t.size = size;
+             t.resize = resize;
+             t.scale_min = scale_min;
+             t.scale_max = scale_max;
+             t.ratio_min = ratio_min;
+             t.ratio_max = ratio_max;
+             t.random_flip = flip;
+             throw_if_error(t.validate());
+             return t;
+           }),
+           py::arg("mode"), py::arg("size"), py::arg("resize") = 0, py::arg("scale_min") = 0.08,
+           py::arg("scale_max") = 1.0, py::arg("ratio_min") = 3.0 / 4,
+           py::arg("ratio_max") = 4.0 / 3, py::arg("flip") = false)
+      .def_readonly("size", &ImageTransform::size)
+      .def_readonly("flip", &ImageTransform::random_flip)
+      .def("__repr__", [](const ImageTransform& t) {
+        const bool rrc = t.mode == ImageTransform::Mode::kRandomResizedCrop;
+        return std::string(rrc ? "RandomResizedCrop(" : "CenterCrop(") + std::to_string(t.size) +
+               (t.random_flip ? ", flip=True)" : ")");
+      });
+
+  py::class_<Loader>(m, "_Loader")
+      .def(py::init(&make_loader), py::arg("path"), py::arg("options"))
+      .def(
+          "next",
+          [](Loader& loader) -> py::object {
+            Result<std::shared_ptr<Batch>> batch = [&] {
+              py::gil_scoped_release release;
+              return loader.next();
+            }();
+            std::shared_ptr<Batch> b = value_or_throw(std::move(batch));
+            if (b == nullptr) return py::none();
+            return batch_arrays(std::move(b));
+          },
+          "The next batch as a dict of numpy arrays, or None at the end of the epoch.")
+      .def("remaining_batches", &Loader::remaining_batches)
+      .def("batches_per_epoch", &Loader::batches_per_epoch)
+      .def_property_readonly("epoch", &Loader::epoch)
+      .def("set_epoch", &Loader::set_epoch, py::arg("epoch"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("state_dict", [](const Loader& l) { return state_to_dict(l.state()); })
+      .def("load_state_dict",
+           [](Loader& l, const py::dict& d) {
+             LoaderState state = state_from_dict(d);
+             Status status;
+             {
+               py::gil_scoped_release release;
+               status = l.load_state(state);
+             }
+             throw_if_error(status);
+           })
+      .def("stats", [](const Loader& l) { return stats_to_dict(l.stats()); })
+      .def("close", &Loader::close, py::call_guard<py::gil_scoped_release>());
+}
+
+}  // namespace zerowait

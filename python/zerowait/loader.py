@@ -1,0 +1,235 @@
+"""The training input pipeline as PyTorch users see it: ``zerowait.Loader``.
+
+Everything that costs time runs in C++ worker threads with the GIL released: reads, checksum
+checks, JPEG decoding and augmentation, collation. Python receives each batch as a dict of torch
+tensors (or numpy arrays) that point straight into a native arena; no byte is copied on the way.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Iterator, Optional, Sequence
+
+from zerowait import _core
+
+ImageTransform = _core.ImageTransform
+_DEFAULTS = _core.LOADER_DEFAULTS  # LoaderOptions' defaults, from the C++ side
+
+
+def RandomResizedCrop(  # noqa: N802 - named like the torchvision transform it replaces
+    size: int,
+    scale: Sequence[float] = (0.08, 1.0),
+    ratio: Sequence[float] = (3.0 / 4.0, 4.0 / 3.0),
+    flip: bool = False,
+) -> ImageTransform:
+    """Decode a JPEG field as torchvision's RandomResizedCrop(size, scale, ratio) would, then,
+    with ``flip=True``, RandomHorizontalFlip(). Output: uint8 [size, size, 3]."""
+    return ImageTransform(
+        "random_resized_crop", size, scale_min=scale[0], scale_max=scale[1],
+        ratio_min=ratio[0], ratio_max=ratio[1], flip=flip)
+
+
+def CenterCrop(size: int, resize: Optional[int] = None) -> ImageTransform:  # noqa: N802
+    """Decode a JPEG field as Resize(resize) + CenterCrop(size) (evaluation). ``resize``
+    defaults to round(size * 256 / 224). Output: uint8 [size, size, 3]."""
+    return ImageTransform("center_crop", size, resize=resize or 0)
+
+
+def _default_rank_world() -> tuple[int, int]:
+    """torch.distributed when initialised, else RANK / WORLD_SIZE, else a single process."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except ImportError:
+        pass
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+class Loader:
+    """Shuffled, rank-partitioned, exactly resumable batches from a zerowait dataset.
+
+    ``data`` is a dataset directory, a manifest.json, a .zws shard, a WebDataset .tar, or a
+    :class:`zerowait.Dataset`. Each batch is a dict:
+
+    - ``"__index__"``: int64 [n], the global index of every sample;
+    - a raw field ``f``: ``f`` uint8 [total bytes] and ``f.offsets`` int64 [n + 1] (sample i is
+      ``batch[f][offsets[i]:offsets[i + 1]]``);
+    - ``decode={"cls": "int"}``: int64 [n]; ``decode={"jpg": RandomResizedCrop(224)}``:
+      uint8 [n, 224, 224, 3] (normalise on the GPU);
+    - ``"__key__"``: list of str, with ``keys=True``.
+
+    The order is a pure function of (seed, epoch): the same on every run, whatever the number
+    of threads. Across ``world_size`` ranks each sample appears once per epoch and every rank
+    gets the same number of batches (see docs/loader.md for the rule at the end of an epoch).
+
+    Iterating runs the current epoch from where the loader stands; when it ends, the loader
+    stands at the start of the next epoch. ``state_dict()`` / ``load_state_dict()`` resume
+    exactly, also with a different world size. ``stats()`` reports where time went, including
+    ``wait_s``: how long the training loop waited for input.
+    """
+
+    def __init__(
+        self,
+        data: Any,
+        batch_size: int = _DEFAULTS["batch_size"],
+        *,
+        shuffle: Any = _DEFAULTS["shuffle"],
+        seed: int = 0,
+        epoch: int = 0,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        drop_last: bool = _DEFAULTS["drop_last"],
+        threads: Optional[int] = None,
+        prefetch: int = _DEFAULTS["prefetch"],
+        memory_budget: int = _DEFAULTS["memory_budget"],
+        io: str = "auto",
+        on_corrupt: str = _DEFAULTS["on_corrupt"],
+        fields: Optional[Sequence[str]] = None,
+        decode: Optional[Dict[str, Any]] = None,
+        keys: bool = _DEFAULTS["keys"],
+        verify: bool = _DEFAULTS["verify"],
+        read_timeout: float = _DEFAULTS["read_timeout"],
+        shuffle_block: int = _DEFAULTS["shuffle_block"],
+        shuffle_window: int = _DEFAULTS["shuffle_window"],
+        autotune: bool = _DEFAULTS["autotune"],
+        device: str = "cpu",
+        output: str = "torch",
+    ) -> None:
+        if shuffle is True:
+            shuffle = "random"
+        elif shuffle is False or shuffle is None:
+            shuffle = "none"
+        if rank is None or world_size is None:
+            default_rank, default_world = _default_rank_world()
+            rank = default_rank if rank is None else rank
+            world_size = default_world if world_size is None else world_size
+        if output not in ("torch", "numpy"):
+            raise ValueError(f"output must be 'torch' or 'numpy', not {output!r}")
+        self._device = str(device)
+        self._output = output
+        if self._device != "cpu" and output != "torch":
+            raise ValueError("device other than 'cpu' needs output='torch'")
+        # Arenas are page-locked only for the loader's own device copy, which holds each host
+        # batch until its copy has finished; pinned memory handed to a caller's own
+        # non_blocking copy could return to the pool while the copy still reads it.
+        pin_memory = self._device.startswith("cuda")
+        if isinstance(data, _core.Dataset):
+            data = data.path
+        options = dict(
+            batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
+            world_size=world_size, drop_last=drop_last, threads=threads or 0, prefetch=prefetch,
+            memory_budget=memory_budget, io=io, on_corrupt=on_corrupt,
+            fields=list(fields) if fields is not None else None, decode=decode, keys=keys,
+            verify=verify, read_timeout=read_timeout, shuffle_block=shuffle_block,
+            shuffle_window=shuffle_window, autotune=autotune, pin_memory=pin_memory)
+        self._loader = _core._Loader(data, options)
+        self._keys = keys
+        self.rank = rank
+        self.world_size = world_size
+        self.batch_size = batch_size
+        self._copy = (_DeviceCopy(self._device, self._loader.stats()["arenas"])
+                      if self._device != "cpu" else None)
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        while True:
+            batch = self.next()
+            if batch is None:
+                return
+            yield batch
+
+    def next(self) -> Optional[Dict[str, Any]]:
+        """The next batch, or None at the end of the epoch."""
+        arrays = self._loader.next()
+        if arrays is None:
+            return None
+        if self._keys and "__key__" not in arrays:
+            arrays["__key__"] = []
+        if self._output == "numpy":
+            return arrays
+        import torch
+
+        batch = {name: (torch.from_numpy(a) if name != "__key__" else a)
+                 for name, a in arrays.items()}
+        if self._copy is not None:
+            batch = self._copy(batch)
+        return batch
+
+    def __len__(self) -> int:
+        """Batches this rank gets in a whole epoch."""
+        return self._loader.batches_per_epoch()
+
+    def remaining(self) -> int:
+        """Batches this rank still gets in the current epoch."""
+        return self._loader.remaining_batches()
+
+    @property
+    def epoch(self) -> int:
+        return self._loader.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Restart at the beginning of ``epoch``."""
+        self._loader.set_epoch(epoch)
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Where the loader stands, counting the batches already returned: a plain dict that
+        torch.save / json can store."""
+        return self._loader.state_dict()
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continue exactly where ``state`` was taken; world size and batch size may differ."""
+        self._loader.load_state_dict(dict(state))
+
+    def stats(self) -> Dict[str, Any]:
+        """Totals since creation (``wait_s``: time blocked in next(), ``read_s``, ``decode_s``,
+        ``bytes_read``, ``skipped``, ...), pool state, and ``recent``: the last steps."""
+        return self._loader.stats()
+
+    def close(self) -> None:
+        """Stop the worker threads. Batches already returned stay valid."""
+        self._loader.close()
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class _DeviceCopy:
+    """Copies each batch to a CUDA device on a side stream. The host tensors, which point into
+    pinned arenas, are kept until the copy has finished, then released back to the pool."""
+
+    def __init__(self, device: str, arenas: int) -> None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={device!r} but torch.cuda is not available")
+        self._device = torch.device(device)
+        self._stream = torch.cuda.Stream(device=self._device)
+        self._pending: list = []
+        # Host batches whose copies may still run; past this many, wait for the oldest copy
+        # rather than let the pool run dry (the GPU is behind anyway).
+        self._max_pending = max(1, arenas - 2)
+
+    def __call__(self, batch: Dict[str, Any]) -> Dict[str, Any]:
+        import torch
+
+        out: Dict[str, Any] = {}
+        with torch.cuda.stream(self._stream):
+            for name, value in batch.items():
+                out[name] = (value.to(self._device, non_blocking=True)
+                             if isinstance(value, torch.Tensor) else value)
+            event = torch.cuda.Event()
+            event.record(self._stream)
+        # The consumer's stream must not read before the copy is done.
+        torch.cuda.current_stream(self._device).wait_event(event)
+        for tensor in out.values():
+            if isinstance(tensor, torch.Tensor):
+                tensor.record_stream(torch.cuda.current_stream(self._device))
+        self._pending.append((event, batch))
+        self._pending = [(e, b) for e, b in self._pending if not e.query()]
+        while len(self._pending) > self._max_pending:
+            self._pending.pop(0)[0].synchronize()
+        return out

@@ -1,0 +1,723 @@
+#include "zerowait/loader.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "internal/arena_pool.hpp"
+#include "internal/batch_builder.hpp"
+#include "internal/cuda_host.hpp"
+#include "internal/log.hpp"
+#include "internal/random.hpp"
+
+namespace zerowait {
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+constexpr size_t kRecentSteps = 1024;
+
+double seconds(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+// Counters that outlive a run (stats() reports the loader's whole life).
+struct LoaderCounters {
+  mutable std::mutex mutex;
+  LoaderStats totals;
+  std::deque<StepStats> recent;
+  SteadyClock::time_point started{};
+};
+
+// ---------------------------------------------------------------------------------------------
+// Batch
+
+Batch::Batch(std::shared_ptr<ArenaPool> pool, Arena* arena)
+    : pool_(std::move(pool)), arena_(arena) {}
+
+Batch::~Batch() {
+  if (arena_ != nullptr) pool_->release(arena_);
+}
+
+const BatchColumn* Batch::column(const std::string& name) const {
+  for (const BatchColumn& c : columns_) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+bool Batch::pinned() const { return arena_ != nullptr && arena_->out.pinned(); }
+
+// ---------------------------------------------------------------------------------------------
+// LoaderRun: the worker threads of one continuous pass: the rest of the current epoch, then the
+// following epochs, each a segment of consecutive batch sequence numbers. Workers claim sequence
+// numbers in order, at most `prefetch` ahead of the consumer, each needing a free arena, so the
+// first batches of the next epoch are prepared while the current one ends. Finished batches
+// wait in `ready_` until the consumer takes them in order.
+
+class LoaderRun {
+ public:
+  // Makes the partition of a whole epoch; called by a worker when it reaches the end of the
+  // last segment (without the lock: computing a large permutation takes a while).
+  using NextEpoch = std::function<RankPartition(uint64_t epoch)>;
+
+  LoaderRun(const Dataset& dataset, const LoaderOptions& options,
+            const std::vector<FieldSpec>& fields, std::shared_ptr<ArenaPool> pool,
+            std::shared_ptr<LoaderCounters> counters, RankPartition first, uint64_t epoch,
+            NextEpoch next_epoch, unsigned threads, unsigned prefetch)
+      : dataset_(dataset),
+        options_(options),
+        fields_(fields),
+        pool_(std::move(pool)),
+        counters_(std::move(counters)),
+        next_epoch_(std::move(next_epoch)),
+        max_threads_(threads),
+        active_threads_(threads),
+        prefetch_(prefetch),
+        in_flight_(threads) {
+    segments_.push_back({epoch, std::move(first), 0});
+    for (unsigned t = 0; t < threads; ++t) workers_.emplace_back([this, t] { work(t); });
+  }
+
+  ~LoaderRun() {
+    {
+      std::lock_guard<std::mutex> lock(pool_->mutex());
+      stopping_ = true;
+    }
+    pool_->changed().notify_all();
+    for (std::thread& worker : workers_) worker.join();
+    // Batches built but never taken go back to the pool with their Batch.
+    ready_.clear();
+  }
+
+  // Where the consumer stands: its epoch, that epoch's partition, and how many of its batches
+  // were taken. Workers only append segments, so the front one stays put.
+  struct Position {
+    uint64_t epoch = 0;
+    const RankPartition* partition = nullptr;
+    uint64_t taken = 0;
+    bool epoch_taken() const { return taken >= partition->batch_count(); }
+  };
+  Position position() const {
+    std::lock_guard<std::mutex> lock(pool_->mutex());
+    return position_locked();
+  }
+
+  // Moves the consumer to the next epoch; only once position().epoch_taken().
+  void finish_epoch() {
+    std::unique_lock<std::mutex> lock(pool_->mutex());
+    if (segments_.size() == 1) extend_locked(lock);
+    segments_.pop_front();
+  }
+
+  Result<std::shared_ptr<Batch>> next() {
+    const auto wait_start = SteadyClock::now();
+    std::unique_lock<std::mutex> lock(pool_->mutex());
+    const Position here = position_locked();
+    if (here.epoch_taken()) return std::shared_ptr<Batch>();
+    const uint64_t want = delivered_;
+    auto last_progress = SteadyClock::now();
+    uint64_t finished_seen = finished_;
+    while (ready_.find(want) == ready_.end()) {
+      // Every arena is with the consumer and nothing is being built: waiting would never end.
+      // The batch is not lost: a later call builds it once arenas come back.
+      if (pool_->free_count_locked() == 0 && building_ == 0) {
+        return Status(ErrorCode::kResourceExhausted,
+                      "all " + std::to_string(pool_->size()) +
+                          " batch arenas are held by the caller, so no next batch can be "
+                          "built: drop references to earlier batches, or raise memory_budget");
+      }
+      pool_->changed().wait_for(lock, std::chrono::milliseconds(100));
+      if (finished_ != finished_seen) {
+        finished_seen = finished_;
+        last_progress = SteadyClock::now();
+      }
+      // Reads carry their own deadline; this is the backstop for a worker stuck elsewhere
+      // (a pread on a hung file system cannot be interrupted).
+      if (SteadyClock::now() - last_progress > options_.read_timeout + std::chrono::seconds(5)) {
+        return Status(ErrorCode::kDeadlineExceeded, stuck_report());
+      }
+    }
+    auto node = ready_.extract(want);
+    ++delivered_;
+    const auto ready_after = static_cast<uint32_t>(ready_.size());
+    lock.unlock();
+    pool_->changed().notify_all();
+    const auto wait = SteadyClock::now() - wait_start;
+    Finished& done = node.mapped();
+    record_step(done, here.epoch, here.taken, wait, ready_after);
+    if (!done.status.is_ok()) return done.status;
+    return std::move(done.batch);
+  }
+
+  void set_limits(unsigned threads, unsigned prefetch) {
+    {
+      std::lock_guard<std::mutex> lock(pool_->mutex());
+      active_threads_ = std::clamp(threads, 1u, max_threads_);
+      prefetch_ = std::max(1u, prefetch);
+    }
+    pool_->changed().notify_all();
+  }
+  unsigned active_threads() const { return active_threads_; }
+  unsigned prefetch() const { return prefetch_; }
+
+ private:
+  struct Segment {
+    uint64_t epoch = 0;
+    RankPartition partition;
+    uint64_t first = 0;  // sequence number of its first batch
+    uint64_t end() const { return first + partition.batch_count(); }
+  };
+
+  struct Finished {
+    Status status;
+    std::shared_ptr<Batch> batch;
+    BuildStats stats;
+    uint64_t samples = 0;
+    uint64_t padded = 0;
+  };
+
+  Position position_locked() const {
+    const Segment& front = segments_.front();
+    return {front.epoch, &front.partition, delivered_ - front.first};
+  }
+
+  // With the lock held: appends the following epoch's segment. Unlocks while computing it;
+  // only one thread extends at a time.
+  void extend_locked(std::unique_lock<std::mutex>& lock) {
+    if (extending_) {
+      pool_->changed().wait(lock, [&] { return !extending_; });
+      return;
+    }
+    extending_ = true;
+    const uint64_t epoch = segments_.back().epoch + 1;
+    const uint64_t first = segments_.back().end();
+    lock.unlock();
+    RankPartition partition = next_epoch_(epoch);
+    lock.lock();
+    // An epoch without batches (drop_last with fewer samples than one step): stop extending,
+    // or workers would append empty epochs forever.
+    no_more_epochs_ = partition.batch_count() == 0;
+    segments_.push_back({epoch, std::move(partition), first});
+    extending_ = false;
+    pool_->changed().notify_all();
+  }
+
+  // With the lock held: the segment holding sequence number `seq` (claimed, so it exists).
+  const Segment& segment_of(uint64_t seq) const {
+    for (const Segment& segment : segments_) {
+      if (seq < segment.end()) return segment;
+    }
+    return segments_.back();
+  }
+
+  void work(unsigned thread) {
+    BatchBuilder builder(dataset_, options_, fields_);
+    std::vector<uint64_t> indices;
+    std::unique_lock<std::mutex> lock(pool_->mutex());
+    for (;;) {
+      Arena* arena = nullptr;
+      pool_->changed().wait(lock, [&] {
+        if (stopping_) return true;
+        if (thread >= active_threads_ || claimed_ >= delivered_ + prefetch_) return false;
+        if (claimed_ >= segments_.back().end()) return !extending_ && !no_more_epochs_;
+        arena = pool_->take_locked();
+        return arena != nullptr;
+      });
+      if (stopping_) return;   // the predicate takes no arena once stopping_ is set
+      if (arena == nullptr) {  // every claimed batch is in the last segment: add an epoch
+        extend_locked(lock);
+        continue;
+      }
+      const uint64_t seq = claimed_++;
+      const Segment& segment = segment_of(seq);
+      const uint64_t epoch = segment.epoch;
+      const uint64_t number = seq - segment.first;
+      ++building_;
+      Finished done;
+      done.padded = segment.partition.batch(number, &indices);
+      lock.unlock();
+
+      auto batch = std::make_shared<Batch>(pool_, arena);
+      batch->epoch_ = epoch;
+      batch->number_ = number;
+      done.status = fill(builder, indices, epoch, arena, batch.get(), &done.stats, thread);
+      if (done.status.is_ok()) {
+        done.samples = batch->samples();
+        done.batch = std::move(batch);
+      }
+      batch.reset();  // on failure: the arena goes back now
+
+      lock.lock();
+      --building_;
+      ++finished_;
+      ready_.emplace(seq, std::move(done));
+      pool_->changed().notify_all();
+    }
+  }
+
+  Status fill(BatchBuilder& builder, const std::vector<uint64_t>& indices, uint64_t epoch,
+              Arena* arena, Batch* batch, BuildStats* stats, unsigned thread) {
+    ZW_ASSIGN_OR_RETURN(BatchBuilder::Needs needs, builder.plan(indices));
+    ZW_RETURN_IF_ERROR(pool_->reserve(arena, needs.read_bytes, needs.out_bytes));
+    return builder.build(indices, epoch, batch, arena, stats, &in_flight_[thread],
+                         &in_flight_mutex_);
+  }
+
+  std::string stuck_report() {
+    std::lock_guard<std::mutex> lock(in_flight_mutex_);
+    std::string report = "no batch finished within read_timeout (" +
+                         std::to_string(options_.read_timeout.count()) + " ms)";
+    for (const ReadInFlight& read : in_flight_) {
+      if (read.path.empty()) continue;
+      report += "; a worker is blocked reading '" + read.path + "' at offset " +
+                std::to_string(read.offset) + " (" + std::to_string(read.requests) + " requests)";
+    }
+    return report;
+  }
+
+  void record_step(const Finished& done, uint64_t epoch, uint64_t number,
+                   std::chrono::nanoseconds wait, uint32_t ready_after) {
+    StepStats step;
+    step.epoch = epoch;
+    step.batch = number;
+    step.wait_s = seconds(wait);
+    step.read_s = seconds(done.stats.read);
+    step.decode_s = seconds(done.stats.decode);
+    step.bytes_read = done.stats.bytes_read;
+    step.samples = done.samples;
+    step.skipped = done.stats.skipped;
+    step.ready_batches = ready_after;
+    std::lock_guard<std::mutex> lock(counters_->mutex);
+    LoaderStats& t = counters_->totals;
+    if (counters_->started == SteadyClock::time_point{}) {
+      counters_->started = SteadyClock::now() - wait;
+    }
+    ++t.batches;
+    t.samples += step.samples;
+    t.bytes_read += step.bytes_read;
+    t.skipped += step.skipped;
+    t.padded += done.padded;
+    t.wait_s += step.wait_s;
+    t.read_s += step.read_s;
+    t.decode_s += step.decode_s;
+    counters_->recent.push_back(step);
+    if (counters_->recent.size() > kRecentSteps) counters_->recent.pop_front();
+  }
+
+  const Dataset& dataset_;
+  const LoaderOptions& options_;
+  const std::vector<FieldSpec>& fields_;
+  std::shared_ptr<ArenaPool> pool_;
+  std::shared_ptr<LoaderCounters> counters_;
+  NextEpoch next_epoch_;
+  const unsigned max_threads_;
+  // Guarded by pool_->mutex(); segments_.front() is also read by the consumer thread alone,
+  // which is the only one that pops it.
+  std::deque<Segment> segments_;
+  bool extending_ = false;
+  bool no_more_epochs_ = false;
+  unsigned active_threads_;
+  unsigned prefetch_;
+  bool stopping_ = false;
+  uint64_t claimed_ = 0;    // sequence numbers handed to workers
+  uint64_t delivered_ = 0;  // sequence numbers handed to the consumer
+  uint64_t building_ = 0;
+  uint64_t finished_ = 0;
+  std::map<uint64_t, Finished> ready_;
+
+  std::mutex in_flight_mutex_;
+  std::vector<ReadInFlight> in_flight_;
+  std::vector<std::thread> workers_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Loader
+
+Result<CorruptPolicy> parse_corrupt_policy(const std::string& name) {
+  if (name == "raise") return CorruptPolicy::kRaise;
+  if (name == "skip") return CorruptPolicy::kSkip;
+  return invalid_argument("unknown on_corrupt policy '" + name + "' (expected raise or skip)");
+}
+
+Status LoaderOptions::validate() const {
+  ZW_RETURN_IF_ERROR(shuffle.validate());
+  PartitionOptions partition{batch_size, rank, world_size, drop_last};
+  ZW_RETURN_IF_ERROR(partition.validate());
+  if (prefetch == 0) return invalid_argument("prefetch must be at least 1");
+  if (memory_budget == 0) return invalid_argument("memory_budget must be positive");
+  if (read_timeout.count() <= 0) return invalid_argument("read_timeout must be positive");
+  for (const auto& [name, decode] : decode) {
+    if (decode.kind == FieldDecode::Kind::kImage) {
+      Status status = decode.image.validate();
+      if (!status.is_ok()) return status.with_context("decode of field '" + name + "'");
+    }
+  }
+  return Status::ok();
+}
+
+namespace {
+
+// An FNV-style fold of the values that define a dataset's global index.
+uint64_t dataset_fingerprint(const Dataset& dataset, const std::vector<uint64_t>& shard_samples) {
+  uint64_t h = internal::mix64(shard_samples.size());
+  for (size_t s = 0; s < shard_samples.size(); ++s) {
+    h = internal::combine_seed(h, shard_samples[s]);
+    const auto& shards = dataset.manifest().shards;
+    if (s < shards.size()) {
+      for (char c : shards[s].checksum) h = internal::combine_seed(h, uint8_t(c));
+    }
+  }
+  return h;
+}
+
+// Average bytes of a sample and of each delivered field, from the first shards' indexes (up to
+// 4096 samples): what the arena pool is sized from.
+struct SizeEstimate {
+  uint64_t sample_bytes = 1;
+  std::vector<uint64_t> field_bytes;
+};
+
+Result<SizeEstimate> estimate_sizes(const Dataset& dataset, const std::vector<FieldSpec>& fields) {
+  constexpr uint64_t kSamplesLooked = 4096;
+  uint64_t samples = 0, sample_bytes = 0;
+  std::vector<uint64_t> field_bytes(fields.size(), 0);
+  for (size_t s = 0; s < dataset.shard_count() && samples < kSamplesLooked; ++s) {
+    ZW_ASSIGN_OR_RETURN(auto shard, dataset.shard(s));
+    const format::ShardIndex& index = shard->index();
+    for (uint64_t i = 0; i < shard->size() && samples < kSamplesLooked; ++i, ++samples) {
+      sample_bytes += index.samples[i].size;
+      for (const format::FieldEntry& f : index.fields_of(i)) {
+        for (size_t k = 0; k < fields.size(); ++k) {
+          if (fields[k].name == index.names[f.name_id]) field_bytes[k] += f.size;
+        }
+      }
+    }
+  }
+  SizeEstimate estimate;
+  samples = std::max<uint64_t>(1, samples);
+  estimate.sample_bytes = std::max<uint64_t>(1, (sample_bytes + samples - 1) / samples);
+  for (uint64_t bytes : field_bytes)
+    estimate.field_bytes.push_back((bytes + samples - 1) / samples);
+  return estimate;
+}
+
+}  // namespace
+
+struct Loader::Impl {
+  std::shared_ptr<Dataset> dataset;
+  LoaderOptions options;
+  std::vector<FieldSpec> fields;
+  std::vector<uint64_t> shard_samples;
+  uint64_t fingerprint = 0;
+  std::shared_ptr<ArenaPool> pool;
+  std::shared_ptr<LoaderCounters> counters = std::make_shared<LoaderCounters>();
+  unsigned threads = 1;   // started per run
+  unsigned prefetch = 1;  // current limit (autotune may raise it)
+  unsigned max_prefetch = 1;
+  std::string io;
+  uint64_t epoch = 0;
+  uint64_t position = 0;  // where the next run starts
+  bool closed = false;
+  std::shared_ptr<const std::vector<uint64_t>> order;
+  uint64_t order_epoch = UINT64_MAX;
+  std::unique_ptr<LoaderRun> run;
+  // autotune: the totals at the last adjustment
+  uint64_t tuned_batches = 0;
+  double tuned_wait_s = 0;
+  SteadyClock::time_point tuned_at{};
+
+  PartitionOptions partition_options() const {
+    return {options.batch_size, options.rank, options.world_size, options.drop_last};
+  }
+
+  // The partition of the current epoch from `from` (consumer thread; caches the order).
+  RankPartition partition_from(uint64_t from) {
+    if (order_epoch != epoch) {
+      order = std::make_shared<const std::vector<uint64_t>>(
+          epoch_order(shard_samples, options.shuffle, epoch));
+      order_epoch = epoch;
+    }
+    return RankPartition(order, from, partition_options());
+  }
+
+  // Where the consumer stands: the run knows once it exists.
+  void sync_position() {
+    if (run == nullptr) return;
+    const LoaderRun::Position here = run->position();
+    epoch = here.epoch;
+    position = here.partition->position_after(here.taken);
+    if (here.epoch_taken()) {
+      ++epoch;  // every batch taken: the next is the next epoch's first
+      position = 0;
+    }
+  }
+
+  void start_run() {
+    // Later epochs are planned on a worker thread, from values that stay fixed.
+    LoaderRun::NextEpoch next_epoch = [this](uint64_t e) {
+      auto whole = std::make_shared<const std::vector<uint64_t>>(
+          epoch_order(shard_samples, options.shuffle, e));
+      return RankPartition(std::move(whole), 0, partition_options());
+    };
+    run = std::make_unique<LoaderRun>(*dataset, options, fields, pool, counters,
+                                      partition_from(position), epoch, std::move(next_epoch),
+                                      threads, prefetch);
+  }
+
+  void stop_run() {
+    sync_position();
+    run.reset();
+  }
+
+  // Every 32 batches: if the consumer waited more than 1 % of the time, use one more thread
+  // (up to the started count is fixed; first raise the active threads, then prefetch).
+  void autotune() {
+    LoaderStats totals;
+    {
+      std::lock_guard<std::mutex> lock(counters->mutex);
+      totals = counters->totals;
+    }
+    if (totals.batches < tuned_batches + 32) return;
+    const auto now = SteadyClock::now();
+    const double window = std::chrono::duration<double>(now - tuned_at).count();
+    const double waited = totals.wait_s - tuned_wait_s;
+    tuned_batches = totals.batches;
+    tuned_wait_s = totals.wait_s;
+    tuned_at = now;
+    if (window <= 0 || waited / window < 0.01) return;
+    unsigned active = run->active_threads();
+    unsigned ahead = run->prefetch();
+    if (active < threads) {
+      ++active;
+    } else if (ahead < max_prefetch) {
+      ++ahead;
+    } else {
+      return;
+    }
+    run->set_limits(active, std::max(ahead, active));
+  }
+};
+
+Loader::Loader() : impl_(std::make_unique<Impl>()) {}
+
+Loader::~Loader() { close(); }
+
+Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<Dataset> dataset,
+                                               LoaderOptions options) {
+  if (dataset == nullptr) return invalid_argument("Loader needs a dataset");
+  ZW_RETURN_IF_ERROR(options.validate());
+  std::unique_ptr<Loader> loader(new Loader());
+  Impl& impl = *loader->impl_;
+
+  // Fields: the asked ones, or the dataset's schema; decode entries must name delivered fields.
+  std::vector<std::string> names = options.fields.empty() ? dataset->fields() : options.fields;
+  for (const auto& [name, decode] : options.decode) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      return invalid_argument("decode names field '" + name +
+                              "', which is not among the delivered fields");
+    }
+  }
+  for (const std::string& name : names) {
+    if (name.empty() || name.starts_with("__")) {
+      return invalid_argument("field name '" + name + "' is reserved");
+    }
+    auto it = options.decode.find(name);
+    impl.fields.push_back({name, it == options.decode.end() ? FieldDecode{} : it->second});
+  }
+
+  for (size_t s = 0; s < dataset->shard_count(); ++s) {
+    const auto& shards = dataset->manifest().shards;
+    if (s < shards.size()) {
+      impl.shard_samples.push_back(shards[s].samples);
+    } else {
+      ZW_ASSIGN_OR_RETURN(auto reader, dataset->shard(s));
+      impl.shard_samples.push_back(reader->size());
+    }
+  }
+  impl.fingerprint = dataset_fingerprint(*dataset, impl.shard_samples);
+
+  // Size the arena pool from the budget: one arena per worker, `prefetch` ready ones and two
+  // with the consumer (the batch in use and the one being replaced) is the ideal.
+  const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
+  unsigned threads = options.threads == 0 ? hardware : options.threads;
+  ZW_ASSIGN_OR_RETURN(const SizeEstimate sizes, estimate_sizes(*dataset, impl.fields));
+  // Batch bytes vary around batch_size x the average sample; a quarter more covers that for
+  // all but unusual batches, which grow their arena (within the per-arena limit) when they come.
+  const uint64_t slack_rows = options.batch_size + options.batch_size / 4;
+  std::vector<uint64_t> raw_estimate;
+  for (uint64_t field_bytes : sizes.field_bytes) raw_estimate.push_back(slack_rows * field_bytes);
+  const uint64_t read_estimate =
+      slack_rows * sizes.sample_bytes + (options.io == IoBackend::kDirect ? 8 << 20 : 0);
+  const uint64_t out_estimate = batch_out_bytes(impl.fields, slack_rows, raw_estimate, false);
+  const uint64_t per_arena = read_estimate + out_estimate;
+  const uint64_t fit = options.memory_budget / per_arena;
+  if (fit < 2) {
+    return Status(ErrorCode::kResourceExhausted,
+                  "memory_budget of " + std::to_string(options.memory_budget >> 20) +
+                      " MiB holds fewer than 2 batches of about " +
+                      std::to_string(per_arena >> 20) +
+                      " MiB each: raise memory_budget or lower batch_size");
+  }
+  const unsigned wanted_prefetch = options.autotune ? 64u : options.prefetch;
+  const auto arenas = static_cast<unsigned>(std::min<uint64_t>(fit, threads + wanted_prefetch + 2));
+  impl.max_prefetch = std::max(1u, arenas - 2);
+  impl.prefetch = std::min(options.prefetch, impl.max_prefetch);
+  threads = std::min(threads, impl.max_prefetch);
+  impl.threads = threads;
+  if (options.autotune) {
+    // Start small; autotune adds threads, then prefetch, while the consumer waits.
+    impl.prefetch = std::min(impl.prefetch, std::max(1u, threads));
+  }
+  const bool pin = options.pin_memory && internal::cuda_available();
+  if (options.pin_memory && !pin) {
+    internal::note_fallback(
+        "cuda", internal::cuda_unavailable_reason() + ": batch arenas use plain host memory");
+  }
+  impl.pool = std::make_shared<ArenaPool>(arenas, options.memory_budget / arenas, pin);
+  // Touch the arenas now: first-touch page faults (~0.3 GB/s here) belong to start-up, not to
+  // the first batches of training.
+  ZW_RETURN_IF_ERROR(impl.pool->prefault(read_estimate, out_estimate));
+  impl.io = io_backend_name(options.io);
+  impl.epoch = options.epoch;
+  impl.dataset = std::move(dataset);
+  impl.options = std::move(options);
+  return loader;
+}
+
+uint64_t Loader::epoch() const {
+  impl_->sync_position();
+  return impl_->epoch;
+}
+const LoaderOptions& Loader::options() const { return impl_->options; }
+const Dataset& Loader::dataset() const { return *impl_->dataset; }
+
+uint64_t Loader::remaining_batches() const {
+  if (impl_->run != nullptr) {
+    const LoaderRun::Position here = impl_->run->position();
+    return here.partition->batch_count() - std::min(here.taken, here.partition->batch_count());
+  }
+  return impl_->partition_from(impl_->position).batch_count();
+}
+
+uint64_t Loader::batches_per_epoch() const { return impl_->partition_from(0).batch_count(); }
+
+Result<std::shared_ptr<Batch>> Loader::next() {
+  Impl& impl = *impl_;
+  if (impl.closed) return Status(ErrorCode::kCancelled, "the loader is closed");
+  if (impl.run == nullptr) impl.start_run();
+  Result<std::shared_ptr<Batch>> batch = impl.run->next();
+  if (batch.is_ok() && batch.value() == nullptr) {
+    // End of the epoch. The run goes on: the next epoch's first batches are being prepared.
+    impl.run->finish_epoch();
+    return batch;
+  }
+  if (impl.options.autotune) impl.autotune();
+  return batch;
+}
+
+void Loader::set_epoch(uint64_t epoch) {
+  Impl& impl = *impl_;
+  impl.sync_position();
+  if (epoch == impl.epoch) {
+    // Already there: keep the position (a resumed loader stays resumed when a training loop
+    // calls set_epoch at the top of every epoch). Only drop a pending end-of-epoch.
+    if (impl.run != nullptr && impl.run->position().epoch_taken()) impl.run->finish_epoch();
+    return;
+  }
+  impl.run.reset();
+  impl.epoch = epoch;
+  impl.position = 0;
+}
+
+LoaderState Loader::state() const {
+  Impl& impl = *impl_;
+  impl.sync_position();
+  LoaderState state;
+  state.epoch = impl.epoch;
+  state.position = impl.position;
+  state.seed = impl.options.shuffle.seed;
+  state.shuffle = impl.options.shuffle.mode;
+  state.block_samples = impl.options.shuffle.block_samples;
+  state.window_blocks = impl.options.shuffle.window_blocks;
+  state.dataset_samples = impl.dataset->size();
+  state.dataset_fingerprint = impl.fingerprint;
+  state.batch_size = impl.options.batch_size;
+  state.world_size = impl.options.world_size;
+  return state;
+}
+
+Status Loader::load_state(const LoaderState& state) {
+  Impl& impl = *impl_;
+  auto differs = [](const std::string& what, const std::string& saved, const std::string& now) {
+    return invalid_argument("cannot resume: the saved state has " + what + " " + saved +
+                            " but this loader has " + now + " (the sample order would differ)");
+  };
+  const ShuffleOptions& shuffle = impl.options.shuffle;
+  if (state.dataset_samples != impl.dataset->size() ||
+      state.dataset_fingerprint != impl.fingerprint) {
+    return differs("a dataset of", std::to_string(state.dataset_samples) + " samples",
+                   "a different dataset of " + std::to_string(impl.dataset->size()) + " samples");
+  }
+  if (state.seed != shuffle.seed) {
+    return differs("seed", std::to_string(state.seed), std::to_string(shuffle.seed));
+  }
+  if (state.shuffle != shuffle.mode || state.block_samples != shuffle.block_samples ||
+      state.window_blocks != shuffle.window_blocks) {
+    return differs("shuffle",
+                   std::string(shuffle_mode_name(state.shuffle)) + " (block " +
+                       std::to_string(state.block_samples) + ", window " +
+                       std::to_string(state.window_blocks) + ")",
+                   std::string(shuffle_mode_name(shuffle.mode)) + " (block " +
+                       std::to_string(shuffle.block_samples) + ", window " +
+                       std::to_string(shuffle.window_blocks) + ")");
+  }
+  if (state.position > impl.dataset->size()) {
+    return invalid_argument("cannot resume: position " + std::to_string(state.position) +
+                            " is past the dataset's " + std::to_string(impl.dataset->size()) +
+                            " samples");
+  }
+  impl.run.reset();
+  impl.epoch = state.epoch;
+  impl.position = state.position;
+  return Status::ok();
+}
+
+LoaderStats Loader::stats() const {
+  const Impl& impl = *impl_;
+  LoaderStats stats;
+  {
+    std::lock_guard<std::mutex> lock(impl.counters->mutex);
+    stats = impl.counters->totals;
+    stats.recent.assign(impl.counters->recent.begin(), impl.counters->recent.end());
+    if (impl.counters->started != SteadyClock::time_point{}) {
+      stats.elapsed_s = seconds(SteadyClock::now() - impl.counters->started);
+    }
+  }
+  stats.threads = impl.run != nullptr ? impl.run->active_threads() : impl.threads;
+  stats.prefetch = impl.run != nullptr ? impl.run->prefetch() : impl.prefetch;
+  stats.arenas = impl.pool->size();
+  {
+    std::lock_guard<std::mutex> lock(impl.pool->mutex());
+    stats.arenas_free = impl.pool->free_count_locked();
+  }
+  stats.arena_bytes = impl.pool->bytes();
+  stats.memory_budget = impl.options.memory_budget;
+  stats.io = impl.io;
+  stats.pinned = impl.pool->pin();
+  stats.io_fallbacks = internal::fallback_count("io_uring") + internal::fallback_count("direct");
+  return stats;
+}
+
+void Loader::close() {
+  if (impl_ == nullptr) return;
+  impl_->stop_run();
+  impl_->closed = true;
+}
+
+}  // namespace zerowait

@@ -1,0 +1,213 @@
+"""zerowait.Loader from Python: torch tensors viewing native arenas, determinism, exact resume,
+corrupt samples, bounded memory, clean shutdown, and real ranks through torch.distributed."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import zerowait
+
+HERE = Path(__file__).parent
+
+
+def epoch(loader) -> list[list[int]]:
+    return [b["__index__"].tolist() for b in loader]
+
+
+def test_batches_are_torch_tensors_viewing_the_arena(image_dataset):
+    loader = zerowait.Loader(image_dataset, batch_size=8, seed=1,
+                             decode={"cls": "int", "jpg": zerowait.RandomResizedCrop(32, flip=True)},
+                             keys=True)
+    batch = next(iter(loader))
+    assert batch["jpg"].dtype == torch.uint8 and tuple(batch["jpg"].shape) == (8, 32, 32, 3)
+    assert batch["cls"].dtype == torch.int64 and batch["__index__"].dtype == torch.int64
+    assert len(batch["__key__"]) == 8
+    ds = zerowait.Dataset(image_dataset)
+    for i, key in zip(batch["__index__"].tolist(), batch["__key__"]):
+        assert ds.key(i) == key
+        assert int(ds[i]["cls"]) == batch["cls"][batch["__key__"].index(key)].item()
+    # Zero copy: the numpy output and the torch output of the same batch share no Python copy;
+    # an arena returns to the pool only when every tensor of its batch is gone.
+    free_before = loader.stats()["arenas_free"]
+    view = batch["jpg"][0]
+    del batch
+    gc.collect()
+    assert loader.stats()["arenas_free"] == free_before, "a view still holds the arena"
+    del view
+    gc.collect()
+    assert loader.stats()["arenas_free"] == free_before + 1
+
+
+def test_raw_fields_are_flat_bytes_with_offsets(image_dataset):
+    ds = zerowait.Dataset(image_dataset)
+    loader = zerowait.Loader(image_dataset, batch_size=16, shuffle=False, output="numpy")
+    batch = loader.next()
+    offsets = batch["jpg.offsets"]
+    assert isinstance(batch["jpg"], np.ndarray) and offsets[0] == 0
+    for row, i in enumerate(batch["__index__"]):
+        assert batch["jpg"][offsets[row]:offsets[row + 1]].tobytes() == ds[int(i)]["jpg"]
+
+
+def test_order_is_a_function_of_seed_and_epoch(image_dataset):
+    a = zerowait.Loader(image_dataset, batch_size=5, seed=4, threads=1)
+    b = zerowait.Loader(image_dataset, batch_size=5, seed=4, threads=3, prefetch=8)
+    first = epoch(a)
+    assert first == epoch(b)
+    assert sorted(sum(first, [])) == list(range(48))
+    assert epoch(a) != first  # the next epoch
+    c = zerowait.Loader(image_dataset, batch_size=5, seed=5)
+    assert epoch(c) != first
+
+
+def test_state_dict_resumes_exactly_also_with_another_world_size(image_dataset, tmp_path):
+    full = epoch(zerowait.Loader(image_dataset, batch_size=4, seed=2, epoch=1))
+    loader = zerowait.Loader(image_dataset, batch_size=4, seed=2, epoch=1)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    state = json.loads(json.dumps(loader.state_dict()))  # survives a JSON round trip
+    del it, loader
+    resumed = zerowait.Loader(image_dataset, batch_size=4, seed=2)
+    resumed.load_state_dict(state)
+    assert epoch(resumed) == full[3:]
+
+    # Two ranks take 2 batches each, then three ranks finish the epoch.
+    seen = []
+    for rank in range(2):
+        ranked = zerowait.Loader(image_dataset, batch_size=4, seed=2, rank=rank, world_size=2)
+        it = iter(ranked)
+        seen += next(it)["__index__"].tolist() + next(it)["__index__"].tolist()
+        state = ranked.state_dict()
+    for rank in range(3):
+        ranked = zerowait.Loader(image_dataset, batch_size=3, seed=2, rank=rank, world_size=3)
+        ranked.load_state_dict(state)
+        seen += sum(epoch(ranked), [])
+    assert sorted(seen) == list(range(48))
+
+
+def test_load_state_dict_refuses_another_seed(image_dataset):
+    state = zerowait.Loader(image_dataset, seed=1).state_dict()
+    with pytest.raises(zerowait.InvalidArgumentError, match="seed"):
+        zerowait.Loader(image_dataset, seed=2).load_state_dict(state)
+
+
+def corrupt_first_sample(dataset: Path) -> str:
+    """Flips a byte inside the first sample of the first shard; returns that sample's key."""
+    ds = zerowait.Dataset(dataset)
+    shard = Path(ds.shards[0]["path"])
+    data = bytearray(shard.read_bytes())
+    data[4096 + 10] ^= 0xFF  # the data region starts at 4 KiB
+    shard.write_bytes(bytes(data))
+    return ds.key(0)
+
+
+def test_corrupt_sample_raises_or_is_skipped(image_tree, tmp_path):
+    out = tmp_path / "shards"
+    zerowait.pack(image_tree, out, imagefolder=True, sync=False)
+    key = corrupt_first_sample(out)
+    with pytest.raises(zerowait.CorruptDataError, match=key):
+        epoch(zerowait.Loader(out, batch_size=48, shuffle=False))
+    loader = zerowait.Loader(out, batch_size=48, shuffle=False, on_corrupt="skip")
+    batches = epoch(loader)
+    assert sorted(sum(batches, [])) == list(range(1, 48))
+    assert loader.stats()["skipped"] == 1
+
+
+def test_memory_budget_holds_rss_over_an_epoch(tmp_path):
+    """A data set 4x the budget, read whole: the process's peak RSS grows by at most the budget
+    plus a fixed allowance, measured from outside the loader."""
+    tree = tmp_path / "tree"
+    zerowait.generate_imagefolder(tree, files=1500, classes=5, seed=1,
+                                  min_bytes=60_000, max_bytes=100_000)
+    out = tmp_path / "shards"
+    zerowait.pack(tree, out, imagefolder=True, sync=False)
+    budget = 24 << 20
+    script = textwrap.dedent(f"""
+        import json, resource, zerowait, torch
+        def hwm():
+            for line in open("/proc/self/status"):
+                if line.startswith("VmHWM:"): return int(line.split()[1]) * 1024
+        base = hwm()
+        loader = zerowait.Loader({str(out)!r}, batch_size=32, memory_budget={budget}, io="pread")
+        total = 0
+        for batch in loader:
+            total += batch["jpg"].numel()
+        print(json.dumps({{"base": base, "peak": hwm(), "bytes": total,
+                           "arena_bytes": loader.stats()["arena_bytes"]}}))
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    m = json.loads(result.stdout)
+    assert m["bytes"] > 4 * budget
+    assert m["arena_bytes"] <= budget
+    assert m["peak"] - m["base"] <= budget + (40 << 20), m
+
+
+def test_stopping_mid_epoch_neither_hangs_nor_leaks(image_dataset):
+    script = textwrap.dedent(f"""
+        import zerowait
+        loader = zerowait.Loader({str(image_dataset)!r}, batch_size=2, prefetch=8, threads=4)
+        held = [next(iter(loader))]
+        del loader          # workers stop with batches in flight and one held here
+        assert held[0]["__index__"].numel() == 2
+        print("ok")
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+def test_rank_and_world_size_default_to_the_environment(image_dataset, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    loader = zerowait.Loader(image_dataset, batch_size=4)
+    assert (loader.rank, loader.world_size) == (1, 3)
+    assert len(loader) == 4  # 48 samples / (4 x 3)
+
+
+def test_bad_options_are_clear_errors(image_dataset):
+    with pytest.raises(zerowait.InvalidArgumentError, match="rank 2"):
+        zerowait.Loader(image_dataset, rank=2, world_size=2)
+    with pytest.raises(zerowait.InvalidArgumentError, match="shuffle"):
+        zerowait.Loader(image_dataset, shuffle="sorted")
+    with pytest.raises(zerowait.InvalidArgumentError, match="nope"):
+        zerowait.Loader(image_dataset, fields=["jpg"], decode={"nope": "int"})
+    with pytest.raises(zerowait.ResourceExhaustedError, match="memory_budget"):
+        zerowait.Loader(image_dataset, batch_size=48, memory_budget=1 << 10)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_as_ranks_through_torch_distributed(image_dataset, tmp_path):
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE="2")
+    procs = [
+        subprocess.Popen([sys.executable, str(HERE / "dist_loader_worker.py"), str(image_dataset),
+                          str(tmp_path)], env=dict(env, RANK=str(rank)),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for rank in range(2)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    results = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(2)]
+    assert [r["rank"] for r in results] == [0, 1]
+    assert all(r["world_size"] == 2 for r in results)
+    assert results[0]["batches"] == results[1]["batches"] == results[0]["max_steps"]
+    a, b = (set(r["indices"]) for r in results)
+    assert not a & b and a | b == set(range(48))

@@ -1,0 +1,419 @@
+// The Loader through its public API, on real shard files: determinism, rank coverage, exact
+// resume (also with another world size), corrupt samples, the memory budget, decoding, and
+// shutdown with batches still held.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "testing/testing.hpp"
+#include "zerowait/dataset.hpp"
+#include "zerowait/loader.hpp"
+#include "zerowait/shard_writer.hpp"
+
+namespace zerowait {
+namespace {
+
+using testing::TempDir;
+
+// Sample g of the test data set: "bin" starts with g as 8 bytes and has a size that varies with
+// g; "cls" is g % 10 as text; "jpg" (when asked) is a small real JPEG.
+std::string bin_field(uint64_t g) {
+  std::string bytes(8 + (g * 7919) % 3000, '\0');
+  std::memcpy(bytes.data(), &g, 8);
+  for (size_t i = 8; i < bytes.size(); ++i) bytes[i] = static_cast<char>((g + i) * 31);
+  return bytes;
+}
+
+// Writes shards of the given sizes into `dir`; global index g = position across shards.
+void write_dataset(const std::string& dir, const std::vector<uint64_t>& shard_sizes,
+                   bool with_jpeg = false) {
+  uint64_t g = 0;
+  for (size_t s = 0; s < shard_sizes.size(); ++s) {
+    char name[32];
+    std::snprintf(name, sizeof name, "/shard-%03zu.zws", s);
+    auto writer = ShardWriter::create(dir + name, {.sync = false});
+    ASSERT_TRUE(writer.is_ok()) << writer.status().to_string();
+    for (uint64_t i = 0; i < shard_sizes[s]; ++i, ++g) {
+      const std::string bin = bin_field(g);
+      const std::string cls = std::to_string(g % 10);
+      const std::string jpg = with_jpeg ? testing::make_jpeg(40 + int(g % 30), 30, g) : "";
+      std::vector<FieldData> fields = {{"bin", std::as_bytes(std::span(bin))},
+                                       {"cls", std::as_bytes(std::span(cls))}};
+      if (with_jpeg) fields.push_back({"jpg", std::as_bytes(std::span(jpg))});
+      char key[32];
+      std::snprintf(key, sizeof key, "sample-%06lu", static_cast<unsigned long>(g));
+      ASSERT_TRUE(writer.value().add_sample(key, fields).is_ok());
+    }
+    ASSERT_TRUE(writer.value().finish().is_ok());
+  }
+}
+
+std::unique_ptr<Loader> make_loader(const std::string& dir, LoaderOptions options) {
+  auto dataset = Dataset::open(dir, {.backend = options.io});
+  EXPECT_TRUE(dataset.is_ok()) << dataset.status().to_string();
+  auto loader = Loader::create(dataset.value(), std::move(options));
+  EXPECT_TRUE(loader.is_ok()) << loader.status().to_string();
+  return std::move(loader).value();
+}
+
+std::vector<int64_t> int_column(const Batch& batch, const std::string& name) {
+  const BatchColumn* c = batch.column(name);
+  EXPECT_NE(c, nullptr) << name;
+  std::vector<int64_t> values(c->shape[0]);
+  std::memcpy(values.data(), c->data, c->bytes);
+  return values;
+}
+
+// Takes every batch of one epoch; checks each sample's bytes against its index on the way.
+std::vector<std::vector<int64_t>> epoch_indices(Loader& loader) {
+  std::vector<std::vector<int64_t>> batches;
+  for (;;) {
+    auto next = loader.next();
+    EXPECT_TRUE(next.is_ok()) << next.status().to_string();
+    if (!next.is_ok() || next.value() == nullptr) break;
+    const Batch& batch = *next.value();
+    std::vector<int64_t> indices = int_column(batch, "__index__");
+    const std::vector<int64_t> offsets = int_column(batch, "bin.offsets");
+    const BatchColumn* bin = batch.column("bin");
+    EXPECT_EQ(offsets.size(), indices.size() + 1);
+    for (size_t i = 0; i < indices.size(); ++i) {
+      const std::string expected = bin_field(indices[i]);
+      const std::string got(reinterpret_cast<const char*>(bin->data) + offsets[i],
+                            offsets[i + 1] - offsets[i]);
+      EXPECT_EQ(got, expected) << "sample " << indices[i];
+    }
+    const std::vector<int64_t> cls = int_column(batch, "cls");
+    for (size_t i = 0; i < indices.size(); ++i) EXPECT_EQ(cls[i], indices[i] % 10);
+    batches.push_back(std::move(indices));
+  }
+  return batches;
+}
+
+LoaderOptions base_options() {
+  LoaderOptions o;
+  o.batch_size = 16;
+  o.shuffle = {ShuffleMode::kQuasiRandom, 7, 50, 2};
+  o.threads = 2;
+  o.prefetch = 3;
+  o.memory_budget = 64 << 20;
+  o.decode["cls"].kind = FieldDecode::Kind::kInt;
+  o.fields = {"bin", "cls"};
+  return o;
+}
+
+class LoaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override { write_dataset(dir_.path(), {120, 75, 200, 1}); }  // 396 samples
+  TempDir dir_;
+};
+
+TEST_F(LoaderTest, SameSeedSameBatchesWhateverTheThreads) {
+  LoaderOptions one = base_options();
+  one.threads = 1;
+  one.prefetch = 1;
+  LoaderOptions many = base_options();
+  many.threads = 4;
+  many.prefetch = 8;
+  auto a = make_loader(dir_.path(), one);
+  auto b = make_loader(dir_.path(), many);
+  const auto first = epoch_indices(*a);
+  EXPECT_EQ(first, epoch_indices(*b));
+  EXPECT_EQ(first.size(), 25u);  // 396 / 16, rounded up
+  // The next epoch is another order.
+  EXPECT_EQ(a->epoch(), 1u);
+  EXPECT_NE(epoch_indices(*a), first);
+}
+
+TEST_F(LoaderTest, RanksTogetherSeeEverySampleOnceWithEqualBatchCounts) {
+  for (uint32_t world : {1u, 2u, 3u, 8u}) {
+    std::map<int64_t, int> seen;
+    std::set<size_t> counts;
+    for (uint32_t rank = 0; rank < world; ++rank) {
+      LoaderOptions o = base_options();
+      o.rank = rank;
+      o.world_size = world;
+      auto loader = make_loader(dir_.path(), o);
+      const auto batches = epoch_indices(*loader);
+      counts.insert(batches.size());
+      EXPECT_EQ(batches.size(), loader->batches_per_epoch());
+      for (const auto& batch : batches) {
+        for (int64_t i : batch) ++seen[i];
+      }
+    }
+    EXPECT_EQ(counts.size(), 1u) << "world " << world;
+    EXPECT_EQ(seen.size(), 396u) << "world " << world;
+    for (const auto& [index, times] : seen) ASSERT_EQ(times, 1) << "world " << world;
+  }
+}
+
+TEST_F(LoaderTest, ResumeAfterKBatchesYieldsExactlyTheRest) {
+  auto uninterrupted = make_loader(dir_.path(), base_options());
+  uninterrupted->set_epoch(3);
+  const auto all = epoch_indices(*uninterrupted);
+
+  auto first = make_loader(dir_.path(), base_options());
+  first->set_epoch(3);
+  for (int k = 0; k < 9; ++k) ASSERT_TRUE(first->next().is_ok());
+  const LoaderState state = first->state();
+  first.reset();  // mid-epoch, with batches prefetched: must stop cleanly
+
+  auto resumed = make_loader(dir_.path(), base_options());
+  ASSERT_TRUE(resumed->load_state(state).is_ok());
+  const auto rest = epoch_indices(*resumed);
+  EXPECT_EQ(rest, std::vector<std::vector<int64_t>>(all.begin() + 9, all.end()));
+}
+
+TEST_F(LoaderTest, ResumeWithAnotherWorldSizeSkipsAndRepeatsNothing) {
+  std::map<int64_t, int> seen;
+  LoaderState state;
+  for (uint32_t rank = 0; rank < 2; ++rank) {  // 2 ranks take 4 batches each
+    LoaderOptions o = base_options();
+    o.rank = rank;
+    o.world_size = 2;
+    auto loader = make_loader(dir_.path(), o);
+    for (int k = 0; k < 4; ++k) {
+      auto batch = loader->next();
+      ASSERT_TRUE(batch.is_ok());
+      for (int64_t i : int_column(*batch.value(), "__index__")) ++seen[i];
+    }
+    state = loader->state();
+  }
+  EXPECT_EQ(state.position, 4u * 16 * 2);
+  for (uint32_t rank = 0; rank < 3; ++rank) {  // 3 ranks with batches of 10 finish the epoch
+    LoaderOptions o = base_options();
+    o.rank = rank;
+    o.world_size = 3;
+    o.batch_size = 10;
+    auto loader = make_loader(dir_.path(), o);
+    ASSERT_TRUE(loader->load_state(state).is_ok());
+    for (const auto& batch : epoch_indices(*loader)) {
+      for (int64_t i : batch) ++seen[i];
+    }
+  }
+  EXPECT_EQ(seen.size(), 396u);
+  for (const auto& [index, times] : seen) ASSERT_EQ(times, 1) << "sample " << index;
+}
+
+TEST_F(LoaderTest, ResumeRefusesAnotherSeedOrDataset) {
+  auto loader = make_loader(dir_.path(), base_options());
+  LoaderState state = loader->state();
+  state.seed = 8;
+  const Status status = loader->load_state(state);
+  EXPECT_EQ(status.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("seed"), std::string::npos) << status.message();
+  state = loader->state();
+  state.dataset_fingerprint ^= 1;
+  EXPECT_EQ(loader->load_state(state).code(), ErrorCode::kInvalidArgument);
+}
+
+// Flips one byte inside sample `local` of shard-000.
+void corrupt_sample(const std::string& dir, uint64_t local) {
+  auto dataset = Dataset::open(dir);
+  ASSERT_TRUE(dataset.is_ok());
+  auto shard = dataset.value()->shard(0);
+  ASSERT_TRUE(shard.is_ok());
+  const uint64_t offset = shard.value()->index().samples[local].offset + 3;
+  const std::string path = shard.value()->name();
+  std::string bytes = testing::read_file(path);
+  bytes[offset] = static_cast<char>(bytes[offset] ^ 0x5a);
+  testing::write_file(path, bytes);
+}
+
+TEST_F(LoaderTest, CorruptSampleRaisesOrIsSkipped) {
+  corrupt_sample(dir_.path(), 17);  // global index 17
+  LoaderOptions o = base_options();
+  o.shuffle.mode = ShuffleMode::kNone;  // sample 17 is in batch 1
+  auto raising = make_loader(dir_.path(), o);
+  ASSERT_TRUE(raising->next().is_ok());
+  auto failed = raising->next();
+  ASSERT_FALSE(failed.is_ok());
+  EXPECT_EQ(failed.status().code(), ErrorCode::kCorrupt);
+  EXPECT_NE(failed.status().message().find("sample-000017"), std::string::npos)
+      << failed.status().message();
+  EXPECT_NE(failed.status().message().find("shard-000.zws"), std::string::npos);
+  EXPECT_TRUE(raising->next().is_ok()) << "the loader goes on after a raised error";
+
+  o.on_corrupt = CorruptPolicy::kSkip;
+  auto skipping = make_loader(dir_.path(), o);
+  std::set<int64_t> seen;
+  for (const auto& batch : epoch_indices(*skipping)) seen.insert(batch.begin(), batch.end());
+  EXPECT_EQ(seen.size(), 395u);
+  EXPECT_EQ(seen.count(17), 0u);
+  EXPECT_EQ(skipping->stats().skipped, 1u);
+}
+
+TEST_F(LoaderTest, HoldingEveryArenaIsAnErrorNotAHang) {
+  LoaderOptions o = base_options();
+  auto loader = make_loader(dir_.path(), o);
+  std::vector<std::shared_ptr<Batch>> held;
+  Status error;
+  for (int i = 0; i < 100 && error.is_ok(); ++i) {
+    auto batch = loader->next();
+    if (batch.is_ok()) {
+      held.push_back(batch.value());
+    } else {
+      error = batch.status();
+    }
+  }
+  EXPECT_EQ(error.code(), ErrorCode::kResourceExhausted) << error.to_string();
+  EXPECT_EQ(held.size(), loader->stats().arenas);
+  held.clear();  // arenas return: the loader goes on
+  EXPECT_TRUE(loader->next().is_ok());
+  EXPECT_LE(loader->stats().arena_bytes, o.memory_budget);
+}
+
+TEST_F(LoaderTest, SetEpochKeepsAResumedPositionAndEpochsFollowEachOther) {
+  auto reference = make_loader(dir_.path(), base_options());
+  const auto epoch0 = epoch_indices(*reference);
+  const auto epoch1 = epoch_indices(*reference);  // prepared while epoch 0 ended
+
+  auto loader = make_loader(dir_.path(), base_options());
+  for (int k = 0; k < 5; ++k) ASSERT_TRUE(loader->next().is_ok());
+  const LoaderState state = loader->state();
+  auto resumed = make_loader(dir_.path(), base_options());
+  ASSERT_TRUE(resumed->load_state(state).is_ok());
+  resumed->set_epoch(0);  // the DataLoader habit: must not rewind a resumed loader
+  EXPECT_EQ(epoch_indices(*resumed),
+            std::vector<std::vector<int64_t>>(epoch0.begin() + 5, epoch0.end()));
+  EXPECT_EQ(resumed->epoch(), 1u);
+  resumed->set_epoch(1);
+  EXPECT_EQ(epoch_indices(*resumed), epoch1);
+  resumed->set_epoch(0);  // another epoch: back to its start
+  EXPECT_EQ(epoch_indices(*resumed), epoch0);
+}
+
+TEST_F(LoaderTest, EpochAndStateAgreeOnceTheLastBatchIsTaken) {
+  auto loader = make_loader(dir_.path(), base_options());
+  const uint64_t batches = loader->batches_per_epoch();
+  for (uint64_t k = 0; k < batches; ++k) ASSERT_TRUE(loader->next().is_ok());
+  EXPECT_EQ(loader->epoch(), 1u);
+  EXPECT_EQ(loader->state().epoch, 1u);
+  EXPECT_EQ(loader->state().position, 0u);
+  loader->set_epoch(1);  // drops the pending end of epoch 0
+  auto batch = loader->next();
+  ASSERT_TRUE(batch.is_ok());
+  ASSERT_NE(batch.value(), nullptr);
+  EXPECT_EQ(batch.value()->epoch(), 1u);
+  EXPECT_EQ(batch.value()->number(), 0u);
+}
+
+TEST_F(LoaderTest, BudgetTooSmallForTwoBatchesIsRefused) {
+  LoaderOptions o = base_options();
+  o.batch_size = 128;
+  o.memory_budget = 64 << 10;
+  auto dataset = Dataset::open(dir_.path());
+  ASSERT_TRUE(dataset.is_ok());
+  auto loader = Loader::create(dataset.value(), o);
+  ASSERT_FALSE(loader.is_ok());
+  EXPECT_EQ(loader.status().code(), ErrorCode::kResourceExhausted);
+  EXPECT_NE(loader.status().message().find("memory_budget"), std::string::npos);
+}
+
+TEST_F(LoaderTest, BatchesOutliveTheLoader) {
+  auto loader = make_loader(dir_.path(), base_options());
+  auto batch = loader->next();
+  ASSERT_TRUE(batch.is_ok());
+  loader.reset();  // workers stop mid-epoch; the held batch's arena stays valid
+  const std::vector<int64_t> indices = int_column(*batch.value(), "__index__");
+  EXPECT_EQ(indices.size(), 16u);
+  const std::vector<int64_t> offsets = int_column(*batch.value(), "bin.offsets");
+  EXPECT_EQ(
+      std::string(reinterpret_cast<const char*>(batch.value()->column("bin")->data) + offsets[0],
+                  offsets[1] - offsets[0]),
+      bin_field(indices[0]));
+}
+
+TEST_F(LoaderTest, EveryIoBackendDeliversTheSameBatches) {
+  auto reference = make_loader(dir_.path(), base_options());
+  const auto expected = epoch_indices(*reference);
+  for (IoBackend io : {IoBackend::kMmap, IoBackend::kIoUring, IoBackend::kDirect}) {
+    LoaderOptions o = base_options();
+    o.io = io;
+    auto loader = make_loader(dir_.path(), o);
+    EXPECT_EQ(epoch_indices(*loader), expected) << io_backend_name(io);
+  }
+}
+
+TEST_F(LoaderTest, StatsCountWhatHappened) {
+  auto loader = make_loader(dir_.path(), base_options());
+  const auto batches = epoch_indices(*loader);
+  const LoaderStats stats = loader->stats();
+  EXPECT_EQ(stats.batches, batches.size());
+  EXPECT_EQ(stats.samples, 396u);
+  EXPECT_GT(stats.bytes_read, 396u * 8);
+  EXPECT_EQ(stats.recent.size(), batches.size());
+  EXPECT_GE(stats.wait_s, 0.0);
+  // The next epoch's first batches are prepared already; closing returns every arena.
+  loader->close();
+  EXPECT_EQ(loader->stats().arenas_free, stats.arenas);
+}
+
+TEST(LoaderImages, DecodesJpegsToFixedSizeDeterministically) {
+  TempDir dir;
+  write_dataset(dir.path(), {40, 25}, /*with_jpeg=*/true);
+  LoaderOptions o = base_options();
+  o.fields = {"jpg", "cls"};
+  o.decode["jpg"].kind = FieldDecode::Kind::kImage;
+  o.decode["jpg"].image.size = 24;
+  o.decode["jpg"].image.random_flip = true;
+  o.keys = true;
+  auto run = [&] {
+    auto loader = make_loader(dir.path(), o);
+    std::vector<std::string> pixels;
+    for (;;) {
+      auto batch = loader->next();
+      EXPECT_TRUE(batch.is_ok()) << batch.status().to_string();
+      if (!batch.is_ok() || batch.value() == nullptr) break;
+      const BatchColumn* jpg = batch.value()->column("jpg");
+      EXPECT_EQ(jpg->shape, (std::vector<int64_t>{int64_t(batch.value()->samples()), 24, 24, 3}));
+      EXPECT_EQ(batch.value()->keys().size(), batch.value()->samples());
+      pixels.emplace_back(reinterpret_cast<const char*>(jpg->data), jpg->bytes);
+    }
+    return pixels;
+  };
+  const auto first = run();
+  EXPECT_EQ(first.size(), 5u);  // 65 samples in batches of 16
+  EXPECT_EQ(first, run());
+}
+
+TEST(LoaderImages, UndecodableJpegIsSkippedOrRaised) {
+  TempDir dir;
+  {
+    auto writer = ShardWriter::create(dir / "s.zws", {.sync = false});
+    ASSERT_TRUE(writer.is_ok());
+    for (int i = 0; i < 10; ++i) {
+      const std::string jpg =
+          i == 4 ? std::string("\xff\xd8\xff garbage", 12) : testing::make_jpeg(32, 32, i);
+      FieldData field{"jpg", std::as_bytes(std::span(jpg))};
+      ASSERT_TRUE(writer.value().add_sample("k" + std::to_string(i), {&field, 1}).is_ok());
+    }
+    ASSERT_TRUE(writer.value().finish().is_ok());
+  }
+  LoaderOptions o;
+  o.batch_size = 10;
+  o.shuffle.mode = ShuffleMode::kNone;
+  o.decode["jpg"].kind = FieldDecode::Kind::kImage;
+  o.decode["jpg"].image.size = 16;
+  auto raising = make_loader(dir.path(), o);
+  auto batch = raising->next();
+  ASSERT_FALSE(batch.is_ok());
+  EXPECT_EQ(batch.status().code(), ErrorCode::kCorrupt);
+  EXPECT_NE(batch.status().message().find("'k4'"), std::string::npos) << batch.status().message();
+
+  o.on_corrupt = CorruptPolicy::kSkip;
+  auto skipping = make_loader(dir.path(), o);
+  batch = skipping->next();
+  ASSERT_TRUE(batch.is_ok());
+  EXPECT_EQ(batch.value()->samples(), 9u);
+  EXPECT_EQ(int_column(*batch.value(), "__index__"),
+            (std::vector<int64_t>{0, 1, 2, 3, 5, 6, 7, 8, 9}));
+}
+
+}  // namespace
+}  // namespace zerowait

@@ -22,17 +22,20 @@ $ZEROWAIT_PYTHON says otherwise), so no row inherits another's memory, threads o
     permutation, as DataLoader(shuffle=True)), batch_size B: one
     untimed warm-up epoch (faults in the batch arena, fills the page cache), then a full timed
     epoch (warm), then the caches are dropped and another full epoch is timed (cold). The
-    consumer touches nothing, as in (a). The child reports its RSS after importing torch and
+    consumer touches nothing, as in (a). threads=2, as (a) has 2 worker processes. The child
+    reports its RSS after importing torch and
     zerowait (the baseline) and its peak RSS (VmHWM) at the end; the parent cross-checks with
     the child's ru_maxrss from wait4().
 (c) torchvision.datasets.ImageFolder with Compose([RandomResizedCrop(224),
     RandomHorizontalFlip(), PILToTensor()]) (uint8 output, like zerowait's), DataLoader
     num_workers=2, shuffle=True, batch_size B, warm. Capped like (a).
 (d) zerowait.Loader with decode={"jpg": zerowait.RandomResizedCrop(224, flip=True), "cls":
-    "int"}, warm: a warm-up epoch, then a full timed epoch.
+    "int"}, threads=2 (as (c) has 2 worker processes), warm: a warm-up epoch, then a full timed
+    epoch.
 (e) fio over the shard files, cold: one job, psync, sequential 1 MiB reads, buffered (the read
     path zerowait's pread uses) and O_DIRECT (the raw storage limit), as `bench/run pack` runs it.
-(f) An emulated accelerator: after a warm-up epoch, one epoch with a consumer that does nothing
+(f) An emulated accelerator, with the loader's default threads (one per CPU but one, left to the
+    consumer's own thread): after a warm-up epoch, one epoch with a consumer that does nothing
     gives the loader's own time per batch t_b (wall / batches); then one epoch whose consumer
     spends 1.5 x t_b per batch "computing" (sleeping, then spinning the last 0.2 ms for
     precision, so the loader keeps the CPU as it would beside a real accelerator). Utilisation =
@@ -219,6 +222,11 @@ def import_zerowait():
     return zerowait
 
 
+# (b) and (d) use as many worker threads as their references (a) and (c) use DataLoader worker
+# processes; (f) keeps the loader's default (one per CPU but one, the rest left to the consumer).
+REFERENCE_WORKERS = 2
+
+
 def zerowait_loader(zerowait, spec, **overrides):
     kwargs = {"batch_size": spec["batch_size"], "shuffle": "random", "seed": 0,
               "memory_budget": spec["memory_budget"]}
@@ -281,7 +289,7 @@ def child_b(spec):
     """(b) zerowait raw bytes: warm-up epoch, warm epoch, cold epoch; baseline and peak RSS."""
     zerowait = import_zerowait()
     baseline_kib = proc_status_kib("VmRSS")
-    loader = zerowait_loader(zerowait, spec)
+    loader = zerowait_loader(zerowait, spec, threads=REFERENCE_WORKERS)
     try:
         warmup = zerowait_epoch(loader, 0, "warm-up")
         warm = zerowait_epoch(loader, 1, "warm")
@@ -299,7 +307,7 @@ def child_d(spec):
     zerowait = import_zerowait()
     import torch
     decode = {"jpg": zerowait.RandomResizedCrop(224, flip=True), "cls": "int"}
-    loader = zerowait_loader(zerowait, spec, decode=decode)
+    loader = zerowait_loader(zerowait, spec, decode=decode, threads=REFERENCE_WORKERS)
 
     def count(batch):
         images, labels = batch["jpg"], batch["cls"]

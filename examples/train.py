@@ -54,7 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=0,
                    help="stop after this many optimizer steps in total (0: run every epoch)")
     p.add_argument("--image-size", type=int, default=64)
-    p.add_argument("--threads", type=int, default=0, help="loader threads (0: one per CPU)")
+    p.add_argument("--threads", type=int, default=0, help="loader threads (0: one per CPU but one)")
     p.add_argument("--seed", type=int, default=0, help="sample order, augmentation and init")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")

@@ -128,7 +128,7 @@ if ((DEMO == 0)); then
   exit 0
 fi
 
-# --- demo: small files -> shards -> verify -> inspect -> bench ---------------------------------
+# --- demo: small files -> shards -> verify -> inspect -> bench -> train-----------------------------
 DATA="$ROOT/sample-data"
 DEMO_FILES=2000
 step "demo: $DEMO_FILES synthetic JPEGs in sample-data/images"
@@ -160,5 +160,9 @@ if [[ -x "$ROOT/bench/run" ]]; then
 else
   echo "(bench/run is not there yet; skipping the benchmark)"
 fi
+
+step "demo: a training loop fed by zerowait.Loader (examples/train.py, 40 steps)"
+OMP_NUM_THREADS=1 "$VENV/bin/python" "$ROOT/examples/train.py" --data "$DATA/shards" \
+  --steps 40 --batch-size 32 --image-size 64 --checkpoint "$DATA/train-checkpoint.pt"
 
 step "setup done in $((SECONDS - START)) s; try: .venv/bin/zerowait --help"

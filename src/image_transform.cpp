@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "internal/random.hpp"
 #include "internal/resample.hpp"
 
 // The crop box must come out the same on every machine, so its floating-point expressions are
@@ -42,53 +43,14 @@ constexpr int kMaxScans = 500;
 
 // ---- Portable randomness and arithmetic --------------------------------------------------------
 
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+using internal::Rng;  // the loader's portable xoshiro256** (internal/random.hpp)
+
+// Uniform in [lo, hi), computed here rather than with Rng::between so that the expression is
+// evaluated under this file's no-contraction rule.
+double uniform(Rng& rng, double lo, double hi) {
+  const double u = rng.unit();
+  return lo + (hi - lo) * u;
 }
-
-// xoshiro256** (Blackman, Vigna) seeded through SplitMix64, as its authors recommend.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) {
-    for (uint64_t& s : s_) s = splitmix64(seed);
-  }
-  uint64_t next() {
-    const uint64_t result = rotl(s_[1] * 5, 7) * 9;
-    const uint64_t t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = rotl(s_[3], 45);
-    return result;
-  }
-  // Uniform in [0, bound), bound > 0, without modulo bias (Lemire's multiply-and-reject).
-  uint64_t below(uint64_t bound) {
-    unsigned __int128 m = static_cast<unsigned __int128>(next()) * bound;
-    if (static_cast<uint64_t>(m) < bound) {
-      const uint64_t threshold = (0 - bound) % bound;
-      while (static_cast<uint64_t>(m) < threshold) {
-        m = static_cast<unsigned __int128>(next()) * bound;
-      }
-    }
-    return static_cast<uint64_t>(m >> 64);
-  }
-  // Uniform in [0, 1) with 53 random bits.
-  double unit() { return double(next() >> 11) * 0x1.0p-53; }
-  // Uniform in [lo, hi).
-  double between(double lo, double hi) {
-    const double u = unit();
-    return lo + (hi - lo) * u;
-  }
-
- private:
-  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  uint64_t s_[4];
-};
 
 // The flip has its own stream so that it is independent of how many crop attempts were drawn.
 constexpr uint64_t kFlipStream = 0x6A09E667F3BCC909ull;
@@ -234,8 +196,8 @@ CropBox random_resized_crop_box(int width, int height, const ImageTransform& t,
   const double log_ratio_min = portable_log(t.ratio_min);
   const double log_ratio_max = portable_log(t.ratio_max);
   for (int attempt = 0; attempt < kRandomResizedCropAttempts; ++attempt) {
-    const double target_area = area * rng.between(t.scale_min, t.scale_max);
-    const double aspect_ratio = portable_exp(rng.between(log_ratio_min, log_ratio_max));
+    const double target_area = area * uniform(rng, t.scale_min, t.scale_max);
+    const double aspect_ratio = portable_exp(uniform(rng, log_ratio_min, log_ratio_max));
     const double w = round_half_even(std::sqrt(target_area * aspect_ratio));
     const double h = round_half_even(std::sqrt(target_area / aspect_ratio));
     if (w > 0 && w <= width && h > 0 && h <= height) {

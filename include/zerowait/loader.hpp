@@ -47,8 +47,12 @@ struct LoaderOptions {
   uint32_t rank = 0;
   uint32_t world_size = 1;
   bool drop_last = false;
-  unsigned threads = 0;                          // worker threads; 0: one per CPU
-  unsigned prefetch = 4;                         // batches prepared ahead of the consumer (at most)
+  unsigned threads = 0;   // worker threads; 0: one per CPU but one (left to the training loop)
+  unsigned prefetch = 4;  // batches prepared ahead of the consumer (at most)
+  // Worker threads run as SCHED_BATCH and this much nicer than the caller, so that when the
+  // training loop's thread wakes (to launch the next GPU step) it gets a core at once instead of
+  // waiting behind a worker's time slice. 0: workers are scheduled like the caller.
+  int worker_nice = 5;
   uint64_t memory_budget = uint64_t{512} << 20;  // bytes for all batch arenas together
   IoBackend io = IoBackend::kPread;  // the dataset's shards are opened with this backend
   CorruptPolicy on_corrupt = CorruptPolicy::kRaise;
@@ -157,8 +161,8 @@ struct LoaderStats {
   std::vector<StepStats> recent;  // the last steps, oldest first (at most 1024)
 };
 
-// Thread-safety: one consumer thread at a time calls next()/state()/load_state()/set_epoch();
-// stats() may be called from any thread. Destruction stops and joins the workers, also
+// Thread-safety: one consumer thread at a time calls the methods (the worker threads are
+// internal). Destruction stops and joins the workers, also
 // mid-epoch; batches still held by the caller stay valid.
 class Loader {
  public:

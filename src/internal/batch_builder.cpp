@@ -1,6 +1,7 @@
 #include "internal/batch_builder.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstring>
 

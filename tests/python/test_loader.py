@@ -211,3 +211,40 @@ def test_two_processes_as_ranks_through_torch_distributed(image_dataset, tmp_pat
     assert results[0]["batches"] == results[1]["batches"] == results[0]["max_steps"]
     a, b = (set(r["indices"]) for r in results)
     assert not a & b and a | b == set(range(48))
+
+
+def test_webdataset_tar_is_loaded_in_place(tmp_path):
+    import io
+    import tarfile
+
+    path = tmp_path / "part-000.tar"
+    with tarfile.open(path, "w") as tar:
+        for i in range(30):
+            for ext, data in (("txt", f"sample {i}".encode() * (i + 1)), ("cls", str(i % 3).encode())):
+                info = tarfile.TarInfo(f"s{i:04d}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    loader = zerowait.Loader(path, batch_size=7, seed=1, decode={"cls": "int"}, keys=True,
+                             output="numpy")
+    seen = {}
+    for batch in loader:
+        offsets = batch["txt.offsets"]
+        for row, key in enumerate(batch["__key__"]):
+            seen[key] = (batch["txt"][offsets[row]:offsets[row + 1]].tobytes(),
+                         int(batch["cls"][row]))
+    assert len(seen) == 30
+    for i in range(30):
+        assert seen[f"s{i:04d}"] == (f"sample {i}".encode() * (i + 1), i % 3)
+
+
+def test_autotune_changes_speed_not_batches(image_dataset):
+    plain = epoch(zerowait.Loader(image_dataset, batch_size=3, seed=6))
+    tuned = zerowait.Loader(image_dataset, batch_size=3, seed=6, autotune=True, threads=2,
+                            prefetch=8)
+    for _ in range(3):  # 16 batches an epoch; the controller looks every 32
+        epoch(tuned)
+    tuned.set_epoch(0)
+    assert epoch(tuned) == plain
+    stats = tuned.stats()
+    assert 1 <= stats["threads"] <= 2
+    assert 1 <= stats["prefetch"] <= stats["arenas"] - 2

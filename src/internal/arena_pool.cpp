@@ -76,13 +76,14 @@ void ArenaPool::release(Arena* arena) {
 }
 
 Status ArenaPool::prefault(uint64_t read_bytes, uint64_t out_bytes) {
+  // The estimate already has room for larger batches: no growth slack on top of it here.
   for (const std::unique_ptr<Arena>& arena : arenas_) {
-    ZW_RETURN_IF_ERROR(reserve(arena.get(), read_bytes, out_bytes));
+    ZW_RETURN_IF_ERROR(reserve(arena.get(), read_bytes, out_bytes, /*slack=*/false));
   }
   return Status::ok();
 }
 
-Status ArenaPool::reserve(Arena* arena, uint64_t read_bytes, uint64_t out_bytes) {
+Status ArenaPool::reserve(Arena* arena, uint64_t read_bytes, uint64_t out_bytes, bool slack) {
   if (read_bytes + out_bytes > arena_limit_) {
     return Status(ErrorCode::kResourceExhausted,
                   "a batch needs " + std::to_string((read_bytes + out_bytes) >> 20) +
@@ -92,9 +93,11 @@ Status ArenaPool::reserve(Arena* arena, uint64_t read_bytes, uint64_t out_bytes)
   }
   const uint64_t before = arena->bytes();
   // Never hold more than the limit at once: a buffer that must grow is freed before it regrows.
-  Status status = arena->read.reserve(read_bytes, arena_limit_ - out_bytes, false);
+  const uint64_t read_max = slack ? arena_limit_ - out_bytes : read_bytes;
+  Status status = arena->read.reserve(read_bytes, read_max, false);
   if (status.is_ok()) {
-    status = arena->out.reserve(out_bytes, arena_limit_ - arena->read.capacity(), pin_);
+    const uint64_t out_max = slack ? arena_limit_ - arena->read.capacity() : out_bytes;
+    status = arena->out.reserve(out_bytes, out_max, pin_);
   }
   const uint64_t after = arena->bytes();
   if (after >= before) {

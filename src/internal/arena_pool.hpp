@@ -65,9 +65,10 @@ class ArenaPool {
   // With mutex() held.
   unsigned free_count_locked() const { return static_cast<unsigned>(free_.size()); }
 
-  // Grows both buffers of `arena` (owned by the caller) to hold `read_bytes` and `out_bytes`;
-  // kResourceExhausted when that would pass the per-arena limit.
-  Status reserve(Arena* arena, uint64_t read_bytes, uint64_t out_bytes);
+  // Grows both buffers of `arena` (owned by the caller) to hold `read_bytes` and `out_bytes`,
+  // with a quarter to spare when `slack` (within the per-arena limit); kResourceExhausted when
+  // they would pass that limit.
+  Status reserve(Arena* arena, uint64_t read_bytes, uint64_t out_bytes, bool slack = true);
 
   // Reserves every arena for a batch of these sizes (call before any arena is taken).
   Status prefault(uint64_t read_bytes, uint64_t out_bytes);

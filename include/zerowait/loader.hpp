@@ -61,8 +61,11 @@ struct LoaderOptions {
   bool keys = false;                          // also deliver each sample's key
   bool verify = true;                         // check every sample's checksum (xxHash3, ~20 GB/s)
   std::chrono::milliseconds read_timeout{30000};  // deadline of each batch's reads
-  bool autotune = false;   // adjust active threads and prefetch to keep next() from waiting
-  bool pin_memory = true;  // page-lock arenas when the CUDA runtime can be loaded
+  bool autotune = false;  // adjust active threads and prefetch to keep next() from waiting
+  // Page-lock the output arenas (when the CUDA runtime can be loaded) for asynchronous copies
+  // to a GPU. Only for a caller that keeps each Batch alive until its copy has completed (as
+  // the Python device copy does): CUDA does not track memory pinned this way.
+  bool pin_memory = false;
 
   Status validate() const;
 };

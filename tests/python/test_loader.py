@@ -37,16 +37,25 @@ def test_batches_are_torch_tensors_viewing_the_arena(image_dataset):
     for i, key in zip(batch["__index__"].tolist(), batch["__key__"]):
         assert ds.key(i) == key
         assert int(ds[i]["cls"]) == batch["cls"][batch["__key__"].index(key)].item()
-    # Zero copy: the numpy output and the torch output of the same batch share no Python copy;
-    # an arena returns to the pool only when every tensor of its batch is gone.
-    free_before = loader.stats()["arenas_free"]
-    view = batch["jpg"][0]
-    del batch
+
+
+def test_a_view_of_a_batch_keeps_its_arena_until_freed(image_dataset):
+    """Tensors point into the arena (no copy): even a view of one image keeps its batch's arena
+    out of the pool, and freeing the views gives the arenas back."""
+    loader = zerowait.Loader(image_dataset, batch_size=4, seed=1, threads=1, prefetch=1,
+                             decode={"jpg": zerowait.RandomResizedCrop(16)})
+    arenas = loader.stats()["arenas"]
+    views = []
+    with pytest.raises(zerowait.ResourceExhaustedError, match="held by the caller"):
+        for _ in range(arenas + 1):
+            views.append(loader.next()["jpg"][0])
+    assert len(views) == arenas
+    pointers = {v.data_ptr() for v in views}
+    assert len(pointers) == arenas  # one arena each
+    del views
     gc.collect()
-    assert loader.stats()["arenas_free"] == free_before, "a view still holds the arena"
-    del view
-    gc.collect()
-    assert loader.stats()["arenas_free"] == free_before + 1
+    batch = loader.next()  # the batch that could not be built before
+    assert tuple(batch["jpg"].shape) == (4, 16, 16, 3)
 
 
 def test_raw_fields_are_flat_bytes_with_offsets(image_dataset):

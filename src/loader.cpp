@@ -258,7 +258,7 @@ Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<Dataset> dataset,
   for (uint64_t field_bytes : sizes.field_bytes) raw_estimate.push_back(slack_rows * field_bytes);
   const uint64_t read_estimate =
       slack_rows * sizes.sample_bytes + (options.io == IoBackend::kDirect ? 8 << 20 : 0);
-  const uint64_t out_estimate = batch_out_bytes(impl.fields, slack_rows, raw_estimate, false);
+  const uint64_t out_estimate = batch_out_bytes(impl.fields, slack_rows, raw_estimate);
   const uint64_t per_arena = read_estimate + out_estimate;
   const uint64_t fit = options.memory_budget / per_arena;
   if (fit < 2) {

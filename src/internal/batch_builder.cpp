@@ -25,40 +25,63 @@ uint64_t align_up(uint64_t value, uint64_t alignment) {
   return (value + alignment - 1) / alignment * alignment;
 }
 
-// Lays out the columns of a batch of `rows` rows from `base` (nullptr: only measures).
-// Returns the bytes used. Every batch has "__index__" first, then the fields in order.
-uint64_t lay_out(const std::vector<FieldSpec>& fields, uint64_t rows,
-                 const std::vector<uint64_t>& raw_bytes, std::byte* base,
+// How many rows, and bytes of each raw field, a batch has (or has room for).
+struct Extent {
+  uint64_t rows = 0;
+  const std::vector<uint64_t>* raw_bytes = nullptr;  // per field; only raw fields count
+};
+
+// Lays out the columns of a batch from `base` (nullptr: only measures) with room for `room`,
+// each column's shape and byte count describing `filled` (at most `room`). Returns the bytes the
+// room takes. Every batch has "__index__" first, then the fields in order (column_of_fields()).
+uint64_t lay_out(const std::vector<FieldSpec>& fields, Extent room, Extent filled, std::byte* base,
                  std::vector<BatchColumn>* columns) {
   uint64_t used = 0;
-  auto add = [&](std::string name, DType dtype, std::vector<int64_t> shape, uint64_t bytes) {
+  auto add = [&](std::string name, DType dtype, std::vector<int64_t> shape, uint64_t room_bytes,
+                 uint64_t filled_bytes) {
     used = align_up(used, kColumnAlignment);
     if (columns != nullptr) {
       columns->push_back({std::move(name), dtype, std::move(shape),
-                          base == nullptr ? nullptr : base + used, bytes});
+                          base == nullptr ? nullptr : base + used, filled_bytes});
     }
-    used += bytes;
+    used += room_bytes;
   };
-  const auto n = static_cast<int64_t>(rows);
-  add("__index__", DType::kInt64, {n}, rows * 8);
+  const auto n = static_cast<int64_t>(filled.rows);
+  add("__index__", DType::kInt64, {n}, room.rows * 8, filled.rows * 8);
   for (size_t f = 0; f < fields.size(); ++f) {
     const FieldSpec& field = fields[f];
     switch (field.decode.kind) {
-      case FieldDecode::Kind::kRaw:
-        add(field.name, DType::kUInt8, {static_cast<int64_t>(raw_bytes[f])}, raw_bytes[f]);
-        add(field.name + ".offsets", DType::kInt64, {n + 1}, (rows + 1) * 8);
+      case FieldDecode::Kind::kRaw: {
+        const uint64_t bytes = (*filled.raw_bytes)[f];
+        add(field.name, DType::kUInt8, {static_cast<int64_t>(bytes)}, (*room.raw_bytes)[f], bytes);
+        add(field.name + ".offsets", DType::kInt64, {n + 1}, (room.rows + 1) * 8,
+            (filled.rows + 1) * 8);
         break;
+      }
       case FieldDecode::Kind::kInt:
-        add(field.name, DType::kInt64, {n}, rows * 8);
+        add(field.name, DType::kInt64, {n}, room.rows * 8, filled.rows * 8);
         break;
       case FieldDecode::Kind::kImage: {
         const int64_t side = field.decode.image.size;
-        add(field.name, DType::kUInt8, {n, side, side, 3}, rows * uint64_t(side * side * 3));
+        const uint64_t row_bytes = uint64_t(side * side * 3);
+        add(field.name, DType::kUInt8, {n, side, side, 3}, room.rows * row_bytes,
+            filled.rows * row_bytes);
         break;
       }
     }
   }
   return used;
+}
+
+// The first column of each field in lay_out()'s order: a raw field has two ("f", "f.offsets").
+std::vector<size_t> column_of_fields(const std::vector<FieldSpec>& fields) {
+  std::vector<size_t> first;
+  size_t column = 1;  // after "__index__"
+  for (const FieldSpec& field : fields) {
+    first.push_back(column);
+    column += field.decode.kind == FieldDecode::Kind::kRaw ? 2 : 1;
+  }
+  return first;
 }
 
 std::string sample_name(const ShardReader& shard, uint64_t local) {
@@ -86,13 +109,18 @@ Result<int64_t> parse_label(std::span<const std::byte> bytes) {
 }  // namespace
 
 uint64_t batch_out_bytes(const std::vector<FieldSpec>& fields, uint64_t samples,
-                         const std::vector<uint64_t>& raw_bytes, bool /*keys*/) {
-  return lay_out(fields, samples, raw_bytes, nullptr, nullptr);
+                         const std::vector<uint64_t>& raw_bytes) {
+  const Extent extent{samples, &raw_bytes};
+  return lay_out(fields, extent, extent, nullptr, nullptr);
 }
 
 BatchBuilder::BatchBuilder(const Dataset& dataset, const LoaderOptions& options,
                            const std::vector<FieldSpec>& fields)
-    : dataset_(dataset), options_(options), fields_(fields), shards_(dataset.shard_count()) {}
+    : dataset_(dataset),
+      options_(options),
+      fields_(fields),
+      column_of_field_(column_of_fields(fields)),
+      shards_(dataset.shard_count()) {}
 
 Result<BatchBuilder::Needs> BatchBuilder::plan(const std::vector<uint64_t>& indices) {
   items_.clear();
@@ -159,7 +187,7 @@ Result<BatchBuilder::Needs> BatchBuilder::plan(const std::vector<uint64_t>& indi
     for (const Range& r : ranges_) buffer_end = std::max(buffer_end, r.buffer_pos + r.length);
     buffer_end = align_up(buffer_end + alignment, alignment);
   }
-  return Needs{buffer_end, lay_out(fields_, indices.size(), raw_bytes_, nullptr, nullptr)};
+  return Needs{buffer_end, batch_out_bytes(fields_, indices.size(), raw_bytes_)};
 }
 
 Status BatchBuilder::read_ranges(Arena* arena, BuildStats* stats, ReadInFlight* in_flight,
@@ -197,58 +225,47 @@ Status BatchBuilder::fill_sample(const Item& item, uint64_t global_index, uint64
   const ShardReader& shard = *shards_[item.shard];
   if (options_.verify) ZW_RETURN_IF_ERROR(shard.check_sample(item.local, bytes));
   const SampleView view = shard.make_view(item.local, bytes);
-  // Columns 1.. follow the fields in order; a raw field has two columns.
-  size_t column = 1;
   std::vector<BatchColumn>& columns = batch->columns_;
   for (size_t f = 0; f < fields_.size(); ++f) {
     const FieldSpec& spec = fields_[f];
     const FieldView* field = view.field(spec.name);
+    BatchColumn& column = columns[column_of_field_[f]];
     auto field_error = [&](const std::string& what) {
       return corrupt(sample_name(shard, item.local) + ": field '" + spec.name + "' " + what);
     };
     switch (spec.decode.kind) {
-      case FieldDecode::Kind::kRaw: {
-        // Copied last, below, once nothing else about this sample can fail.
-        column += 2;
-        break;
-      }
+      case FieldDecode::Kind::kRaw:
+        break;  // copied below, once nothing else about this sample can fail
       case FieldDecode::Kind::kInt: {
         if (field == nullptr) return field_error("is missing");
         Result<int64_t> label = parse_label(field->bytes);
         if (!label.is_ok()) return field_error(label.status().message());
-        std::memcpy(columns[column].data + row * 8, &label.value(), 8);
-        ++column;
+        std::memcpy(column.data + row * 8, &label.value(), 8);
         break;
       }
       case FieldDecode::Kind::kImage: {
         if (field == nullptr) return field_error("is missing");
         const ImageTransform& t = spec.decode.image;
         const uint64_t row_bytes = uint64_t(t.size) * t.size * 3;
-        auto* out = reinterpret_cast<uint8_t*>(columns[column].data + row * row_bytes);
+        auto* out = reinterpret_cast<uint8_t*>(column.data + row * row_bytes);
         const uint64_t seed = internal::combine_seed(
             internal::combine_seed(options_.shuffle.seed, epoch), global_index, kAugmentStream);
         Status decoded = decoder_.decode(field->bytes, t, seed, {out, row_bytes});
         if (!decoded.is_ok()) return field_error(decoded.message());
-        ++column;
         break;
       }
     }
   }
   // Raw fields: append the bytes, record the end offset of this row.
-  column = 1;
   for (size_t f = 0; f < fields_.size(); ++f) {
-    const FieldSpec& spec = fields_[f];
-    if (spec.decode.kind != FieldDecode::Kind::kRaw) {
-      ++column;
-      continue;
-    }
-    const FieldView* field = view.field(spec.name);
+    if (fields_[f].decode.kind != FieldDecode::Kind::kRaw) continue;
+    const FieldView* field = view.field(fields_[f].name);
     const uint64_t size = field == nullptr ? 0 : field->bytes.size();
+    const size_t column = column_of_field_[f];
     if (size > 0) std::memcpy(columns[column].data + raw_filled[f], field->bytes.data(), size);
     raw_filled[f] += size;
     const auto end = static_cast<int64_t>(raw_filled[f]);
     std::memcpy(columns[column + 1].data + (row + 1) * 8, &end, 8);
-    column += 2;
   }
   std::memcpy(columns[0].data + row * 8, &global_index, 8);
   return Status::ok();
@@ -262,15 +279,13 @@ Status BatchBuilder::build(const std::vector<uint64_t>& indices, uint64_t epoch,
   const auto decode_start = SteadyClock::now();
   stats->read += decode_start - read_start;
 
+  const Extent room{indices.size(), &raw_bytes_};
   batch->columns_.clear();
-  lay_out(fields_, indices.size(), raw_bytes_, arena->out.data(), &batch->columns_);
+  lay_out(fields_, room, room, arena->out.data(), &batch->columns_);
   std::vector<uint64_t> raw_filled(fields_.size(), 0);
-  for (size_t f = 0, column = 1; f < fields_.size(); ++f) {
+  for (size_t f = 0; f < fields_.size(); ++f) {
     if (fields_[f].decode.kind == FieldDecode::Kind::kRaw) {
-      std::memset(batch->columns_[column + 1].data, 0, 8);  // offsets[0] = 0
-      column += 2;
-    } else {
-      ++column;
+      std::memset(batch->columns_[column_of_field_[f] + 1].data, 0, 8);  // offsets[0] = 0
     }
   }
   batch->keys_.clear();
@@ -289,25 +304,9 @@ Status BatchBuilder::build(const std::vector<uint64_t>& indices, uint64_t epoch,
     if (options_.keys) batch->keys_.emplace_back(shards_[item.shard]->key(item.local));
     ++rows;
   }
-  // Shapes say how many rows were filled; the data of skipped rows never made it in.
-  for (BatchColumn& column : batch->columns_) {
-    if (column.name.ends_with(".offsets")) {
-      column.shape[0] = static_cast<int64_t>(rows + 1);
-      column.bytes = (rows + 1) * 8;
-    } else if (column.dtype == DType::kInt64 || column.shape.size() == 4) {
-      column.bytes = column.bytes / std::max<uint64_t>(1, column.shape[0]) * rows;
-      column.shape[0] = static_cast<int64_t>(rows);
-    }
-  }
-  for (size_t f = 0, column = 1; f < fields_.size(); ++f) {
-    if (fields_[f].decode.kind == FieldDecode::Kind::kRaw) {
-      batch->columns_[column].shape[0] = static_cast<int64_t>(raw_filled[f]);
-      batch->columns_[column].bytes = raw_filled[f];
-      column += 2;
-    } else {
-      ++column;
-    }
-  }
+  // The same places, with shapes that say how many rows (and raw bytes) were filled.
+  batch->columns_.clear();
+  lay_out(fields_, room, {rows, &raw_filled}, arena->out.data(), &batch->columns_);
   batch->samples_ = rows;
   stats->decode += SteadyClock::now() - decode_start;
   return Status::ok();

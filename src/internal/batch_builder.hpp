@@ -80,6 +80,7 @@ class BatchBuilder {
   const Dataset& dataset_;
   const LoaderOptions& options_;
   const std::vector<FieldSpec>& fields_;
+  std::vector<size_t> column_of_field_;               // first batch column of each field
   std::vector<std::shared_ptr<ShardReader>> shards_;  // opened lazily, kept for the worker's life
   std::vector<Item> items_;                           // in batch order
   std::vector<size_t> by_offset_;                     // item numbers sorted by (shard, offset)
@@ -91,6 +92,6 @@ class BatchBuilder {
 
 // Column layout of a batch of `samples` rows, shared by plan() and build().
 uint64_t batch_out_bytes(const std::vector<FieldSpec>& fields, uint64_t samples,
-                         const std::vector<uint64_t>& raw_bytes, bool keys);
+                         const std::vector<uint64_t>& raw_bytes);
 
 }  // namespace zerowait

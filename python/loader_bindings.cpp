@@ -191,6 +191,8 @@ void bind_loader(py::module_& m) {
   d["on_corrupt"] = defaults.on_corrupt == CorruptPolicy::kRaise ? "raise" : "skip";
   m.attr("LOADER_DEFAULTS") = d;
 
+  const ImageTransform image_defaults;  // likewise for the transform's keyword defaults
+
   py::class_<ImageTransform>(m, "ImageTransform", R"doc(
 How a JPEG field becomes a uint8 [size, size, 3] image. Build one with
 zerowait.RandomResizedCrop(...) or zerowait.CenterCrop(...).
@@ -216,9 +218,12 @@ zerowait.RandomResizedCrop(...) or zerowait.CenterCrop(...).
              throw_if_error(t.validate());
              return t;
            }),
-           py::arg("mode"), py::arg("size"), py::arg("resize") = 0, py::arg("scale_min") = 0.08,
-           py::arg("scale_max") = 1.0, py::arg("ratio_min") = 3.0 / 4,
-           py::arg("ratio_max") = 4.0 / 3, py::arg("flip") = false)
+           py::arg("mode"), py::arg("size"), py::arg("resize") = image_defaults.resize,
+           py::arg("scale_min") = image_defaults.scale_min,
+           py::arg("scale_max") = image_defaults.scale_max,
+           py::arg("ratio_min") = image_defaults.ratio_min,
+           py::arg("ratio_max") = image_defaults.ratio_max,
+           py::arg("flip") = image_defaults.random_flip)
       .def_readonly("size", &ImageTransform::size)
       .def_readonly("flip", &ImageTransform::random_flip)
       .def("__repr__", [](const ImageTransform& t) {

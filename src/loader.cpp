@@ -414,7 +414,10 @@ LoaderStats Loader::stats() const {
   stats.memory_budget = impl.options.memory_budget;
   stats.io = impl.io;
   stats.pinned = impl.pool->pin();
-  stats.io_fallbacks = internal::fallback_count("io_uring") + internal::fallback_count("direct");
+  // Every I/O fallback the backends note (byte_source.cpp, read_engine.cpp, direct_source.cpp).
+  stats.io_fallbacks = internal::fallback_count("io_uring") +
+                       internal::fallback_count("io_uring_thread") +
+                       internal::fallback_count("direct");
   return stats;
 }
 

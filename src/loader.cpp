@@ -278,11 +278,7 @@ Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<Dataset> dataset,
     // Start small; autotune adds threads, then prefetch, while the consumer waits.
     impl.prefetch = std::min(impl.prefetch, std::max(1u, threads));
   }
-  const bool pin = options.pin_memory && internal::cuda_available();
-  if (options.pin_memory && !pin) {
-    internal::note_fallback(
-        "cuda", internal::cuda_unavailable_reason() + ": batch arenas use plain host memory");
-  }
+  const bool pin = options.pin_memory && internal::host_memory_pinning_available();
   impl.pool = std::make_shared<ArenaPool>(arenas, options.memory_budget / arenas, pin);
   // Touch the arenas now: first-touch page faults (~0.3 GB/s here) belong to start-up, not to
   // the first batches of training.

@@ -58,15 +58,15 @@ const CudaRuntime& runtime() {
 
 }  // namespace
 
-bool cuda_available() { return runtime().ok; }
-const std::string& cuda_unavailable_reason() { return runtime().reason; }
+bool host_memory_pinning_available() {
+  const CudaRuntime& rt = runtime();
+  if (!rt.ok) note_fallback("cuda", rt.reason + ": batch arenas use plain host memory");
+  return rt.ok;
+}
 
 bool pin_host_memory(void* data, size_t bytes) {
+  if (!host_memory_pinning_available()) return false;
   const CudaRuntime& rt = runtime();
-  if (!rt.ok) {
-    note_fallback("cuda", rt.reason + ": batch arenas use plain host memory");
-    return false;
-  }
   if (rt.host_register(data, bytes, kCudaHostRegisterPortable) != 0) {
     note_fallback("cuda_pin", "cudaHostRegister failed: batch arenas use plain host memory");
     return false;

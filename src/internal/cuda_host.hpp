@@ -8,10 +8,9 @@
 
 namespace zerowait::internal {
 
-// True when libcudart loaded and reports at least one device. Probed once, thread-safe.
-bool cuda_available();
-// Why cuda_available() is false ("libcudart.so not found", "no CUDA device", ...).
-const std::string& cuda_unavailable_reason();
+// True when libcudart loaded and reports at least one device (probed once, thread-safe); when
+// false, notes once that batch arenas use plain host memory, and why.
+bool host_memory_pinning_available();
 
 // Page-locks [data, data + bytes) for fast, asynchronous host-to-device copies. Returns false
 // (and notes the fallback once) when CUDA is unavailable or registration fails.

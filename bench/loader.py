@@ -94,21 +94,6 @@ def proc_status_kib(field):
     return None
 
 
-def drop_page_cache(method, paths):
-    """Empties the page cache (drop_caches), or evicts `paths` (fadvise) where that is refused."""
-    os.sync()
-    if method == "drop_caches":
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-
-
 def capped_dataloader_run(loader, spec, count):
     """Iterates `loader`: REF_WARMUP_BATCHES untimed, then up to spec['cap'] timed batches.
     `count(batch)` returns (samples, bytes)."""
@@ -294,7 +279,7 @@ def child_b(spec):
         warmup = zerowait_epoch(loader, 0, "warm-up")
         warm = zerowait_epoch(loader, 1, "warm")
         log(f"  dropping caches ({spec['cold_method']})")
-        drop_page_cache(spec["cold_method"], spec["shard_files"])
+        pack_read.drop_page_cache(spec["cold_method"], spec["shard_files"])
         cold = zerowait_epoch(loader, 2, "cold")
     finally:
         loader.close()

@@ -106,35 +106,36 @@ def regular_files(root):
     return sorted(str(p) for p in Path(root).rglob("*") if p.is_file())
 
 
+def drop_page_cache(method, paths=()):
+    """Empties the page cache ("drop_caches"), or evicts `paths` ("fadvise") where that is
+    refused. Also used by the loader benchmark's child processes."""
+    os.sync()
+    if method == "drop_caches":
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
 class Cache:
     """Drops the page cache before cold runs: drop_caches when permitted, else fadvise."""
 
     def __init__(self, paths_fn):
         self.paths_fn = paths_fn
         try:
-            self._drop_caches()
+            drop_page_cache("drop_caches")
             self.method = "drop_caches"
         except OSError as error:
             log(f"cannot drop caches ({error}); evicting files with posix_fadvise(DONTNEED)")
             self.method = "fadvise"
 
-    @staticmethod
-    def _drop_caches():
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-
     def drop(self):
-        if self.method == "drop_caches":
-            self._drop_caches()
-            return
-        os.sync()
-        for path in self.paths_fn():
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+        drop_page_cache(self.method, self.paths_fn() if self.method == "fadvise" else ())
 
 
 # ---- data ----------------------------------------------------------------------------------------

@@ -125,8 +125,6 @@ struct Loader::Impl {
   uint64_t epoch = 0;
   uint64_t position = 0;  // where the next run starts
   bool closed = false;
-  std::shared_ptr<const std::vector<uint64_t>> order;
-  uint64_t order_epoch = UINT64_MAX;
   std::unique_ptr<LoaderRun> run;
   // autotune: the totals at the last adjustment
   uint64_t tuned_batches = 0;
@@ -137,14 +135,12 @@ struct Loader::Impl {
     return {options.batch_size, options.rank, options.world_size, options.drop_last};
   }
 
-  // The partition of the current epoch from `from` (consumer thread; caches the order).
-  RankPartition partition_from(uint64_t from) {
-    if (order_epoch != epoch) {
-      order = std::make_shared<const std::vector<uint64_t>>(
-          epoch_order(shard_samples, options.shuffle, epoch));
-      order_epoch = epoch;
-    }
-    return RankPartition(order, from, partition_options());
+  // This rank's partition of epoch `e` from position `from`. Reads only values fixed at
+  // construction, so workers call it too (to plan the following epochs).
+  RankPartition plan(uint64_t e, uint64_t from) const {
+    auto order = std::make_shared<const std::vector<uint64_t>>(
+        epoch_order(shard_samples, options.shuffle, e));
+    return RankPartition(std::move(order), from, partition_options());
   }
 
   // Where the consumer stands: the run knows once it exists.
@@ -160,15 +156,11 @@ struct Loader::Impl {
   }
 
   void start_run() {
-    // Later epochs are planned on a worker thread, from values that stay fixed.
-    LoaderRun::NextEpoch next_epoch = [this](uint64_t e) {
-      auto whole = std::make_shared<const std::vector<uint64_t>>(
-          epoch_order(shard_samples, options.shuffle, e));
-      return RankPartition(std::move(whole), 0, partition_options());
-    };
+    // Later epochs are planned on a worker thread.
+    LoaderRun::NextEpoch next_epoch = [this](uint64_t e) { return plan(e, 0); };
     run = std::make_unique<LoaderRun>(*dataset, options, fields, pool, counters,
-                                      partition_from(position), epoch, std::move(next_epoch),
-                                      threads, prefetch);
+                                      plan(epoch, position), epoch, std::move(next_epoch), threads,
+                                      prefetch);
   }
 
   void stop_run() {
@@ -302,10 +294,15 @@ uint64_t Loader::remaining_batches() const {
     const LoaderRun::Position here = impl_->run->position();
     return here.partition->batch_count() - std::min(here.taken, here.partition->batch_count());
   }
-  return impl_->partition_from(impl_->position).batch_count();
+  return RankPartition::count_batches(impl_->dataset->size(), impl_->position,
+                                      impl_->partition_options());
 }
 
-uint64_t Loader::batches_per_epoch() const { return impl_->partition_from(0).batch_count(); }
+// Counted, not planned: a training loop asks len(loader) every epoch, and planning an epoch of
+// millions of samples on its thread would stall it.
+uint64_t Loader::batches_per_epoch() const {
+  return RankPartition::count_batches(impl_->dataset->size(), 0, impl_->partition_options());
+}
 
 Result<std::shared_ptr<Batch>> Loader::next() {
   Impl& impl = *impl_;

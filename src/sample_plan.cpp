@@ -111,7 +111,15 @@ RankPartition::RankPartition(std::shared_ptr<const std::vector<uint64_t>> order,
   const uint64_t remaining = total - start_;
   full_steps_ = remaining / step;
   tail_ = options_.drop_last ? 0 : remaining % step;
-  batch_count_ = full_steps_ + (tail_ > 0 ? 1 : 0);
+  batch_count_ = count_batches(total, start_, options_);
+}
+
+uint64_t RankPartition::count_batches(uint64_t total, uint64_t start,
+                                      const PartitionOptions& options) {
+  const uint64_t step = options.batch_size * options.world_size;
+  const uint64_t remaining = total - std::min(start, total);
+  const bool tail = !options.drop_last && remaining % step != 0;
+  return remaining / step + (tail ? 1 : 0);
 }
 
 uint64_t RankPartition::batch(uint64_t j, std::vector<uint64_t>* out) const {

@@ -80,6 +80,7 @@ Coverage cover(std::shared_ptr<const std::vector<uint64_t>> order, uint64_t star
   for (uint32_t rank = 0; rank < world; ++rank) {
     RankPartition p(order, start, {batch_size, rank, world, drop_last});
     c.batch_counts.push_back(p.batch_count());
+    EXPECT_EQ(RankPartition::count_batches(order->size(), start, p.options()), p.batch_count());
     for (uint64_t j = 0; j < p.batch_count(); ++j) {
       const uint64_t padded = p.batch(j, &batch);
       EXPECT_FALSE(batch.empty());

@@ -67,6 +67,8 @@ class RankPartition {
 
   // Batches this rank gets between `start` and the end of the epoch; the same on every rank.
   uint64_t batch_count() const { return batch_count_; }
+  // The same count without an order: for `total` samples from `start`.
+  static uint64_t count_batches(uint64_t total, uint64_t start, const PartitionOptions& options);
   // Global indices of batch j (0 <= j < batch_count()) into `out` (replaced). Returns how many
   // of them (at the end) are padding repeats.
   uint64_t batch(uint64_t j, std::vector<uint64_t>* out) const;

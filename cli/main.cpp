@@ -11,7 +11,6 @@
 #include "commands.hpp"
 #include "output.hpp"
 
-
 namespace zerowait::cli {
 
 CLI::Validator quiet(CLI::Validator validator) { return validator.description(""); }
@@ -80,7 +79,8 @@ constexpr const char* kFooter =
     "  0  success\n"
     "  1  error (the message names the file, offset and cause)\n"
     "  2  usage error (bad command line)\n"
-    "  3  completed, but found problems (pack quarantined inputs, verify found bad samples)\n"
+    "  3  completed, but found problems (pack quarantined inputs, verify found bad samples,\n"
+    "     ckpt verify found a damaged checkpoint step)\n"
     "\n"
     "Run 'zerowait COMMAND --help' for a command's arguments and an example.";
 
@@ -90,7 +90,8 @@ std::string usage_failure_message(const CLI::App* /*app*/, const CLI::Error& e) 
 
 int run(int argc, char** argv) {
   CLI::App app{
-      "zerowait: pack small files into indexed shards, and inspect, verify and read them back.",
+      "zerowait: pack small files into indexed shards, and inspect, verify and read them back;\n"
+      "list, verify, inspect and clean up training checkpoints (zerowait ckpt).",
       "zerowait"};
   app.set_version_flag("--version", "zerowait " ZEROWAIT_VERSION);
   app.require_subcommand(1);
@@ -99,7 +100,8 @@ int run(int argc, char** argv) {
 
   std::vector<Command> commands = {add_pack_command(app),   add_inspect_command(app),
                                    add_verify_command(app), add_cat_command(app),
-                                   add_unpack_command(app), add_generate_command(app)};
+                                   add_unpack_command(app), add_generate_command(app),
+                                   add_ckpt_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

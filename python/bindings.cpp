@@ -466,4 +466,5 @@ PYBIND11_MODULE(_core, m) {
   zerowait::bind_dataset(m);
   zerowait::bind_functions(m);
   zerowait::bind_loader(m);
+  zerowait::bind_checkpoint(m);
 }

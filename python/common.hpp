@@ -70,5 +70,7 @@ T value_or_throw(Result<T>&& result) {
 
 // Defined in loader_bindings.cpp.
 void bind_loader(py::module_& m);
+// Defined in checkpoint_bindings.cpp.
+void bind_checkpoint(py::module_& m);
 
 }  // namespace zerowait

@@ -60,7 +60,7 @@ const CudaRuntime& runtime() {
 
 bool host_memory_pinning_available() {
   const CudaRuntime& rt = runtime();
-  if (!rt.ok) note_fallback("cuda", rt.reason + ": batch arenas use plain host memory");
+  if (!rt.ok) note_fallback("cuda", rt.reason + ": batch arenas and checkpoint staging use plain host memory");
   return rt.ok;
 }
 
@@ -68,7 +68,7 @@ bool pin_host_memory(void* data, size_t bytes) {
   if (!host_memory_pinning_available()) return false;
   const CudaRuntime& rt = runtime();
   if (rt.host_register(data, bytes, kCudaHostRegisterPortable) != 0) {
-    note_fallback("cuda_pin", "cudaHostRegister failed: batch arenas use plain host memory");
+    note_fallback("cuda_pin", "cudaHostRegister failed: batch arenas and checkpoint staging use plain host memory");
     return false;
   }
   return true;

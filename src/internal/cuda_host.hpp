@@ -9,7 +9,7 @@
 namespace zerowait::internal {
 
 // True when libcudart loaded and reports at least one device (probed once, thread-safe); when
-// false, notes once that batch arenas use plain host memory, and why.
+// false, notes once that batch arenas and checkpoint staging use plain host memory, and why.
 bool host_memory_pinning_available();
 
 // Page-locks [data, data + bytes) for fast, asynchronous host-to-device copies. Returns false

@@ -1,0 +1,262 @@
+// zerowait._core's checkpoint classes: the native engine under zerowait.Checkpointer
+// (python/zerowait/checkpoint.py), which flattens a state into tensors and a structure and
+// rebuilds it. Tensor memory is passed as addresses (torch's data_ptr()); every call that
+// copies, writes, waits or reads releases the GIL.
+#include <pybind11/stl.h>
+
+#include <optional>
+
+#include "common.hpp"
+#include "zerowait/checkpoint.hpp"
+
+namespace zerowait {
+namespace {
+
+std::shared_ptr<StorageTarget> local_target(py::handle directory) {
+  return make_local_directory_target(fs_path(directory));
+}
+
+py::dict save_result_dict(const SaveResult& r) {
+  py::dict d;
+  d["step"] = r.step;
+  d["committed"] = r.committed;
+  d["bytes_total"] = r.bytes_total;
+  d["bytes_written"] = r.bytes_written;
+  d["tensors_written"] = r.tensors_written;
+  d["tensors_referenced"] = r.tensors_referenced;
+  d["snapshot_s"] = r.snapshot_s;
+  d["write_s"] = r.write_s;
+  d["commit_s"] = r.commit_s;
+  return d;
+}
+
+py::dict manifest_dict(const RankManifest& m) {
+  py::list tensors;
+  for (const StoredTensor& t : m.tensors) {
+    py::dict d;
+    d["name"] = t.name;
+    d["dtype"] = t.dtype;
+    d["shape"] = t.shape;
+    d["nbytes"] = t.nbytes;
+    d["xxh3"] = t.xxh3;
+    d["file"] = t.file;
+    d["offset"] = t.offset;
+    d["stored_bytes"] = t.stored_bytes;
+    d["codec"] = t.codec;
+    tensors.append(d);
+  }
+  py::list files;
+  for (const StoredFile& f : m.files) {
+    py::dict d;
+    d["path"] = f.path;
+    d["bytes"] = f.bytes;
+    d["xxh3"] = f.xxh3;
+    d["container"] = f.container;
+    files.append(d);
+  }
+  py::dict d;
+  d["step"] = m.step;
+  d["rank"] = m.rank;
+  d["world_size"] = m.world_size;
+  d["structure_json"] = m.structure_json;
+  d["tensors"] = tensors;
+  d["files"] = files;
+  return d;
+}
+
+using TensorTuple =
+    std::tuple<std::string, std::string, std::vector<int64_t>, uint32_t, bool, uintptr_t, uint64_t>;
+
+// Reads one rank's part of a committed step; holds the validated manifest between calls.
+class CheckpointReader {
+ public:
+  CheckpointReader(py::handle directory, uint64_t step, uint32_t rank)
+      : target_(local_target(directory)) {
+    py::gil_scoped_release release;
+    manifest_ = value_or_throw(read_rank_manifest(*target_, step, rank));
+  }
+  py::dict manifest() const { return manifest_dict(manifest_); }
+  void read(const std::vector<std::pair<size_t, uintptr_t>>& reads, unsigned threads, bool direct,
+            bool verify) {
+    std::vector<TensorRead> targets;
+    for (const auto& [index, address] : reads) {
+      targets.push_back({index, reinterpret_cast<std::byte*>(address)});
+    }
+    py::gil_scoped_release release;
+    throw_if_error(
+        read_tensors(*target_, manifest_, targets, RestoreOptions{threads, direct, verify}));
+  }
+
+ private:
+  std::shared_ptr<StorageTarget> target_;
+  RankManifest manifest_;
+};
+
+}  // namespace
+
+void bind_checkpoint(py::module_& m) {
+  py::class_<SaveHandle>(m, "_SaveHandle")
+      .def_property_readonly("step", &SaveHandle::step)
+      .def("done", &SaveHandle::done)
+      .def("wait",
+           [](const SaveHandle& h) {
+             Result<SaveResult> r = [&] {
+               py::gil_scoped_release release;
+               return h.wait();
+             }();
+             return save_result_dict(value_or_throw(std::move(r)));
+           })
+      .def("wait_part", [](const SaveHandle& h) {
+        Status s = [&] {
+          py::gil_scoped_release release;
+          return h.wait_part();
+        }();
+        throw_if_error(s);
+      });
+
+  py::class_<PendingSave>(m, "_PendingSave")
+      .def("staging",
+           [](const PendingSave& p, size_t i) { return reinterpret_cast<uintptr_t>(p.staging(i)); })
+      .def("copy_host_tensors",
+           [](PendingSave& p) {
+             Status s = [&] {
+               py::gil_scoped_release release;
+               return p.copy_host_tensors();
+             }();
+             throw_if_error(s);
+           })
+      .def("start", [](PendingSave& p) { return value_or_throw(p.start()); });
+
+  py::class_<Checkpointer>(m, "_Checkpointer")
+      .def(py::init([](py::handle directory, uint32_t keep_last, uint64_t keep_every,
+                       py::object mirror, const std::string& compression, int zstd_level,
+                       bool incremental, uint64_t max_file_bytes, unsigned threads, uint32_t rank,
+                       uint32_t world_size, bool caller_coordinates, double commit_timeout_s,
+                       bool direct_reads) {
+             CheckpointOptions o;
+             o.keep_last = keep_last;
+             o.keep_every = keep_every;
+             o.compression = value_or_throw(parse_compression(compression));
+             o.zstd_level = zstd_level;
+             o.incremental = incremental;
+             o.max_file_bytes = max_file_bytes;
+             o.threads = threads;
+             o.rank = rank;
+             o.world_size = world_size;
+             o.caller_coordinates = caller_coordinates;
+             o.commit_timeout_s = commit_timeout_s;
+             o.direct_reads = direct_reads;
+             if (!mirror.is_none()) o.mirror = local_target(mirror);
+             auto target = local_target(directory);
+             py::gil_scoped_release release;
+             return value_or_throw(Checkpointer::open(target, o));
+           }),
+           py::arg("directory"), py::kw_only(), py::arg("keep_last") = 0, py::arg("keep_every") = 0,
+           py::arg("mirror") = py::none(), py::arg("compression") = "none",
+           py::arg("zstd_level") = 3, py::arg("incremental") = false,
+           py::arg("max_file_bytes") = CheckpointOptions{}.max_file_bytes, py::arg("threads") = 0,
+           py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("caller_coordinates") = false,
+           py::arg("commit_timeout_s") = CheckpointOptions{}.commit_timeout_s,
+           py::arg("direct_reads") = true)
+      .def(
+          "begin_save",
+          [](Checkpointer& c, uint64_t step, const std::vector<TensorTuple>& tensors,
+             std::string structure_json, bool skip_if_busy) -> std::optional<PendingSave> {
+            SaveRequest request;
+            request.step = step;
+            request.structure_json = std::move(structure_json);
+            for (const auto& [name, dtype, shape, element_size, floating, address, nbytes] :
+                 tensors) {
+              request.tensors.push_back({name, dtype, shape, element_size, floating,
+                                         reinterpret_cast<const void*>(address), nbytes});
+            }
+            auto r = [&] {
+              py::gil_scoped_release release;
+              return c.begin_save(std::move(request), skip_if_busy);
+            }();
+            return value_or_throw(std::move(r));
+          },
+          py::arg("step"), py::arg("tensors"), py::arg("structure_json"),
+          py::arg("skip_if_busy") = false)
+      .def(
+          "commit",
+          [](Checkpointer& c, uint64_t step) {
+            Status s = [&] {
+              py::gil_scoped_release release;
+              return c.commit(step);
+            }();
+            throw_if_error(s);
+          },
+          py::arg("step"))
+      .def(
+          "finish",
+          [](Checkpointer& c, const SaveHandle& h, bool committed, const std::string& why) {
+            c.finish(h, committed, committed ? Status::ok() : Status(ErrorCode::kIo, why));
+          },
+          py::arg("handle"), py::arg("committed"), py::arg("why") = "")
+      .def("wait_all", [](Checkpointer& c) {
+        Status s = [&] {
+          py::gil_scoped_release release;
+          return c.wait_all();
+        }();
+        throw_if_error(s);
+      });
+
+  py::class_<CheckpointReader>(m, "_CheckpointReader")
+      .def(py::init<py::handle, uint64_t, uint32_t>(), py::arg("directory"), py::arg("step"),
+           py::arg("rank") = 0)
+      .def("manifest", &CheckpointReader::manifest)
+      .def("read", &CheckpointReader::read, py::arg("reads"), py::arg("threads") = 0,
+           py::arg("direct") = true, py::arg("verify") = true);
+
+  m.def("_ckpt_list_steps", [](py::handle directory) {
+    auto target = local_target(directory);
+    py::gil_scoped_release release;
+    return value_or_throw(list_steps(*target));
+  });
+  m.def("_ckpt_step_info", [](py::handle directory, uint64_t step) {
+    auto target = local_target(directory);
+    StepInfo info = [&] {
+      py::gil_scoped_release release;
+      return value_or_throw(read_step_info(*target, step));
+    }();
+    py::dict d;
+    d["step"] = info.step;
+    d["world_size"] = info.world_size;
+    d["bytes_total"] = info.bytes_total;
+    d["bytes_stored"] = info.bytes_stored;
+    d["references"] = info.references;
+    d["created"] = info.created;
+    return d;
+  });
+  m.def("_ckpt_verify", [](py::handle directory, uint64_t step) {
+    auto target = local_target(directory);
+    VerifyReport r = [&] {
+      py::gil_scoped_release release;
+      return value_or_throw(verify_step(*target, step));
+    }();
+    py::dict d;
+    d["step"] = r.step;
+    d["files"] = r.files;
+    d["bytes"] = r.bytes;
+    d["tensors"] = r.tensors;
+    d["problems"] = r.problems;
+    return d;
+  });
+  m.def(
+      "_ckpt_gc",
+      [](py::handle directory, uint32_t keep_last, uint64_t keep_every) {
+        auto target = local_target(directory);
+        GcReport r = [&] {
+          py::gil_scoped_release release;
+          return value_or_throw(collect_garbage(*target, keep_last, keep_every, true));
+        }();
+        py::dict d;
+        d["removed"] = r.removed;
+        d["bytes_freed"] = r.bytes_freed;
+        return d;
+      },
+      py::arg("directory"), py::arg("keep_last") = 0, py::arg("keep_every") = 0);
+}
+
+}  // namespace zerowait

@@ -1,0 +1,311 @@
+// The local directory target on real temporary directories, and the fault-injecting wrapper that
+// the checkpoint tests use to see the order of operations and to fail one of them.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "testing/testing.hpp"
+#include "zerowait/storage_target.hpp"
+
+namespace zerowait {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+
+std::span<const std::byte> as_bytes(std::string_view s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// Creates `path` (and its directory) holding `bytes` through the target, the way the checkpoint
+// engine writes.
+void write_through(StorageTarget& target, const std::string& path, std::string_view bytes) {
+  ASSERT_TRUE(target.create_directory(fs::path(path).parent_path().string()).is_ok());
+  auto file = target.create_file(path);
+  ASSERT_TRUE(file.is_ok()) << file.status().to_string();
+  ASSERT_TRUE((*file)->write_at(0, as_bytes(bytes)).is_ok());
+  (*file)->start_writeback(0, bytes.size());
+  ASSERT_TRUE((*file)->sync().is_ok());
+  ASSERT_TRUE((*file)->close().is_ok());
+}
+
+TEST(LocalDirectoryTarget, WritesAtOffsetsSyncsAndCloses) {
+  TempDir dir;
+  auto target = make_local_directory_target(dir.path());
+  EXPECT_EQ(target->describe(), dir.path());
+  ASSERT_TRUE(target->create_directory("step_1/shards").is_ok());
+  ASSERT_TRUE(target->create_directory("step_1/shards").is_ok()) << "an existing one is fine";
+
+  auto file = target->create_file("step_1/shards/a.bin");
+  ASSERT_TRUE(file.is_ok()) << file.status().to_string();
+  // Out of order, as several writer threads would.
+  ASSERT_TRUE((*file)->write_at(5, as_bytes("world")).is_ok());
+  ASSERT_TRUE((*file)->write_at(0, as_bytes("hello")).is_ok());
+  (*file)->start_writeback(0, 10);
+  ASSERT_TRUE((*file)->sync().is_ok());
+  ASSERT_TRUE((*file)->close().is_ok());
+  ASSERT_TRUE(target->sync_directory("step_1/shards").is_ok());
+  ASSERT_TRUE(target->sync_directory("").is_ok());
+
+  EXPECT_EQ(testing::read_file(dir / "step_1/shards/a.bin"), "helloworld");
+  EXPECT_EQ(*target->read_file("step_1/shards/a.bin"), "helloworld");
+  EXPECT_EQ(*target->file_size("step_1/shards/a.bin"), 10u);
+  EXPECT_TRUE(*target->exists("step_1/shards/a.bin"));
+  EXPECT_FALSE(*target->is_directory("step_1/shards/a.bin"));
+  EXPECT_TRUE(*target->is_directory("step_1"));
+  EXPECT_FALSE(*target->exists("step_2"));
+  EXPECT_FALSE(*target->is_directory("step_2"));
+  EXPECT_EQ(*target->local_path("step_1/shards/a.bin"), fs::path(dir / "step_1/shards/a.bin"));
+}
+
+TEST(LocalDirectoryTarget, CreateTruncatesAnExistingFile) {
+  TempDir dir;
+  auto target = make_local_directory_target(dir.path());
+  write_through(*target, "pointer", "a long first version");
+  write_through(*target, "pointer", "short");
+  EXPECT_EQ(*target->read_file("pointer"), "short");
+}
+
+TEST(LocalDirectoryTarget, RenameReplacesAFile) {
+  TempDir dir;
+  auto target = make_local_directory_target(dir.path());
+  write_through(*target, "latest.tmp", "step_2");
+  write_through(*target, "latest", "step_1");
+  ASSERT_TRUE(target->rename("latest.tmp", "latest").is_ok());
+  EXPECT_EQ(*target->read_file("latest"), "step_2");
+  EXPECT_FALSE(*target->exists("latest.tmp"));
+}
+
+TEST(LocalDirectoryTarget, PublishesADirectoryButNeverOntoAnExistingOne) {
+  TempDir dir;
+  auto target = make_local_directory_target(dir.path());
+  write_through(*target, "step_1.tmp/a.bin", "new");
+  ASSERT_TRUE(target->rename("step_1.tmp", "step_1").is_ok());
+  EXPECT_EQ(*target->read_file("step_1/a.bin"), "new");
+  EXPECT_FALSE(*target->exists("step_1.tmp"));
+
+  // rename(2) would replace an empty directory silently; publishing must refuse, empty or not.
+  ASSERT_TRUE(target->create_directory("step_2").is_ok());
+  write_through(*target, "step_2.tmp/a.bin", "again");
+  Status st = target->rename("step_2.tmp", "step_2");
+  EXPECT_EQ(st.code(), ErrorCode::kAlreadyExists) << st.to_string();
+  EXPECT_TRUE(contains(st.message(), dir / "step_2")) << st.message();
+  EXPECT_TRUE(*target->exists("step_2.tmp/a.bin")) << "the source stays in place";
+
+  write_through(*target, "step_3.tmp/a.bin", "third");
+  st = target->rename("step_3.tmp", "step_1");
+  EXPECT_EQ(st.code(), ErrorCode::kAlreadyExists) << st.to_string();
+  EXPECT_EQ(*target->read_file("step_1/a.bin"), "new");
+}
+
+TEST(LocalDirectoryTarget, ListsSortedNames) {
+  TempDir dir;
+  auto target = make_local_directory_target(dir.path());
+  for (const char* name : {"step_10", "step_2", "latest", "step_1"}) {
+    ASSERT_TRUE(target->create_directory(name).is_ok());
+  }
+  write_through(*target, "step_2/b", "");
+  write_through(*target, "step_2/a", "");
+  EXPECT_EQ(*target->list(""), (std::vector<std::string>{"latest", "step_1", "step_10", "step_2"}));
+  EXPECT_EQ(*target->list("step_2"), (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(target->list("step_1")->empty());
+}
+
+TEST(LocalDirectoryTarget, MissingPathsAreNotFoundAndNamed) {
+  TempDir dir;
+  auto target = make_local_directory_target(dir.path());
+  const std::string missing = dir / "nope/x";
+
+  auto listed = target->list("nope/x");
+  EXPECT_EQ(listed.status().code(), ErrorCode::kNotFound);
+  EXPECT_TRUE(contains(listed.status().message(), missing)) << listed.status().message();
+
+  auto read = target->read_file("nope/x");
+  EXPECT_EQ(read.status().code(), ErrorCode::kNotFound);
+  EXPECT_TRUE(contains(read.status().message(), missing)) << read.status().message();
+
+  auto size = target->file_size("nope/x");
+  EXPECT_EQ(size.status().code(), ErrorCode::kNotFound);
+  EXPECT_TRUE(contains(size.status().message(), missing)) << size.status().message();
+
+  auto created = target->create_file("nope/x");
+  EXPECT_EQ(created.status().code(), ErrorCode::kNotFound) << "parents are not created";
+  EXPECT_TRUE(contains(created.status().message(), missing)) << created.status().message();
+
+  Status renamed = target->rename("nope/x", "y");
+  EXPECT_EQ(renamed.code(), ErrorCode::kNotFound);
+  EXPECT_TRUE(contains(renamed.message(), missing)) << renamed.message();
+
+  Status synced = target->sync_directory("nope/x");
+  EXPECT_EQ(synced.code(), ErrorCode::kNotFound);
+  EXPECT_TRUE(contains(synced.message(), missing)) << synced.message();
+}
+
+TEST(LocalDirectoryTarget, RemovesFilesAndTreesAndMissingOnesAreFine) {
+  TempDir dir;
+  auto target = make_local_directory_target(dir.path());
+  write_through(*target, "step_1/shards/a.bin", "a");
+  write_through(*target, "step_1/manifest.json", "{}");
+  write_through(*target, "latest", "step_1");
+
+  ASSERT_TRUE(target->remove_file("latest").is_ok());
+  EXPECT_FALSE(fs::exists(dir / "latest"));
+  EXPECT_TRUE(target->remove_file("latest").is_ok());
+
+  ASSERT_TRUE(target->remove_all("step_1").is_ok());
+  EXPECT_FALSE(fs::exists(dir / "step_1"));
+  EXPECT_TRUE(target->remove_all("step_1").is_ok());
+  EXPECT_TRUE(fs::exists(dir.path())) << "the root stays";
+}
+
+TEST(LocalDirectoryTarget, RejectsPathsThatLeaveTheRoot) {
+  TempDir dir;
+  ASSERT_TRUE(fs::create_directory(dir / "root"));
+  testing::write_file(dir / "outside", "keep me");
+  auto target = make_local_directory_target(dir / "root");
+
+  for (const std::string bad : {"../outside", "/etc/passwd", "a/../../outside", "..", "a/.."}) {
+    SCOPED_TRACE(bad);
+    Status st = target->remove_file(bad);
+    EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << st.to_string();
+    EXPECT_TRUE(contains(st.message(), bad)) << st.message();
+    EXPECT_EQ(target->read_file(bad).status().code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(target->create_file(bad).status().code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(target->remove_all(bad).code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(target->rename("x", bad).code(), ErrorCode::kInvalidArgument);
+    EXPECT_FALSE(target->local_path(bad).has_value());
+  }
+  EXPECT_EQ(testing::read_file(dir / "outside"), "keep me");
+  // ".." only as a whole component: these are ordinary names.
+  write_through(*target, "a..b", "x");
+  write_through(*target, "..c", "y");
+  EXPECT_EQ(*target->list(""), (std::vector<std::string>{"..c", "a..b"}));
+  EXPECT_EQ(target->remove_all("").code(), ErrorCode::kInvalidArgument) << "never the root";
+}
+
+TEST(LocalDirectoryTarget, RelativeRootBecomesAbsolute) {
+  auto target = make_local_directory_target("some/dir/");
+  EXPECT_EQ(target->describe(), (fs::current_path() / "some/dir").string());
+}
+
+// The checkpoint engine's commit sequence, written through the wrapper; stops at the first error.
+Status write_step(StorageTarget& target) {
+  ZW_RETURN_IF_ERROR(target.create_directory("step_1.tmp"));
+  ZW_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, target.create_file("step_1.tmp/a.bin"));
+  ZW_RETURN_IF_ERROR(file->write_at(0, as_bytes("data")));
+  file->start_writeback(0, 4);
+  ZW_RETURN_IF_ERROR(file->sync());
+  ZW_RETURN_IF_ERROR(file->close());
+  ZW_RETURN_IF_ERROR(target.sync_directory("step_1.tmp"));
+  ZW_RETURN_IF_ERROR(target.rename("step_1.tmp", "step_1"));
+  return target.sync_directory("");
+}
+
+std::vector<std::string> recorded(const FaultInjectingTarget& target) {
+  std::vector<std::string> out;
+  for (const StorageOperation& op : target.operations()) out.push_back(op.to_string());
+  return out;
+}
+
+TEST(FaultInjectingTarget, RecordsMutatingOperationsInOrder) {
+  TempDir dir;
+  FaultInjectingTarget target(make_local_directory_target(dir.path()));
+  ASSERT_TRUE(write_step(target).is_ok());
+  // Reads go through but are not recorded.
+  EXPECT_EQ(*target.read_file("step_1/a.bin"), "data");
+  EXPECT_TRUE(*target.exists("step_1"));
+  EXPECT_EQ(*target.list(""), std::vector<std::string>{"step_1"});
+  ASSERT_TRUE(target.remove_file("step_1/a.bin").is_ok());
+  ASSERT_TRUE(target.remove_all("step_1").is_ok());
+
+  EXPECT_EQ(recorded(target), (std::vector<std::string>{
+                                  "mkdir step_1.tmp",
+                                  "create step_1.tmp/a.bin",
+                                  "write step_1.tmp/a.bin",
+                                  "writeback step_1.tmp/a.bin",
+                                  "fsync step_1.tmp/a.bin",
+                                  "close step_1.tmp/a.bin",
+                                  "fsync-dir step_1.tmp",
+                                  "rename step_1.tmp -> step_1",
+                                  "fsync-dir ",
+                                  "remove step_1/a.bin",
+                                  "remove-all step_1",
+                              }));
+  target.clear_operations();
+  EXPECT_TRUE(target.operations().empty());
+  EXPECT_EQ(target.describe(), dir.path());
+  EXPECT_EQ(*target.local_path("x"), fs::path(dir / "x"));
+}
+
+TEST(FaultInjectingTarget, FailsTheChosenFileOperationWithoutDoingIt) {
+  TempDir dir;
+  FaultInjectingTarget target(make_local_directory_target(dir.path()));
+  target.set_fault_rule([](const StorageOperation& op) { return op.kind == "write" ? ENOSPC : 0; });
+
+  ASSERT_TRUE(target.create_directory("step_1.tmp").is_ok());
+  auto file = target.create_file("step_1.tmp/a.bin");
+  ASSERT_TRUE(file.is_ok());
+  Status st = (*file)->write_at(0, as_bytes("data"));
+  EXPECT_EQ(st.code(), ErrorCode::kIo) << st.to_string();
+  EXPECT_TRUE(contains(st.message(), std::strerror(ENOSPC))) << st.message();
+  EXPECT_TRUE(contains(st.message(), "No space left on device")) << st.message();
+  EXPECT_TRUE(contains(st.message(), dir / "step_1.tmp/a.bin")) << st.message();
+  ASSERT_TRUE((*file)->close().is_ok());
+  EXPECT_EQ(*target.file_size("step_1.tmp/a.bin"), 0u) << "the write did not happen";
+
+  EXPECT_EQ(recorded(target), (std::vector<std::string>{
+                                  "mkdir step_1.tmp",
+                                  "create step_1.tmp/a.bin",
+                                  "FAILED write step_1.tmp/a.bin",
+                                  "close step_1.tmp/a.bin",
+                              }));
+}
+
+TEST(FaultInjectingTarget, FailsEachStepOfTheCommitInTurn) {
+  // Fail operation k of the sequence for every k: it is recorded as FAILED, the sequence stops
+  // there (a writeback is only a hint, so a failed one does not stop it), and the step is
+  // published only if the rename (operation 7) happened.
+  constexpr size_t kWriteback = 3, kRename = 7, kOperations = 9;
+  for (size_t k = 0; k < kOperations; ++k) {
+    SCOPED_TRACE("failing operation " + std::to_string(k));
+    TempDir dir;
+    FaultInjectingTarget target(make_local_directory_target(dir.path()));
+    size_t seen = 0;
+    target.set_fault_rule([&](const StorageOperation&) { return seen++ == k ? EIO : 0; });
+    Status st = write_step(target);
+    EXPECT_EQ(st.is_ok(), k == kWriteback) << st.to_string();
+    if (!st.is_ok()) {
+      EXPECT_EQ(st.code(), ErrorCode::kIo);
+      EXPECT_TRUE(contains(st.message(), std::strerror(EIO))) << st.message();
+    }
+    std::vector<StorageOperation> ops = target.operations();
+    ASSERT_EQ(ops.size(), k == kWriteback ? kOperations : k + 1);
+    EXPECT_EQ(ops[k].kind.rfind("FAILED ", 0), 0u) << ops[k].to_string();
+    EXPECT_EQ(fs::exists(dir / "step_1"), k > kRename || k == kWriteback);
+  }
+}
+
+TEST(FaultInjectingTarget, AFailedRenameNamesBothPathsAndLeavesTheSource) {
+  TempDir dir;
+  FaultInjectingTarget target(make_local_directory_target(dir.path()));
+  ASSERT_TRUE(target.create_directory("step_1.tmp").is_ok());
+  target.set_fault_rule([](const StorageOperation& op) { return op.kind == "rename" ? EIO : 0; });
+  Status st = target.rename("step_1.tmp", "step_1");
+  EXPECT_EQ(st.code(), ErrorCode::kIo);
+  EXPECT_TRUE(contains(st.message(), std::strerror(EIO))) << st.message();
+  EXPECT_TRUE(contains(st.message(), dir / "step_1.tmp")) << st.message();
+  EXPECT_TRUE(contains(st.message(), "-> " + dir / "step_1")) << st.message();
+  EXPECT_TRUE(fs::is_directory(dir / "step_1.tmp"));
+  EXPECT_FALSE(fs::exists(dir / "step_1"));
+  EXPECT_EQ(recorded(target),
+            (std::vector<std::string>{"mkdir step_1.tmp", "FAILED rename step_1.tmp -> step_1"}));
+}
+
+}  // namespace
+}  // namespace zerowait

@@ -623,7 +623,7 @@ void run_save(std::shared_ptr<Checkpointer::State> state, std::shared_ptr<SaveJo
     }
   }
   result.commit_s = seconds_since(commit_start);
-  result.committed = committed && opt.rank == 0;
+  result.committed = committed;
   if (committed) {
     std::lock_guard<std::mutex> lock(state->mutex);
     state->base = job->manifest;
@@ -637,17 +637,19 @@ void run_save(std::shared_ptr<Checkpointer::State> state, std::shared_ptr<SaveJo
       state->changed.notify_all();
     }
   }
+  if (!status.is_ok()) state->remember_error(status);
+  {
+    // The staging pool is free, and the next save's incremental base is this step: the next
+    // save may start — already when this one's handle reports it done.
+    std::lock_guard<std::mutex> lock(state->mutex);
+    if (state->in_flight == job) state->in_flight.reset();
+    state->changed.notify_all();
+  }
   if (!status.is_ok()) {
-    state->remember_error(status);
     job->finish(status);
   } else {
     job->finish(result);
   }
-  // The staging pool is free, and the next save's incremental base is this step: the next save
-  // may start.
-  std::lock_guard<std::mutex> lock(state->mutex);
-  if (state->in_flight == job) state->in_flight.reset();
-  state->changed.notify_all();
 }
 
 }  // namespace

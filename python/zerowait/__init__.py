@@ -8,6 +8,12 @@ Pack trees of small files into large indexed shards, then read samples back by i
     >>> sample = ds[0]                      # {"jpg": b"...", "cls": b"3"}
     >>> ds.classes[int(sample["cls"])]      # the class directory name
 
+Save and restore training state without stalling the training loop:
+
+    >>> ckpt = zerowait.Checkpointer("ckpt/", keep_last=3)
+    >>> handle = ckpt.save(step, {"model": model.state_dict(), "step": step})
+    >>> state = ckpt.load(into={"model": model.state_dict()})   # newest valid step, in place
+
 Everything here is implemented in C++ (``zerowait._core``); blocking calls release the GIL.
 Errors derive from :class:`ZerowaitError` and from the matching built-in exception
 (``FileNotFoundError``, ``ValueError``, ``TimeoutError``, ...), so ordinary ``except`` clauses
@@ -31,12 +37,14 @@ from zerowait._core import (
     generate_imagefolder,
     pack,
 )
+from zerowait.checkpoint import Checkpointer, SaveHandle
 from zerowait.loader import CenterCrop, ImageTransform, Loader, RandomResizedCrop
 
 __all__ = [
     "AlreadyExistsError",
     "CancelledError",
     "CenterCrop",
+    "Checkpointer",
     "CorruptDataError",
     "Dataset",
     "DeadlineExceededError",
@@ -46,6 +54,7 @@ __all__ = [
     "Loader",
     "RandomResizedCrop",
     "ResourceExhaustedError",
+    "SaveHandle",
     "UnsupportedError",
     "ZerowaitError",
     "ZerowaitIOError",

@@ -76,11 +76,11 @@ class CheckpointReader {
     manifest_ = value_or_throw(read_rank_manifest(*target_, step, rank));
   }
   py::dict manifest() const { return manifest_dict(manifest_); }
-  void read(const std::vector<std::pair<size_t, uintptr_t>>& reads, unsigned threads, bool direct,
-            bool verify) {
+  void read(const std::vector<std::tuple<size_t, uintptr_t, bool>>& reads, unsigned threads,
+            bool direct, bool verify) {
     std::vector<TensorRead> targets;
-    for (const auto& [index, address] : reads) {
-      targets.push_back({index, reinterpret_cast<std::byte*>(address)});
+    for (const auto& [index, address, fresh] : reads) {
+      targets.push_back({index, reinterpret_cast<std::byte*>(address), fresh});
     }
     py::gil_scoped_release release;
     throw_if_error(

@@ -1,6 +1,7 @@
 // The read side of checkpoints: listing committed steps, reading manifests, parallel verified
 // restore, verification of whole steps, and garbage collection.
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -54,8 +55,18 @@ Result<internal::CommitRecord> read_commit_record(StorageTarget& target, uint64_
   return record;
 }
 
+// A restore thread waits for its reads, then copies and hashes what arrived: two per core (and
+// at least four) keep the disk busy while others copy. Measured with bench/run checkpoint.
 unsigned read_threads(unsigned requested) {
-  return requested != 0 ? requested : std::max(2u, internal::available_cpus());
+  return requested != 0 ? requested : std::max(4u, 2 * internal::available_cpus());
+}
+
+// Asks for transparent huge pages on the 2 MiB pages wholly inside [data, data + bytes).
+void advise_huge_pages(std::byte* data, uint64_t bytes) {
+  constexpr uintptr_t kHuge = 2u << 20;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + kHuge - 1) / kHuge * kHuge;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) / kHuge * kHuge;
+  if (end > begin) (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
 }
 
 }  // namespace
@@ -318,6 +329,7 @@ Status Restore::run() {
   plan_tasks();
   remaining_ = std::make_unique<std::atomic<uint64_t>[]>(reads_.size());
   for (size_t r = 0; r < reads_.size(); ++r) {
+    if (reads_[r].fresh) advise_huge_pages(reads_[r].dst, tensor(r).nbytes);
     remaining_[r].store(tensor(r).nbytes);
     if (tensor(r).nbytes == 0) ZW_RETURN_IF_ERROR(tensor_done(r));
   }
@@ -451,7 +463,7 @@ Result<VerifyReport> verify_step(StorageTarget& target, uint64_t step, unsigned 
         const StoredTensor& tensor = check.manifest->tensors[t];
         if (tensor.file != check.file->path) continue;
         std::vector<std::byte> scratch(tensor.nbytes);
-        TensorRead read{t, scratch.data()};
+        TensorRead read{t, scratch.data(), false};
         Status s = read_tensors(target, *check.manifest, std::span(&read, 1),
                                 RestoreOptions{1, false, true});
         if (!s.is_ok()) bad.push_back(s.message());

@@ -73,7 +73,7 @@ std::vector<std::vector<float>> read_all(StorageTarget& target, uint64_t step, u
     out.emplace_back(manifest.value().tensors[i].nbytes / sizeof(float));
   }
   for (size_t i = 0; i < out.size(); ++i) {
-    reads.push_back({i, reinterpret_cast<std::byte*>(out[i].data())});
+    reads.push_back({i, reinterpret_cast<std::byte*>(out[i].data()), /*fresh=*/true});
   }
   Status s = read_tensors(target, manifest.value(), reads, options);
   EXPECT_TRUE(s.is_ok()) << s.to_string();

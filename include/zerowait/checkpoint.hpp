@@ -74,7 +74,7 @@ struct SaveRequest {
 // What a finished save did.
 struct SaveResult {
   uint64_t step = 0;
-  bool committed = false;      // false for a rank > 0 under caller coordination
+  bool committed = false;      // the step is committed (on every rank)
   uint64_t bytes_total = 0;    // raw bytes of every tensor
   uint64_t bytes_written = 0;  // bytes written to new files (after incremental/compression)
   uint64_t tensors_written = 0;
@@ -169,10 +169,13 @@ struct StepInfo {
 struct TensorRead {
   size_t index = 0;  // into RankManifest::tensors
   std::byte* dst = nullptr;
+  // `dst` is new memory nothing has touched yet (a tensor allocated for this load): the read
+  // asks for transparent huge pages there, so filling it takes 1/512 as many page faults.
+  bool fresh = false;
 };
 
 struct RestoreOptions {
-  unsigned threads = 0;  // 0: one per CPU (at least 2: reads overlap)
+  unsigned threads = 0;  // 0: two per CPU, at least 4 (each alternates reading and copying)
   bool direct = true;    // O_DIRECT where the filesystem allows it
   bool verify = true;    // check every tensor's xxh3 while reading
 };

@@ -768,7 +768,7 @@ class _Restore:
                   and not target.is_conj() and not target.is_neg())
         buffer = target if direct else torch.empty(shape, dtype=dtype)
         index = self._stored(node, path, buffer.numel() * buffer.element_size())
-        self._read(index, buffer.data_ptr(), buffer)
+        self._read(index, buffer.data_ptr(), buffer, fresh=buffer is not target)
         if target is not None:
             if not direct:
                 self._copies.append((target, buffer))
@@ -797,12 +797,13 @@ class _Restore:
                                  f"{list(shape)}, but into= holds {into.dtype} {list(into.shape)}")
             direct = into.flags.c_contiguous and into.flags.writeable and stored == dtype
             buffer = into if direct else np.empty(shape, stored)
-            self._read(self._stored(node, path, buffer.nbytes), buffer.ctypes.data, buffer)
+            self._read(self._stored(node, path, buffer.nbytes), buffer.ctypes.data, buffer,
+                       fresh=not direct)
             if not direct:
                 self._copies.append((into, buffer))
             return into
         array = np.empty(shape, stored)
-        self._read(self._stored(node, path, array.nbytes), array.ctypes.data, array)
+        self._read(self._stored(node, path, array.nbytes), array.ctypes.data, array, fresh=True)
         if stored != dtype or node.get("scalar"):
             def build(read: Any, _: Any) -> Any:
                 value = read.astype(dtype) if stored != dtype else read
@@ -811,9 +812,11 @@ class _Restore:
             self._after.append((array, build))
         return array
 
-    def _read(self, index: int, address: int, keep: Any) -> None:
+    def _read(self, index: int, address: int, keep: Any, fresh: bool) -> None:
+        """Queues a read of tensor ``index`` to ``address``; ``fresh``: memory allocated for
+        this load and not yet touched (the reader asks for huge pages there)."""
         if self._tensors[index]["nbytes"]:  # an empty tensor has nothing to read (and may be
-            self.reads.append((index, address))  # at address 0)
+            self.reads.append((index, address, fresh))  # at address 0)
             self._keep.append(keep)
 
 

@@ -282,9 +282,9 @@ def test_skip_if_busy_and_a_rank_that_never_comes(ckpt_dir):
 
 def test_gpu_path_copies_through_staging(ckpt_dir, monkeypatch):
     """The GPU path (the caller copies into staging) run with CPU tensors."""
-    import zerowait.checkpoint
+    import zerowait._checkpoint_state
 
-    monkeypatch.setattr(zerowait.checkpoint, "_host_addressable", lambda tensor: False)
+    monkeypatch.setattr(zerowait._checkpoint_state, "_host_addressable", lambda tensor: False)
     state = {"w": torch.randn(3, 5).t(), "b": torch.arange(7, dtype=torch.bfloat16)[::2],
              "zero_d": torch.tensor(1.5), "empty": torch.empty(0)}
     ckpt = zerowait.Checkpointer(ckpt_dir)

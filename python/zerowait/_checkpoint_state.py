@@ -1,0 +1,432 @@
+"""How ``zerowait.Checkpointer`` turns a state into tensors plus a JSON structure, and back.
+
+A state is a nested structure of dicts (any keys), lists and tuples holding torch tensors, numpy
+arrays and plain values. ``_Snapshot`` walks it into the list of tensors the C++ engine saves
+(named by the JSON pointer of their key path) and a JSON description of everything else;
+``_Restore`` reads a rank manifest back into the same structure, allocating tensors (or using
+those of ``into=``) and queuing the reads that fill them.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import collections.abc
+import ctypes
+import json
+import math
+import pickle
+import sys
+from typing import Any, Callable, Dict, List, Tuple
+
+import numpy as np
+
+from zerowait import _core
+
+# Describes the structure JSON stored in each rank's manifest; bump on incompatible change.
+_STRUCTURE_FORMAT = "zerowait-state"
+_STRUCTURE_VERSION = 1
+
+# Safetensors names of the dtypes it knows. Any other dtype is stored as its raw bytes ("U8",
+# shape [nbytes]), its real dtype and shape kept in the structure.
+_TORCH_TO_SAFETENSORS = {
+    "bool": "BOOL", "uint8": "U8", "int8": "I8", "float8_e5m2": "F8_E5M2",
+    "float8_e4m3fn": "F8_E4M3", "float8_e8m0fnu": "F8_E8M0", "int16": "I16", "uint16": "U16",
+    "float16": "F16", "bfloat16": "BF16", "int32": "I32", "uint32": "U32", "float32": "F32",
+    "int64": "I64", "uint64": "U64", "float64": "F64", "complex64": "C64",
+}
+_NUMPY_TO_SAFETENSORS = {
+    "|b1": "BOOL", "|u1": "U8", "|i1": "I8", "<i2": "I16", "<u2": "U16", "<f2": "F16",
+    "<i4": "I32", "<u4": "U32", "<f4": "F32", "<i8": "I64", "<u8": "U64", "<f8": "F64",
+    "<c8": "C64",
+}
+# --- state -> tensors + structure JSON ---------------------------------------------------------
+
+
+def _int_node(value: int) -> Any:
+    """An int as itself, or, beyond 64 bits (which the manifest's JSON parser turns into a
+    double), as its decimal digits."""
+    return value if -(1 << 63) <= value < (1 << 64) else {"type": "int", "value": str(value)}
+
+
+def _path_text(path: Tuple[Any, ...]) -> str:
+    """state["optimizer"]["param_groups"][0]: how a key path reads in errors."""
+    return "state" + "".join(f"[{json.dumps(k) if isinstance(k, str) else k}]" for k in path)
+
+
+def _json_pointer(path: Tuple[Any, ...]) -> str:
+    """The RFC 6901 pointer of a key path: "/model/layer.0.weight"."""
+    return "".join("/" + str(k).replace("~", "~0").replace("/", "~1") for k in path)
+
+
+class _Snapshot:
+    """Walks a state once: collects its tensors (what C++ stages) and describes the rest.
+
+    Structure nodes are JSON: null, bools, 64-bit ints, finite floats and strings as themselves,
+    the rest as objects tagged by "type": dict / odict (items as [key, value] pairs, so int keys
+    stay ints), list, tuple, size (torch.Size), int (beyond 64 bits), float (non-finite),
+    bytes / bytearray / pickle (base64), tensor and ndarray (index into the tensor list, dtype,
+    shape; tensors also the device they came from, and whether they were Parameters).
+    """
+
+    def __init__(self, allow_pickle: bool) -> None:
+        self.allow_pickle = allow_pickle
+        self.tensors: List[tuple] = []  # what _Checkpointer.begin_save takes
+        self._names: set = set()
+        self._open: set = set()  # id() of the containers on the path being walked
+        self._keep: List[Any] = []  # the arrays whose addresses are in self.tensors
+        self._device: List[Tuple[int, Any]] = []  # (index, tensor) filled by the caller
+
+    def encode_state(self, state: Any) -> str:
+        root = self._encode(state, ())
+        return json.dumps({"format": _STRUCTURE_FORMAT, "version": _STRUCTURE_VERSION,
+                           "root": root}, allow_nan=False, separators=(",", ":"))
+
+    def _encode(self, obj: Any, path: Tuple[Any, ...]) -> Any:
+        kind = type(obj)
+        if obj is None or kind in (bool, str):
+            return obj
+        if kind is int:
+            return _int_node(obj)
+        if kind is float:
+            return obj if math.isfinite(obj) else {"type": "float", "value": repr(obj)}
+        if kind in (bytes, bytearray):
+            return {"type": kind.__name__, "data": base64.b64encode(obj).decode()}
+        if kind in (dict, collections.OrderedDict, list, tuple):
+            if id(obj) in self._open:
+                raise TypeError(f"{_path_text(path)}: the state contains itself")
+            self._open.add(id(obj))
+            try:
+                return self._container(obj, path)
+            finally:
+                self._open.discard(id(obj))
+        if kind is np.ndarray or isinstance(obj, np.generic):
+            return self._ndarray(obj, path)
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            if kind is torch.Size:
+                return {"type": "size", "items": list(obj)}
+            if kind in (torch.Tensor, torch.nn.Parameter):
+                return self._tensor(torch, obj, path)
+        return self._other(obj, path, "")
+
+    def _container(self, obj: Any, path: Tuple[Any, ...]) -> Any:
+        kind = type(obj)
+        if kind in (list, tuple):
+            return {"type": kind.__name__,
+                    "items": [self._encode(v, path + (i,)) for i, v in enumerate(obj)]}
+        items = []
+        for key, value in obj.items():
+            if type(key) not in (str, int):
+                raise TypeError(f"{_path_text(path)}: cannot save a key of type "
+                                f"'{type(key).__name__}' ({key!r}); keys must be str or int")
+            items.append([_int_node(key) if type(key) is int else key,
+                          self._encode(value, path + (key,))])
+        node = {"type": "dict" if kind is dict else "odict", "items": items}
+        metadata = getattr(obj, "_metadata", None)  # what nn.Module.state_dict() attaches
+        if kind is not dict and metadata is not None:
+            node["metadata"] = self._encode(metadata, path + ("_metadata",))
+        return node
+
+    def _other(self, obj: Any, path: Tuple[Any, ...], why: str) -> Any:
+        what = why or f"an object of type '{type(obj).__name__}'"
+        if not self.allow_pickle:
+            raise TypeError(f"{_path_text(path)}: cannot save {what}; pass allow_pickle=True "
+                            f"to pickle it")
+        try:
+            data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as error:
+            raise TypeError(f"{_path_text(path)}: cannot pickle {what}: {error}") from error
+        return {"type": "pickle", "data": base64.b64encode(data).decode()}
+
+    def _add(self, path: Tuple[Any, ...], dtype: str, shape: List[int], element_size: int,
+             floating: bool, address: int, nbytes: int, keep: Any) -> int:
+        name = _json_pointer(path) or "/"  # the engine wants a name; "" would be the root
+        if name in self._names:  # int key 0 and str key "0" of one dict share a pointer
+            name += f"#{len(self.tensors)}"
+        self._names.add(name)
+        self._keep.append(keep)
+        self.tensors.append((name, dtype, shape, element_size, floating, address, nbytes))
+        return len(self.tensors) - 1
+
+    def _tensor(self, torch: Any, tensor: Any, path: Tuple[Any, ...]) -> Any:
+        t = tensor.detach()
+        if t.layout != torch.strided or t.is_quantized or t.device.type == "meta":
+            layout = "quantized" if t.is_quantized else str(t.layout).removeprefix("torch.")
+            return self._other(tensor, path, f"a {layout} tensor on {t.device}")
+        t = _contiguous(torch, t.resolve_conj().resolve_neg())
+        dtype = str(t.dtype).removeprefix("torch.")
+        nbytes = t.numel() * t.element_size()
+        stored = _TORCH_TO_SAFETENSORS.get(dtype)
+        # Byte grouping works on the floating-point numbers a complex number is made of.
+        element = t.element_size() // (2 if t.dtype.is_complex else 1)
+        floating = t.dtype.is_floating_point or t.dtype.is_complex
+        on_host = _host_addressable(t)
+        index = self._add(path, stored or "U8", list(t.shape) if stored else [nbytes], element,
+                          floating, t.data_ptr() if on_host else 0, nbytes, t)
+        if not on_host:
+            self._device.append((index, t))
+        node = {"type": "tensor", "index": index, "dtype": dtype, "shape": list(t.shape),
+                "device": str(tensor.device)}
+        if isinstance(tensor, torch.nn.Parameter):
+            node["parameter"] = True
+            node["requires_grad"] = tensor.requires_grad
+        return node
+
+    def _ndarray(self, value: Any, path: Tuple[Any, ...]) -> Any:
+        array = np.asarray(value)
+        # Object and structured dtypes, and dtypes registered by other libraries (ml_dtypes'
+        # bfloat16 reads back as void), do not survive their dtype string.
+        if array.dtype.hasobject or np.dtype(array.dtype.str) != array.dtype:
+            return self._other(value, path, f"a numpy array of dtype {array.dtype}")
+        stored_dtype = array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else None
+        data = np.ascontiguousarray(array if stored_dtype is None else array.astype(stored_dtype))
+        name = _NUMPY_TO_SAFETENSORS.get(data.dtype.str)
+        floating = data.dtype.kind in "fc"
+        element = data.dtype.itemsize // (2 if data.dtype.kind == "c" else 1)
+        index = self._add(path, name or "U8", list(data.shape) if name else [data.nbytes],
+                          element, floating, data.ctypes.data, data.nbytes, data)
+        node = {"type": "ndarray", "index": index, "dtype": array.dtype.str,
+                "shape": list(array.shape)}
+        if isinstance(value, np.generic):
+            node["scalar"] = True
+        return node
+
+    def copy_device_tensors(self, pending: Any) -> None:
+        """Copies the tensors that are not in host memory into their staging bytes (pinned when
+        CUDA is present), then waits for the copies: the caller may change its tensors after.
+
+        GPU path: only test_checkpoint.py's CUDA test runs it on a GPU; on the CPU, a test runs
+        it with CPU tensors."""
+        if not self._device:
+            return
+        import torch
+
+        for index, tensor in self._device:
+            nbytes = self.tensors[index][6]
+            if nbytes == 0:
+                continue
+            staging = (ctypes.c_uint8 * nbytes).from_address(pending.staging(index))
+            host = torch.frombuffer(staging, dtype=torch.uint8)
+            host.copy_(tensor.reshape(-1).view(torch.uint8), non_blocking=tensor.is_cuda)
+        for device in {t.device for _, t in self._device if t.is_cuda}:
+            torch.cuda.synchronize(device)
+
+
+def _host_addressable(tensor: Any) -> bool:
+    """Whether C++ can copy the tensor's bytes from its data_ptr() (else the caller copies them
+    into staging: GPU tensors). A seam the tests use to run the GPU path on the CPU."""
+    return tensor.device.type == "cpu"
+
+
+def _contiguous(torch: Any, t: Any) -> Any:
+    """t itself when contiguous, else a contiguous copy of its elements. Dtypes without a copy
+    kernel (uint1..7, int1..7) are copied as same-sized integers."""
+    if t.is_contiguous():
+        return t
+    try:
+        return t.contiguous()
+    except (RuntimeError, NotImplementedError):
+        same_size = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+        return t.view(same_size[t.element_size()]).contiguous().view(t.dtype)
+
+
+# --- manifest + structure JSON -> state --------------------------------------------------------
+
+
+class _Restore:
+    """Rebuilds one rank's state from its manifest: allocates (or finds, in ``into``) every
+    tensor, and lists the reads that fill them straight from the files."""
+
+    def __init__(self, manifest: Dict[str, Any], what: str, allow_pickle: bool) -> None:
+        self._tensors = manifest["tensors"]
+        self._what = what
+        self._allow_pickle = allow_pickle
+        try:
+            structure = json.loads(manifest["structure_json"])
+            valid = structure.get("format") == _STRUCTURE_FORMAT
+        except (ValueError, AttributeError):
+            valid = False
+        if not valid:
+            raise _core.CorruptDataError(f"{what}: its manifest holds no zerowait state")
+        if structure.get("version") != _STRUCTURE_VERSION:
+            raise _core.UnsupportedError(f"{what}: state structure version "
+                                         f"{structure.get('version')} is not {_STRUCTURE_VERSION}")
+        self._root = structure["root"]
+        self.reads: List[Tuple[int, int]] = []  # (manifest index, destination address)
+        self._keep: List[Any] = []  # the destinations of self.reads
+        self._copies: List[Tuple[Any, Any]] = []  # (target, read buffer) once the reads are done
+        # (placeholder, build(placeholder, map_location)): values made from read bytes.
+        self._after: List[Tuple[Any, Callable[[Any, Any], Any]]] = []
+
+    def decode_state(self, into: Any) -> Any:
+        """The state with every value that needs no bytes from the files; fills self.reads."""
+        try:
+            return self._decode(self._root, (), into)
+        except (KeyError, IndexError, TypeError, AttributeError) as error:
+            raise _core.CorruptDataError(f"{self._what}: malformed state structure in the "
+                                         f"manifest ({type(error).__name__}: {error})") from error
+
+    def finish(self, state: Any, map_location: Any) -> Any:
+        """After the reads: copies into non-contiguous or device targets, then builds what could
+        not exist before the bytes did (numpy scalars, tensors on map_location)."""
+        if self._copies:
+            import torch
+
+            with torch.no_grad():
+                for target, buffer in self._copies:
+                    if isinstance(target, np.ndarray):
+                        np.copyto(target, buffer)
+                    else:
+                        target.copy_(buffer)
+        replaced = {}
+        for placeholder, build in self._after:
+            value = build(placeholder, map_location)
+            if value is not placeholder:
+                replaced[id(placeholder)] = value
+        return _replace(state, replaced) if replaced else state
+
+    def _decode(self, node: Any, path: Tuple[Any, ...], into: Any) -> Any:
+        if not isinstance(node, dict):
+            return node  # null, bool, int, finite float, str
+        kind = node["type"]
+        if kind in ("dict", "odict"):
+            keys = [self._decode(k, path, None) for k, _ in node["items"]]
+            pairs = [(k, self._decode(v, path + (k,), _child(into, k)))
+                     for k, (_, v) in zip(keys, node["items"])]
+            if kind == "dict":
+                return dict(pairs)
+            out = collections.OrderedDict(pairs)
+            if "metadata" in node:
+                out._metadata = self._decode(node["metadata"], path, None)  # type: ignore
+            return out
+        if kind in ("list", "tuple"):
+            items = [self._decode(v, path + (i,), _child(into, i))
+                     for i, v in enumerate(node["items"])]
+            return items if kind == "list" else tuple(items)
+        if kind == "float":
+            return float(node["value"])
+        if kind == "int":
+            return int(node["value"])
+        if kind in ("bytes", "bytearray"):
+            data = base64.b64decode(node["data"])
+            return data if kind == "bytes" else bytearray(data)
+        if kind == "size":
+            import torch
+
+            return torch.Size(node["items"])
+        if kind == "tensor":
+            return self._tensor(node, path, into)
+        if kind == "ndarray":
+            return self._ndarray(node, path, into)
+        if kind == "pickle":
+            if not self._allow_pickle:
+                raise ValueError(f"{self._what}: {_path_text(path)} was pickled; pass "
+                                 f"allow_pickle=True to the Checkpointer to unpickle it (only "
+                                 f"for checkpoints you trust)")
+            return pickle.loads(base64.b64decode(node["data"]))
+        raise _core.UnsupportedError(f"{self._what}: {_path_text(path)} has unknown type {kind!r}")
+
+    def _stored(self, node: Dict[str, Any], path: Tuple[Any, ...], nbytes: int) -> int:
+        index = node["index"]
+        if not 0 <= index < len(self._tensors) or self._tensors[index]["nbytes"] != nbytes:
+            raise _core.CorruptDataError(f"{self._what}: {_path_text(path)}: the manifest has no "
+                                         f"tensor of {nbytes} bytes at index {index}")
+        return index
+
+    def _tensor(self, node: Dict[str, Any], path: Tuple[Any, ...], into: Any) -> Any:
+        import torch
+
+        dtype = getattr(torch, node["dtype"], None)
+        if not isinstance(dtype, torch.dtype):
+            raise _core.UnsupportedError(f"{self._what}: {_path_text(path)} has dtype "
+                                         f"{node['dtype']}, which this torch does not have")
+        shape = tuple(node["shape"])
+        target = None
+        if into is not None:
+            if not isinstance(into, torch.Tensor):
+                raise ValueError(f"{_path_text(path)}: the checkpoint holds a tensor, but into= "
+                                 f"holds {type(into).__name__}")
+            if into.dtype != dtype or tuple(into.shape) != shape:
+                raise ValueError(f"{_path_text(path)}: the checkpoint holds {node['dtype']} "
+                                 f"{list(shape)}, but into= holds "
+                                 f"{str(into.dtype).removeprefix('torch.')} {list(into.shape)}")
+            target = into
+        direct = (target is not None and target.device.type == "cpu" and target.is_contiguous()
+                  and not target.is_conj() and not target.is_neg())
+        buffer = target if direct else torch.empty(shape, dtype=dtype)
+        index = self._stored(node, path, buffer.numel() * buffer.element_size())
+        self._read(index, buffer.data_ptr(), buffer, fresh=buffer is not target)
+        if target is not None:
+            if not direct:
+                self._copies.append((target, buffer))
+            return target
+        def to_device(tensor: Any, map_location: Any) -> Any:
+            device = node["device"] if map_location is None else map_location
+            if str(device) != "cpu":
+                tensor = tensor.to(device)
+            if node.get("parameter"):  # made here: a moved Parameter would be a plain tensor
+                tensor = torch.nn.Parameter(tensor, requires_grad=node["requires_grad"])
+            return tensor
+
+        self._after.append((buffer, to_device))
+        return buffer
+
+    def _ndarray(self, node: Dict[str, Any], path: Tuple[Any, ...], into: Any) -> Any:
+        dtype = np.dtype(node["dtype"])
+        shape = tuple(node["shape"])
+        stored = dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
+        if into is not None and not node.get("scalar"):
+            if not isinstance(into, np.ndarray):
+                raise ValueError(f"{_path_text(path)}: the checkpoint holds a numpy array, but "
+                                 f"into= holds {type(into).__name__}")
+            if into.dtype != dtype or into.shape != shape:
+                raise ValueError(f"{_path_text(path)}: the checkpoint holds {dtype} "
+                                 f"{list(shape)}, but into= holds {into.dtype} {list(into.shape)}")
+            direct = into.flags.c_contiguous and into.flags.writeable and stored == dtype
+            buffer = into if direct else np.empty(shape, stored)
+            self._read(self._stored(node, path, buffer.nbytes), buffer.ctypes.data, buffer,
+                       fresh=not direct)
+            if not direct:
+                self._copies.append((into, buffer))
+            return into
+        array = np.empty(shape, stored)
+        self._read(self._stored(node, path, array.nbytes), array.ctypes.data, array, fresh=True)
+        if stored != dtype or node.get("scalar"):
+            def build(read: Any, _: Any) -> Any:
+                value = read.astype(dtype) if stored != dtype else read
+                return value[()] if node.get("scalar") else value
+
+            self._after.append((array, build))
+        return array
+
+    def _read(self, index: int, address: int, keep: Any, fresh: bool) -> None:
+        """Queues a read of tensor ``index`` to ``address``; ``fresh``: memory allocated for
+        this load and not yet touched (the reader asks for huge pages there)."""
+        if self._tensors[index]["nbytes"]:  # an empty tensor has nothing to read (and may be
+            self.reads.append((index, address, fresh))  # at address 0)
+            self._keep.append(keep)
+
+
+def _child(into: Any, key: Any) -> Any:
+    """into[key], or None when into has no such entry."""
+    if not isinstance(into, (collections.abc.Mapping, list, tuple)):
+        return None
+    try:
+        return into[key]
+    except (KeyError, IndexError, TypeError):
+        return None
+
+
+def _replace(obj: Any, new: Dict[int, Any]) -> Any:
+    """obj with every tensor whose id() is in ``new`` replaced, containers rebuilt alike."""
+    if id(obj) in new:
+        return new[id(obj)]
+    if type(obj) in (dict, collections.OrderedDict):
+        out = type(obj)((k, _replace(v, new)) for k, v in obj.items())
+        if hasattr(obj, "_metadata"):
+            out._metadata = obj._metadata  # type: ignore[attr-defined]
+        return out
+    if type(obj) in (list, tuple):
+        return type(obj)(_replace(v, new) for v in obj)
+    return obj

@@ -164,7 +164,9 @@ class Restore {
   void plan_tasks();
   Status run_task(const ReadTask& task);
   Status read_span(const ReadTask& task, std::span<std::byte> dst);
-  Status tensor_done(size_t read);
+  // Checks the checksum of read `read` once all its bytes arrived; `copy` is a copy of the whole
+  // tensor that is still in the CPU caches (the bounce buffer), else the destination is hashed.
+  Status tensor_done(size_t read, const std::byte* copy = nullptr);
   const StoredTensor& tensor(size_t read) const { return manifest_.tensors[reads_[read].index]; }
 
   StorageTarget& target_;
@@ -302,7 +304,13 @@ Status Restore::run_task(const ReadTask& task) {
     const std::byte* span = bounce.data() + (task.offset - begin);
     for (const ReadTask::Part& part : task.parts) {
       std::memcpy(reads_[part.read].dst + part.in_tensor, span + part.in_task, part.bytes);
+      // A whole tensor is hashed from the bounce buffer it was just copied from: still cached.
+      const bool whole = part.bytes == tensor(part.read).nbytes;
+      if (remaining_[part.read].fetch_sub(part.bytes) == part.bytes) {
+        ZW_RETURN_IF_ERROR(tensor_done(part.read, whole ? span + part.in_task : nullptr));
+      }
     }
+    return Status::ok();
   }
   for (const ReadTask::Part& part : task.parts) {
     if (remaining_[part.read].fetch_sub(part.bytes) == part.bytes) {
@@ -312,10 +320,10 @@ Status Restore::run_task(const ReadTask& task) {
   return Status::ok();
 }
 
-Status Restore::tensor_done(size_t read) {
+Status Restore::tensor_done(size_t read, const std::byte* copy) {
   if (!options_.verify) return Status::ok();
   const StoredTensor& t = tensor(read);
-  const uint64_t digest = XXH3_64bits(reads_[read].dst, t.nbytes);
+  const uint64_t digest = XXH3_64bits(copy != nullptr ? copy : reads_[read].dst, t.nbytes);
   if (digest == t.xxh3) return Status::ok();
   auto local = target_.local_path(t.file);
   return corrupt("tensor '" + t.name + "' in '" + (local ? local->string() : t.file) +

@@ -203,9 +203,7 @@ Status Restore::open_files() {
     ZW_ASSIGN_OR_RETURN(uint64_t size, f.file.size());
     for (const StoredFile& sf : manifest_.files) {
       if (sf.path == rel && sf.bytes != size) {
-        return corrupt("'" + local->string() + "' is " + std::to_string(size) +
-                       " bytes, its manifest says " + std::to_string(sf.bytes) +
-                       " (truncated or replaced)");
+        return internal::size_mismatch(local->string(), size, sf.bytes);
       }
     }
     files_.push_back(std::move(f));
@@ -369,32 +367,6 @@ Status read_tensors(StorageTarget& target, const RankManifest& manifest,
 
 namespace {
 
-// Hashes a whole file (through the page cache: verification reads each byte once).
-Result<uint64_t> hash_file(const std::string& path, uint64_t bytes,
-                           const std::function<void(uint64_t)>& progress) {
-  ZW_ASSIGN_OR_RETURN(internal::File file, internal::File::open_read(path));
-  ZW_ASSIGN_OR_RETURN(uint64_t size, file.size());
-  if (size != bytes) {
-    return corrupt("'" + path + "' is " + std::to_string(size) + " bytes, its manifest says " +
-                   std::to_string(bytes) + " (truncated or replaced)");
-  }
-  constexpr uint64_t kChunk = 8ull << 20;
-  std::vector<std::byte> buffer(std::min(kChunk, std::max<uint64_t>(size, 1)));
-  XXH3_state_t* state = XXH3_createState();
-  XXH3_64bits_reset(state);
-  Status status;
-  for (uint64_t off = 0; off < size && status.is_ok(); off += kChunk) {
-    std::span<std::byte> piece(buffer.data(), std::min(kChunk, size - off));
-    status = file.pread_exact(off, piece);
-    if (status.is_ok()) XXH3_64bits_update(state, piece.data(), piece.size());
-    if (status.is_ok() && progress) progress(piece.size());
-  }
-  const uint64_t digest = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
-  ZW_RETURN_IF_ERROR(status);
-  return digest;
-}
-
 // Checks that a safetensors file's own header describes what the manifest says it holds.
 Status check_safetensors_header(const std::string& local, const StoredFile& file,
                                 const RankManifest& manifest) {
@@ -455,11 +427,15 @@ Result<VerifyReport> verify_step(StorageTarget& target, uint64_t step, unsigned 
       check.problem = "cannot verify '" + check.file->path + "' on " + target.describe();
       return;
     }
-    auto digest = hash_file(local->string(), check.file->bytes, [&](uint64_t n) {
-      if (!progress) return;
-      std::lock_guard<std::mutex> lock(progress_mutex);
-      progress(n);
-    });
+    // Through the page cache: verification reads each byte once.
+    auto digest = internal::stream_file(local->string(), check.file->bytes,
+                                        [&](uint64_t, std::span<const std::byte> piece) {
+                                          if (progress) {
+                                            std::lock_guard<std::mutex> lock(progress_mutex);
+                                            progress(piece.size());
+                                          }
+                                          return Status::ok();
+                                        });
     if (!digest.is_ok()) {
       check.problem = digest.status().message();
       return;

@@ -26,40 +26,51 @@ Status publish_small_file(StorageTarget& target, const std::string& dir, const s
   return target.sync_directory(dir);
 }
 
-Status copy_verified(StorageTarget& from, const std::string& path, StorageTarget& to,
-                     const std::string& to_path, uint64_t expected_bytes, uint64_t expected_xxh3) {
-  auto local = from.local_path(path);
-  if (!local) {
-    return unsupported("copying from " + from.describe() + " needs a local directory source");
-  }
-  ZW_ASSIGN_OR_RETURN(File source, File::open_read(local->string()));
-  ZW_ASSIGN_OR_RETURN(uint64_t size, source.size());
-  if (size != expected_bytes) {
-    return corrupt("'" + local->string() + "' is " + std::to_string(size) +
-                   " bytes, its manifest says " + std::to_string(expected_bytes) +
-                   " (truncated or replaced); not copied");
-  }
-  ZW_ASSIGN_OR_RETURN(auto out, to.create_file(to_path));
+Status size_mismatch(const std::string& path, uint64_t actual, uint64_t expected) {
+  return corrupt("'" + path + "' is " + std::to_string(actual) + " bytes, its manifest says " +
+                 std::to_string(expected) + " (truncated or replaced)");
+}
+
+Result<uint64_t> stream_file(
+    const std::string& path, uint64_t expected_bytes,
+    const std::function<Status(uint64_t offset, std::span<const std::byte> piece)>& each) {
+  ZW_ASSIGN_OR_RETURN(File file, File::open_read(path));
+  ZW_ASSIGN_OR_RETURN(uint64_t size, file.size());
+  if (size != expected_bytes) return size_mismatch(path, size, expected_bytes);
   constexpr uint64_t kChunk = 8ull << 20;
   std::vector<std::byte> buffer(std::min(kChunk, std::max<uint64_t>(size, 1)));
   XXH3_state_t* hash = XXH3_createState();
   XXH3_64bits_reset(hash);
   Status status;
   for (uint64_t off = 0; off < size && status.is_ok(); off += kChunk) {
-    const uint64_t n = std::min(kChunk, size - off);
-    std::span<std::byte> piece(buffer.data(), n);
-    status = source.pread_exact(off, piece);
+    std::span<std::byte> piece(buffer.data(), std::min(kChunk, size - off));
+    status = file.pread_exact(off, piece);
     if (status.is_ok()) {
-      XXH3_64bits_update(hash, piece.data(), n);
-      status = out->write_at(off, piece);
+      XXH3_64bits_update(hash, piece.data(), piece.size());
+      status = each(off, piece);
     }
   }
   const uint64_t digest = XXH3_64bits_digest(hash);
   XXH3_freeState(hash);
   ZW_RETURN_IF_ERROR(status);
-  if (digest != expected_xxh3) {
-    return corrupt("'" + local->string() + "' does not match its checksum (xxh3 " + hex64(digest) +
-                   ", manifest " + hex64(expected_xxh3) + "); not copied");
+  return digest;
+}
+
+Status copy_verified(StorageTarget& from, const std::string& path, StorageTarget& to,
+                     const std::string& to_path, uint64_t expected_bytes, uint64_t expected_xxh3) {
+  auto local = from.local_path(path);
+  if (!local) {
+    return unsupported("copying from " + from.describe() + " needs a local directory source");
+  }
+  ZW_ASSIGN_OR_RETURN(auto out, to.create_file(to_path));
+  auto digest = stream_file(local->string(), expected_bytes,
+                            [&](uint64_t offset, std::span<const std::byte> piece) {
+                              return out->write_at(offset, piece);
+                            });
+  if (!digest.is_ok()) return digest.status().with_context("not copied");
+  if (digest.value() != expected_xxh3) {
+    return corrupt("'" + local->string() + "' does not match its checksum (xxh3 " +
+                   hex64(digest.value()) + ", manifest " + hex64(expected_xxh3) + "); not copied");
   }
   ZW_RETURN_IF_ERROR(out->sync());
   return out->close();

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -14,6 +16,14 @@ Status write_small_file(StorageTarget& target, const std::string& path, std::str
 // Makes `dir/name` appear whole or not at all: "name.tmp", fsync, rename, fsync of `dir`.
 Status publish_small_file(StorageTarget& target, const std::string& dir, const std::string& name,
                           std::string_view bytes);
+// kCorrupt "'<path>' is N bytes, its manifest says M (truncated or replaced)".
+Status size_mismatch(const std::string& path, uint64_t actual, uint64_t expected);
+// Reads local file `path`, which its manifest says is `expected_bytes` long (else
+// size_mismatch), in 8 MiB pieces, giving each to `each` with its offset; returns the xxh3 of
+// the whole file.
+Result<uint64_t> stream_file(
+    const std::string& path, uint64_t expected_bytes,
+    const std::function<Status(uint64_t offset, std::span<const std::byte> piece)>& each);
 // Copies `path` from one target to another (same relative path, written to `to_path`), hashing
 // the bytes on the way: kCorrupt, naming the source, when they do not hash to `expected_xxh3`
 // or are not `expected_bytes` long. The copy is fsynced and closed.

@@ -3,7 +3,7 @@
 
     python examples/train.py --data /fast/train                    # a packed ImageFolder
     python examples/train.py --data demo-shards --epochs 2         # generated if missing
-    python examples/train.py --data demo-shards --checkpoint ckpt.pt --resume
+    python examples/train.py --data demo-shards --checkpoint ckpt/ --resume
     torchrun --nproc-per-node 2 examples/train.py --data demo-shards   # DDP, CPU (gloo) or GPU
 
 What it shows:
@@ -14,6 +14,10 @@ What it shows:
 - Rank and world size: the Loader reads them from torch.distributed / RANK / WORLD_SIZE itself.
 - Checkpoints that hold the loader's position, so ``--resume`` continues mid-epoch with exactly
   the batches an uninterrupted run would have seen next (same samples, same augmentations).
+- ``zerowait.Checkpointer`` in place of ``torch.save``: ``save()`` returns once the state is
+  copied and the files are written and committed in the background, so the loop barely waits;
+  every rank saves its own part (its loader position differs) into the same step. The last
+  line says how long the loop was blocked in ``save()`` in total.
 - A per-epoch line with samples/s, loss and the input stall: the share of the epoch the
   training loop spent waiting for the loader.
 
@@ -58,10 +62,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="sample order, augmentation and init")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
-    p.add_argument("--checkpoint", default=None, help="checkpoint file (e.g. ckpt.pt)")
+    p.add_argument("--checkpoint", default=None,
+                   help="checkpoint directory (e.g. ckpt/), kept by zerowait.Checkpointer: the "
+                        "newest two steps stay")
     p.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints")
     p.add_argument("--resume", action="store_true",
-                   help="continue from --checkpoint when it exists (else start fresh)")
+                   help="continue from the newest step in --checkpoint when there is one (else "
+                        "start fresh)")
     p.add_argument("--log-indices", default=None,
                    help="append each batch's sample indices to this file, one JSON list a line "
                         "(FILE.rankN per rank when distributed)")
@@ -118,15 +125,17 @@ def to_input(batch: dict, device: torch.device, mean: torch.Tensor, std: torch.T
     return images, labels
 
 
-def save_checkpoint(path: str, model: nn.Module, optimizer: torch.optim.Optimizer,
-                    loader: zerowait.Loader, step: int) -> None:
-    """Written to a temporary file, then renamed over ``path``: a crash mid-save leaves the
-    previous checkpoint intact."""
+def save_checkpoint(ckpt: zerowait.Checkpointer, model: nn.Module,
+                    optimizer: torch.optim.Optimizer, loader: zerowait.Loader, step: int) -> float:
+    """Saves the training state as step ``step`` and returns the seconds the loop was blocked:
+    the copy of the state, plus waiting for the previous save if it is still being written.
+    Files, fsync and commit go on in the background; a crash mid-save leaves the previous step
+    the newest."""
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
              "loader": loader.state_dict(), "step": step}
-    tmp = f"{path}.tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    started = time.perf_counter()
+    ckpt.save(step, state)
+    return time.perf_counter() - started
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,6 +151,16 @@ def main(argv: list[str] | None = None) -> int:
         ensure_dataset(args.data, args.synthetic_files, args.synthetic_classes, args.seed)
     if distributed:
         dist.barrier()  # the other ranks wait for rank 0 to pack the synthetic data
+
+    # Every rank saves its own part of each step (its loader position differs). Under torchrun
+    # every rank must create the Checkpointer, after init_process_group: the ranks agree on each
+    # commit over a process group it creates.
+    ckpt = zerowait.Checkpointer(args.checkpoint, keep_last=2) if args.checkpoint else None
+    if ckpt is not None and not args.resume and ckpt.latest() is not None:
+        # A committed step is never overwritten, and a fresh run's steps among an earlier run's
+        # would make a later --resume continue the wrong one.
+        sys.exit(f"{args.checkpoint} holds steps {ckpt.steps()} of an earlier run: pass --resume "
+                 f"to continue it, or another directory to start over")
 
     device = torch.device(args.device)
     torch.manual_seed(args.seed)
@@ -173,15 +192,16 @@ def main(argv: list[str] | None = None) -> int:
     std = torch.tensor(STD, device=device).view(1, 3, 1, 1)
 
     step = 0
-    if args.resume and args.checkpoint and os.path.exists(args.checkpoint):
-        ckpt = torch.load(args.checkpoint, map_location=device)
-        module.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        loader.load_state_dict(ckpt["loader"])  # the next batch is the one after the saved step
-        step = ckpt["step"]
+    if args.resume and ckpt is not None and ckpt.latest() is not None:
+        state = ckpt.load(map_location=device)  # the newest step that reads back intact
+        module.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        loader.load_state_dict(state["loader"])  # the next batch is the one after the saved step
+        step = state["step"]
         if rank == 0:
-            print(f"resumed from {args.checkpoint} at step {step} (epoch {loader.epoch}, "
-                  f"{loader.remaining()} of {len(loader)} batches left in it)", flush=True)
+            print(f"resumed from {args.checkpoint} at step {ckpt.loaded_step} "
+                  f"(epoch {loader.epoch}, {loader.remaining()} of {len(loader)} batches left "
+                  f"in it)", flush=True)
     elif args.resume and rank == 0:
         print(f"no checkpoint at {args.checkpoint}: starting from scratch", flush=True)
     if rank == 0:
@@ -194,8 +214,9 @@ def main(argv: list[str] | None = None) -> int:
         suffix = f".rank{loader.rank}" if loader.world_size > 1 else ""
         index_log = open(args.log_indices + suffix, "a")
     saved_at = step
+    saves, blocked = 0, 0.0  # checkpoints saved by this run, seconds the loop waited in save()
     model.train()
-    stop = False
+    stop = bool(args.steps) and step >= args.steps  # resumed at --steps already: nothing to do
     while loader.epoch < args.epochs and not stop:
         epoch = loader.epoch
         started = time.perf_counter()
@@ -215,9 +236,9 @@ def main(argv: list[str] | None = None) -> int:
             if index_log is not None:
                 index_log.write(json.dumps(batch["__index__"].tolist()) + "\n")
                 index_log.flush()
-            if args.checkpoint and step % args.checkpoint_every == 0:
-                if rank == 0:
-                    save_checkpoint(args.checkpoint, module, optimizer, loader, step)
+            if ckpt is not None and step % args.checkpoint_every == 0:
+                blocked += save_checkpoint(ckpt, module, optimizer, loader, step)
+                saves += 1
                 saved_at = step
             if args.steps and step >= args.steps:
                 stop = True
@@ -231,8 +252,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"epoch {epoch}: step {step}, {samples} samples in {wall:.2f} s "
                   f"({samples / wall:.0f} samples/s per rank), loss {loss:.4f}, "
                   f"GPU input stall: {100 * stall / wall:.1f} % ({stall:.2f} s)", flush=True)
-    if args.checkpoint and saved_at != step and rank == 0:
-        save_checkpoint(args.checkpoint, module, optimizer, loader, step)
+    if ckpt is not None:
+        if saved_at != step:
+            blocked += save_checkpoint(ckpt, module, optimizer, loader, step)
+            saves += 1
+        # Before exit and before destroy_process_group: every save committed (raises if one
+        # failed), and the Checkpointer's commit thread stopped.
+        ckpt.close()
+        if rank == 0:
+            print(f"checkpoints: {saves} saves, blocked {blocked:.3f} s in total", flush=True)
     if index_log is not None:
         index_log.close()
     loader.close()

@@ -162,7 +162,8 @@ else
 fi
 
 step "demo: a training loop fed by zerowait.Loader (examples/train.py, 40 steps)"
+rm -rf "$DATA/train-checkpoints"  # a fresh run each time: train.py never writes over old steps
 OMP_NUM_THREADS=1 "$VENV/bin/python" "$ROOT/examples/train.py" --data "$DATA/shards" \
-  --steps 40 --batch-size 32 --image-size 64 --checkpoint "$DATA/train-checkpoint.pt"
+  --steps 40 --batch-size 32 --image-size 64 --checkpoint "$DATA/train-checkpoints"
 
 step "setup done in $((SECONDS - START)) s; try: .venv/bin/zerowait --help"

@@ -25,6 +25,7 @@ SAMPLES, BATCH = 120, 8
 STEPS_PER_EPOCH = SAMPLES // BATCH  # 15
 EPOCH_LINE = re.compile(r"^epoch (\d+): step (\d+), .* loss (\S+), GPU input stall: (\S+) %",
                         re.MULTILINE)
+SAVES_LINE = re.compile(r"^checkpoints: (\d+) saves, blocked \d+\.\d{3} s in total$", re.MULTILINE)
 
 
 @pytest.fixture(scope="module")
@@ -36,15 +37,18 @@ def dataset(tmp_path_factory) -> Path:
     return root / "shards"
 
 
-def train(dataset: Path, cwd: Path, *extra: str) -> str:
+def run_train(dataset: Path, cwd: Path, *extra: str) -> subprocess.CompletedProcess:
     command = [sys.executable, str(TRAIN), "--data", str(dataset), "--epochs", "2",
                "--batch-size", str(BATCH), "--image-size", "32", "--threads", "2", "--seed", "5",
                *extra]
     # One intra-op thread: for 32x32 batches of 8 more threads only contend with the loader's.
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
-                            timeout=180)
-    assert result.returncode == 0, f"{' '.join(command)}\n{result.stdout}\n{result.stderr}"
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
+
+
+def train(dataset: Path, cwd: Path, *extra: str) -> str:
+    result = run_train(dataset, cwd, *extra)
+    assert result.returncode == 0, f"{' '.join(result.args)}\n{result.stdout}\n{result.stderr}"
     return result.stdout
 
 
@@ -59,7 +63,7 @@ def epoch_lines(stdout: str) -> list[tuple[int, int, float, float]]:
 
 def test_resume_mid_epoch_continues_exactly(dataset, tmp_path):
     # (a) Two epochs without a break.
-    out = train(dataset, tmp_path, "--log-indices", "a.jsonl", "--checkpoint", "a.pt",
+    out = train(dataset, tmp_path, "--log-indices", "a.jsonl", "--checkpoint", "a",
                 "--checkpoint-every", "1000")
     full = read_indices(tmp_path / "a.jsonl")
     assert len(full) == 2 * STEPS_PER_EPOCH
@@ -70,26 +74,37 @@ def test_resume_mid_epoch_continues_exactly(dataset, tmp_path):
     lines = epoch_lines(out)
     assert [(e, s) for e, s, _, _ in lines] == [(0, 15), (1, 30)], out
     assert all(math.isfinite(loss) and 0 <= stall <= 100 for _, _, loss, stall in lines), out
+    assert SAVES_LINE.search(out).group(1) == "1", out  # only the final save
 
     # (b) Stopped at step 20 (5 batches into epoch 1) right after a checkpoint, then resumed.
     k = STEPS_PER_EPOCH + 5
-    out = train(dataset, tmp_path, "--log-indices", "b.jsonl", "--checkpoint", "b.pt",
+    out = train(dataset, tmp_path, "--log-indices", "b.jsonl", "--checkpoint", "b",
                 "--checkpoint-every", "10", "--steps", str(k))
     assert len(read_indices(tmp_path / "b.jsonl")) == k
     assert [(e, s) for e, s, _, _ in epoch_lines(out)] == [(0, 15), (1, k)], out
-    assert torch.load(tmp_path / "b.pt")["step"] == k
+    assert SAVES_LINE.search(out).group(1) == "2", out  # steps 10 and 20; no extra final save
+    assert zerowait.Checkpointer(tmp_path / "b").steps() == [10, k]
+    assert zerowait.Checkpointer(tmp_path / "b").load()["step"] == k
 
-    out = train(dataset, tmp_path, "--log-indices", "b.jsonl", "--checkpoint", "b.pt",
+    out = train(dataset, tmp_path, "--log-indices", "b.jsonl", "--checkpoint", "b",
                 "--checkpoint-every", "10", "--resume")
-    assert f"resumed from b.pt at step {k} (epoch 1, 10 of 15 batches left in it)" in out, out
+    assert f"resumed from b at step {k} (epoch 1, 10 of 15 batches left in it)" in out, out
     lines = epoch_lines(out)
     assert [(e, s) for e, s, _, _ in lines] == [(1, 30)], out
     assert math.isfinite(lines[0][2]), out
     assert read_indices(tmp_path / "b.jsonl") == full
 
     # Same batches, same augmentations, same optimizer state: the same weights at the end.
-    a, b = torch.load(tmp_path / "a.pt"), torch.load(tmp_path / "b.pt")
+    checkpoint_a, checkpoint_b = (zerowait.Checkpointer(tmp_path / d) for d in "ab")
+    a, b = checkpoint_a.load(), checkpoint_b.load()
+    assert checkpoint_a.loaded_step == checkpoint_b.loaded_step == 2 * STEPS_PER_EPOCH
+    assert checkpoint_b.steps() == [k, 2 * STEPS_PER_EPOCH]  # keep_last=2
     assert a["step"] == b["step"] == 2 * STEPS_PER_EPOCH
     assert a["loader"] == b["loader"]
     for name, tensor in a["model"].items():
         assert torch.allclose(tensor.float(), b["model"][name].float(), rtol=1e-4, atol=1e-5), name
+
+    # A fresh run does not write over an earlier run's steps: it refuses before training.
+    refused = run_train(dataset, tmp_path, "--checkpoint", "b")
+    assert refused.returncode != 0 and "pass --resume" in refused.stderr, refused.stderr
+    assert checkpoint_b.steps() == [k, 2 * STEPS_PER_EPOCH]

@@ -116,7 +116,14 @@ void bind_checkpoint(py::module_& m) {
 
   py::class_<PendingSave>(m, "_PendingSave")
       .def("staging",
-           [](const PendingSave& p, size_t i) { return reinterpret_cast<uintptr_t>(p.staging(i)); })
+           [](const PendingSave& p, size_t i) {
+             std::byte* address = p.staging(i);
+             if (address == nullptr) {
+               throw StatusError(invalid_argument("no staging for tensor " + std::to_string(i) +
+                                                  ": out of range, or the save was started"));
+             }
+             return reinterpret_cast<uintptr_t>(address);
+           })
       .def("copy_host_tensors",
            [](PendingSave& p) {
              Status s = [&] {

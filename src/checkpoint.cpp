@@ -103,6 +103,7 @@ class SaveJob {
   std::string structure_json;
   std::vector<uint64_t> staging_offsets;
   std::byte* staging_base = nullptr;
+  bool started_writing = false;  // start() was called (guarded by the owner's mutex)
   Clock::time_point started = Clock::now();
   double snapshot_s = 0;
 
@@ -175,9 +176,13 @@ PendingSave::~PendingSave() {
   owner->changed.notify_all();
 }
 
-std::byte* PendingSave::staging(size_t index) const { return job_->staging(index); }
+std::byte* PendingSave::staging(size_t index) const {
+  if (job_ == nullptr || index >= job_->tensors.size()) return nullptr;
+  return job_->staging(index);
+}
 
 Status PendingSave::copy_host_tensors() {
+  if (job_ == nullptr) return invalid_argument("this save was already started");
   SaveJob& job = *job_;
   struct Piece {
     const std::byte* src;
@@ -784,6 +789,8 @@ Result<SaveHandle> PendingSave::start() {
   auto state = job->owner;
   job->snapshot_s = seconds_since(job->started);
   for (TensorToSave& t : job->tensors) t.data = nullptr;  // the caller's memory is not used again
+  std::lock_guard<std::mutex> lock(state->mutex);
+  job->started_writing = true;
   state->writer = std::thread([state, job] { run_save(state, job); });
   return SaveHandle(job);
 }
@@ -821,7 +828,9 @@ void Checkpointer::finish(const SaveHandle& handle, bool committed, const Status
 Status Checkpointer::wait_all() {
   State& state = *state_;
   std::unique_lock<std::mutex> lock(state.mutex);
-  state.changed.wait(lock, [&] { return state.in_flight == nullptr; });
+  // A save prepared but not started is the caller's to start or drop: not waited for here.
+  state.changed.wait(
+      lock, [&] { return state.in_flight == nullptr || !state.in_flight->started_writing; });
   std::thread writer = std::move(state.writer);
   lock.unlock();
   if (writer.joinable()) writer.join();

@@ -149,6 +149,32 @@ TEST(Checkpoint, RejectsBadRequestsUpFront) {
   EXPECT_NE(r.status().message().find("F33"), std::string::npos);
 }
 
+TEST(Checkpoint, APreparedSaveThatIsNeverStartedHoldsNothingUp) {
+  TempDir dir;
+  auto target = make_local_directory_target(dir.path());
+  auto cp = open_or_die(target);
+  State state = State::make({100, 200});
+  {
+    auto pending = cp->begin_save(state.request(1));
+    ASSERT_TRUE(pending.is_ok());
+    ASSERT_TRUE(pending.value().has_value());
+    EXPECT_EQ(pending.value()->staging(2), nullptr);  // out of range
+    EXPECT_TRUE(cp->wait_all().is_ok());              // does not wait for an unstarted save
+    auto started = pending.value()->start();
+    ASSERT_TRUE(started.is_ok());
+    EXPECT_EQ(pending.value()->copy_host_tensors().code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(pending.value()->staging(0), nullptr);
+    EXPECT_EQ(pending.value()->start().status().code(), ErrorCode::kInvalidArgument);
+    ASSERT_TRUE(started.value().wait().is_ok());
+  }
+  {
+    auto dropped = cp->begin_save(state.request(2));  // dropped unstarted: releases the pool
+    ASSERT_TRUE(dropped.is_ok());
+  }
+  save_and_wait(*cp, state.request(3));
+  EXPECT_EQ(list_steps(*target).value(), (std::vector<uint64_t>{1, 3}));
+}
+
 // The position of the first operation equal to `op` (kind + " " + path) after `after`, or -1.
 long position(const std::vector<StorageOperation>& ops, const std::string& op, long after = -1) {
   for (size_t i = static_cast<size_t>(after + 1); i < ops.size(); ++i) {

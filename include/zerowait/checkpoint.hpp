@@ -110,10 +110,12 @@ class PendingSave {
   PendingSave(PendingSave&&) noexcept;
   PendingSave& operator=(PendingSave&&) noexcept;
   ~PendingSave();
-  // Where tensor `index` is staged (nbytes of it).
+  // Where tensor `index` is staged (nbytes of it); nullptr when out of range or started.
   std::byte* staging(size_t index) const;
   // Copies every tensor with non-null data into staging, on several threads.
   Status copy_host_tensors();
+  // A save neither started nor dropped holds the staging pool: the next save and
+  // Checkpointer::wait_all() do not wait for it (dropping it releases the pool).
   // Hands the snapshot to the background writer. Call once.
   Result<SaveHandle> start();
 

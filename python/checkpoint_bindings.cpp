@@ -138,8 +138,7 @@ void bind_checkpoint(py::module_& m) {
       .def(py::init([](py::handle directory, uint32_t keep_last, uint64_t keep_every,
                        py::object mirror, const std::string& compression, int zstd_level,
                        bool incremental, uint64_t max_file_bytes, unsigned threads, uint32_t rank,
-                       uint32_t world_size, bool caller_coordinates, double commit_timeout_s,
-                       bool direct_reads) {
+                       uint32_t world_size, bool caller_coordinates, double commit_timeout_s) {
              CheckpointOptions o;
              o.keep_last = keep_last;
              o.keep_every = keep_every;
@@ -152,7 +151,6 @@ void bind_checkpoint(py::module_& m) {
              o.world_size = world_size;
              o.caller_coordinates = caller_coordinates;
              o.commit_timeout_s = commit_timeout_s;
-             o.direct_reads = direct_reads;
              if (!mirror.is_none()) o.mirror = local_target(mirror);
              auto target = local_target(directory);
              py::gil_scoped_release release;
@@ -163,8 +161,7 @@ void bind_checkpoint(py::module_& m) {
            py::arg("zstd_level") = 3, py::arg("incremental") = false,
            py::arg("max_file_bytes") = CheckpointOptions{}.max_file_bytes, py::arg("threads") = 0,
            py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("caller_coordinates") = false,
-           py::arg("commit_timeout_s") = CheckpointOptions{}.commit_timeout_s,
-           py::arg("direct_reads") = true)
+           py::arg("commit_timeout_s") = CheckpointOptions{}.commit_timeout_s)
       .def(
           "begin_save",
           [](Checkpointer& c, uint64_t step, const std::vector<TensorTuple>& tensors,

@@ -49,8 +49,6 @@ struct CheckpointOptions {
   // A second tier: each committed step is copied there in the background with the same commit
   // protocol, and reads fall back to it.
   std::shared_ptr<StorageTarget> mirror;
-  // Restore reads with O_DIRECT when the filesystem allows it (page cache is bypassed).
-  bool direct_reads = true;
 };
 
 // One tensor to save. `data` is read only while save() runs (snapshot); nullptr means the caller

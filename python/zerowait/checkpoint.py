@@ -94,6 +94,8 @@ class Checkpointer:
       directory. ``commit_timeout`` (seconds) bounds how long a rank waits for the others.
     - ``allow_pickle``: pickle values that are none of the above, and unpickle them on load
       (only for checkpoints you trust).
+    - ``direct_reads``: ``load()`` reads with O_DIRECT where the filesystem allows it, so a
+      restore neither goes through nor evicts the page cache; False reads through it.
 
     Not thread-safe: call save() and load() from one thread. Use as a context manager, or call
     :meth:`close`, so the last saves finish before the process ends (an open Checkpointer also
@@ -115,6 +117,7 @@ class Checkpointer:
         world_size: Optional[int] = None,
         allow_pickle: bool = False,
         commit_timeout: float = 600.0,
+        direct_reads: bool = True,
     ) -> None:
         if rank is None or world_size is None:
             default_rank, default_world = _default_rank_world()
@@ -127,6 +130,7 @@ class Checkpointer:
         self.allow_pickle = allow_pickle
         self.loaded_step: Optional[int] = None  # the step the last load() returned
         self._threads = threads
+        self._direct_reads = direct_reads
         dist = _initialised_distributed() if world_size > 1 else None
         if dist is not None and (rank, world_size) != (dist.get_rank(), dist.get_world_size()):
             raise ValueError(
@@ -299,7 +303,7 @@ class Checkpointer:
         manifest = reader.manifest()
         restore = _Restore(manifest, f"step {step} in {root}", self.allow_pickle)
         state = restore.decode_state(into)
-        reader.read(restore.reads, threads=self._threads)
+        reader.read(restore.reads, threads=self._threads, direct=self._direct_reads)
         return restore.finish(state, map_location)
 
     def __repr__(self) -> str:

@@ -582,3 +582,10 @@ def test_a_rank_that_dies_mid_save_leaves_the_step_uncommitted(tmp_path):
         assert report["steps_after"] == [1]
     assert zerowait.Checkpointer(directory).steps() == [1]
     assert not (directory / "step-2").exists()
+
+
+@pytest.mark.parametrize("direct_reads", [True, False])
+def test_loads_with_and_without_o_direct(ckpt_dir, direct_reads):
+    state = {"w": torch.randn(300_000), "b": torch.arange(5000, dtype=torch.bfloat16), "n": 3}
+    zerowait.Checkpointer(ckpt_dir).save(1, state, blocking=True)
+    assert_same(zerowait.Checkpointer(ckpt_dir, direct_reads=direct_reads).load(), state)

@@ -350,6 +350,35 @@ TEST(Checkpoint, MirrorGetsEveryCommittedStepVerified) {
   EXPECT_EQ(testing::read_file(mirror_dir / "latest"), "step-4\n");
 }
 
+TEST(Checkpoint, AFailingMirrorIsReportedAndLeavesLocalStepsAlone) {
+  TempDir local_dir;
+  TempDir mirror_dir;
+  auto local = make_local_directory_target(local_dir.path());
+  auto mirror =
+      std::make_shared<FaultInjectingTarget>(make_local_directory_target(mirror_dir.path()));
+  CheckpointOptions options;
+  options.mirror = mirror;
+  auto cp = open_or_die(local, options);
+  mirror->set_fault_rule(
+      [](const StorageOperation& op) { return op.kind == "write" ? ENOSPC : 0; });
+  State state = State::make({1000, 2000});
+  save_and_wait(*cp, state.request(1));
+  Status mirrored = cp->wait_all();
+  EXPECT_EQ(mirrored.code(), ErrorCode::kIo);
+  EXPECT_NE(mirrored.message().find("mirror"), std::string::npos) << mirrored.message();
+  EXPECT_NE(mirrored.message().find(std::strerror(ENOSPC)), std::string::npos)
+      << mirrored.message();
+  EXPECT_TRUE(list_steps(*mirror).value().empty());
+  // The local tier is untouched, and once the mirror has room again the next step reaches it.
+  EXPECT_EQ(read_all(*local, 1), state.values);
+  mirror->set_fault_rule(nullptr);
+  save_and_wait(*cp, state.request(2));
+  ASSERT_TRUE(cp->wait_all().is_ok());
+  EXPECT_EQ(list_steps(*local).value(), (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(list_steps(*mirror).value(), std::vector<uint64_t>{2});
+  EXPECT_EQ(read_all(*mirror, 2), state.values);
+}
+
 TEST(Checkpoint, MirrorRefusesACorruptLocalCopy) {
   TempDir local_dir;
   TempDir mirror_dir;

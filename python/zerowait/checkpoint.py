@@ -356,7 +356,8 @@ class _RankCoordinator:
         # rank writes.
         dist.barrier(group=self._group)
         self._broken: Optional[str] = None
-        # begin_save() lets at most one save wait for its commit while the next one is staged.
+        # The next begin_save() waits until this thread has finished the previous save, so at
+        # most one save waits here at a time.
         self._queue: "queue.Queue[Any]" = queue.Queue(maxsize=2)
         # A daemon, yet never detached: close() or, at exit, the Checkpointer's finalizer stops
         # and joins it. (Python joins non-daemon threads before it runs finalizers.)

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include "internal/xxhash.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -11,6 +10,7 @@
 
 #include "internal/fault_injection.hpp"
 #include "internal/file.hpp"
+#include "internal/xxhash.hpp"
 
 namespace zerowait {
 namespace {
@@ -45,7 +45,7 @@ struct ShardWriter::State {
   internal::File file;
   ShardWriterOptions options;
   format::ShardIndex index;
-  uint64_t file_size = 0;  // bytes appended so far (buffered ones included)
+  uint64_t file_size = 0;         // bytes appended so far (buffered ones included)
   std::vector<std::byte> buffer;  // pending bytes, starting at file offset buffer_start
   uint64_t buffer_start = 0;
   uint64_t writeback_start = 0;  // bytes below this offset were handed to writeback
@@ -60,33 +60,18 @@ struct ShardWriter::State {
       size_t run_end = pos;
       while (run_end < data.size()) {
         const uint64_t file_pos = offset + run_end;
-        const size_t len =
-            std::min<uint64_t>(kBlock - file_pos % kBlock, data.size() - run_end);
+        const size_t len = std::min<uint64_t>(kBlock - file_pos % kBlock, data.size() - run_end);
         if (all_zero(data.data() + run_end, len)) break;
         run_end += len;
       }
       if (run_end > pos) {
-        ZW_RETURN_IF_ERROR(pwrite_all(data.subspan(pos, run_end - pos), offset + pos));
+        ZW_RETURN_IF_ERROR(
+            file.pwrite_all(offset + pos, data.subspan(pos, run_end - pos), "cannot write shard"));
         pos = run_end;
         continue;
       }
       const uint64_t file_pos = offset + pos;
       pos += std::min<uint64_t>(kBlock - file_pos % kBlock, data.size() - pos);  // skip a hole
-    }
-    return Status::ok();
-  }
-
-  Status pwrite_all(std::span<const std::byte> data, uint64_t offset) {
-    size_t done = 0;
-    while (done < data.size()) {
-      ssize_t n = ::pwrite(file.fd(), data.data() + done, data.size() - done,
-                           static_cast<off_t>(offset + done));
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return errno_status(errno, "cannot write shard", file.path(),
-                            static_cast<long long>(offset + done));
-      }
-      done += static_cast<size_t>(n);
     }
     return Status::ok();
   }
@@ -144,8 +129,8 @@ Result<ShardWriter> ShardWriter::create(const std::string& path, ShardWriterOpti
   state->file = std::move(file);
   state->options = options;
   state->buffer.reserve(kWriteBufferSize);
-  ZW_RETURN_IF_ERROR(state->append(as_bytes(
-      format::encode_header(options.align_samples ? format::kAligned : 0u))));
+  ZW_RETURN_IF_ERROR(state->append(
+      as_bytes(format::encode_header(options.align_samples ? format::kAligned : 0u))));
   return ShardWriter(std::move(state));
 }
 
@@ -176,8 +161,8 @@ Status ShardWriter::add_sample(std::string_view key, std::span<const FieldData> 
     }
     for (size_t j = 0; j < i; ++j) {
       if (fields[j].name == name) {
-        return invalid_argument("sample '" + std::string(key) + "': field '" +
-                                std::string(name) + "' given twice");
+        return invalid_argument("sample '" + std::string(key) + "': field '" + std::string(name) +
+                                "' given twice");
       }
     }
   }

@@ -33,21 +33,7 @@ class LocalWritableFile : public WritableFile {
   explicit LocalWritableFile(internal::File file) : file_(std::move(file)) {}
 
   Status write_at(uint64_t offset, std::span<const std::byte> bytes) override {
-    size_t done = 0;
-    while (done < bytes.size()) {
-      const uint64_t at = offset + done;
-      ssize_t n =
-          ::pwrite(file_.fd(), bytes.data() + done, bytes.size() - done, static_cast<off_t>(at));
-      if (n < 0 && errno == EINTR) continue;
-      // A regular file never takes 0 bytes of a non-empty write; treat it as an I/O error
-      // rather than spin.
-      if (n <= 0) {
-        return errno_status(n < 0 ? errno : EIO, "cannot write", file_.path(),
-                            static_cast<long long>(at));
-      }
-      done += static_cast<size_t>(n);
-    }
-    return Status::ok();
+    return file_.pwrite_all(offset, bytes);
   }
 
   void start_writeback(uint64_t offset, uint64_t length) override {

@@ -63,6 +63,18 @@ Status short_read_status(const std::string& path, uint64_t offset, uint64_t miss
                  std::to_string(missing) + " more bytes, the file ends there (truncated?)");
 }
 
+Status File::pwrite_all(uint64_t offset, std::span<const std::byte> src, const char* what) {
+  size_t done = 0;
+  while (done < src.size()) {
+    const uint64_t at = offset + done;
+    ssize_t n = ::pwrite(fd_, src.data() + done, src.size() - done, static_cast<off_t>(at));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return errno_status(n < 0 ? errno : EIO, what, path_, static_cast<long long>(at));
+    done += static_cast<size_t>(n);
+  }
+  return Status::ok();
+}
+
 Status File::write_all(std::span<const std::byte> src) {
   size_t done = 0;
   while (done < src.size()) {

@@ -37,6 +37,10 @@ class File {
   Status pread_exact(uint64_t offset, std::span<std::byte> dst) const;
   // Writes all of `src` at the current position.
   Status write_all(std::span<const std::byte> src);
+  // Writes all of `src` at `offset` (retrying short writes and EINTR; a write that takes no
+  // bytes is an I/O error, not a loop). `what` starts the error message ("cannot write").
+  Status pwrite_all(uint64_t offset, std::span<const std::byte> src,
+                    const char* what = "cannot write");
   Status sync();
   Status close();
 

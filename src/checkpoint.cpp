@@ -333,12 +333,12 @@ Status PartWriter::write_part() {
 // Streams tensor bytes from staging to `file` at increasing offsets, hashing what it writes.
 class FileStream {
  public:
-  FileStream(WritableFile& file, XXH3_state_t* hash) : file_(file), hash_(hash) {}
+  explicit FileStream(WritableFile& file) : file_(file) {}
   Status append(std::span<const std::byte> bytes) {
     for (uint64_t off = 0; off < bytes.size(); off += kWriteChunk) {
       auto piece = bytes.subspan(off, std::min<uint64_t>(kWriteChunk, bytes.size() - off));
       ZW_RETURN_IF_ERROR(file_.write_at(offset_, piece));
-      XXH3_64bits_update(hash_, piece.data(), piece.size());
+      hash_.update(piece.data(), piece.size());
       offset_ += piece.size();
       if (offset_ - writeback_from_ >= kWritebackEvery) {
         file_.start_writeback(writeback_from_, offset_ - writeback_from_);
@@ -348,27 +348,22 @@ class FileStream {
     return Status::ok();
   }
   uint64_t offset() const { return offset_; }
+  uint64_t digest() const { return hash_.digest(); }
 
  private:
   WritableFile& file_;
-  XXH3_state_t* hash_;
+  internal::Xxh3Stream hash_;
   uint64_t offset_ = 0;
   uint64_t writeback_from_ = 0;
 };
 
-struct HashState {
-  HashState() : state(XXH3_createState()) { XXH3_64bits_reset(state); }
-  ~HashState() { XXH3_freeState(state); }
-  XXH3_state_t* state;
-};
-
-Status finish_file(WritableFile& file, const FileStream& stream, const HashState& hash,
-                   const std::string& path, const std::string& container, StoredFile& out) {
+Status finish_file(WritableFile& file, const FileStream& stream, const std::string& path,
+                   const std::string& container, StoredFile& out) {
   ZW_RETURN_IF_ERROR(file.sync());
   ZW_RETURN_IF_ERROR(file.close());
   out.path = path;
   out.bytes = stream.offset();
-  out.xxh3 = XXH3_64bits_digest(hash.state);
+  out.xxh3 = stream.digest();
   out.container = container;
   return Status::ok();
 }
@@ -389,8 +384,7 @@ Status PartWriter::write_safetensors(const FilePlan& plan, StoredFile& out) {
   ZW_ASSIGN_OR_RETURN(std::string header,
                       internal::safetensors::encode_header(entries, {{"format", "pt"}}));
   ZW_ASSIGN_OR_RETURN(auto file, state_.target->create_file(tmp_path_of(plan.path)));
-  HashState hash;
-  FileStream stream(*file, hash.state);
+  FileStream stream(*file);
   ZW_RETURN_IF_ERROR(stream.append(std::span<const std::byte>(
       reinterpret_cast<const std::byte*>(header.data()), header.size())));
   for (size_t i : plan.tensors) {
@@ -399,7 +393,7 @@ Status PartWriter::write_safetensors(const FilePlan& plan, StoredFile& out) {
     stored_[i].stored_bytes = job_.tensors[i].nbytes;
     ZW_RETURN_IF_ERROR(stream.append(job_.staged(i)));
   }
-  return finish_file(*file, stream, hash, plan.path, "safetensors", out);
+  return finish_file(*file, stream, plan.path, "safetensors", out);
 }
 
 Status PartWriter::write_compressed(const FilePlan& plan, StoredFile& out) {
@@ -436,8 +430,7 @@ Status PartWriter::write_compressed(const FilePlan& plan, StoredFile& out) {
   });
 
   ZW_ASSIGN_OR_RETURN(auto file, state_.target->create_file(tmp_path_of(plan.path)));
-  HashState hash;
-  FileStream stream(*file, hash.state);
+  FileStream stream(*file);
   ZW_RETURN_IF_ERROR(stream.append(std::span<const std::byte>(
       reinterpret_cast<const std::byte*>(internal::kCompressedFileMagic.data()),
       internal::kCompressedFileMagic.size())));
@@ -460,7 +453,7 @@ Status PartWriter::write_compressed(const FilePlan& plan, StoredFile& out) {
     ZW_RETURN_IF_ERROR(stream.append(chunk.frame));
     std::vector<std::byte>().swap(chunk.frame);
   }
-  return finish_file(*file, stream, hash, plan.path, "zerowait-zstd", out);
+  return finish_file(*file, stream, plan.path, "zerowait-zstd", out);
 }
 
 }  // namespace

@@ -136,12 +136,9 @@ Result<ShardWriter> ShardWriter::create(const std::string& path, ShardWriterOpti
 
 uint64_t ShardWriter::sample_checksum(std::span<const FieldData> fields) {
   if (fields.size() == 1) return format::checksum(fields[0].bytes);
-  XXH3_state_t* state = XXH3_createState();
-  XXH3_64bits_reset(state);
-  for (const FieldData& f : fields) XXH3_64bits_update(state, f.bytes.data(), f.bytes.size());
-  const uint64_t sum = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
-  return sum;
+  internal::Xxh3Stream hash;
+  for (const FieldData& f : fields) hash.update(f.bytes.data(), f.bytes.size());
+  return hash.digest();
 }
 
 Status ShardWriter::add_sample(std::string_view key, std::span<const FieldData> fields) {

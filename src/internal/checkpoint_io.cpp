@@ -39,21 +39,14 @@ Result<uint64_t> stream_file(
   if (size != expected_bytes) return size_mismatch(path, size, expected_bytes);
   constexpr uint64_t kChunk = 8ull << 20;
   std::vector<std::byte> buffer(std::min(kChunk, std::max<uint64_t>(size, 1)));
-  XXH3_state_t* hash = XXH3_createState();
-  XXH3_64bits_reset(hash);
-  Status status;
-  for (uint64_t off = 0; off < size && status.is_ok(); off += kChunk) {
+  Xxh3Stream hash;
+  for (uint64_t off = 0; off < size; off += kChunk) {
     std::span<std::byte> piece(buffer.data(), std::min(kChunk, size - off));
-    status = file.pread_exact(off, piece);
-    if (status.is_ok()) {
-      XXH3_64bits_update(hash, piece.data(), piece.size());
-      status = each(off, piece);
-    }
+    ZW_RETURN_IF_ERROR(file.pread_exact(off, piece));
+    hash.update(piece.data(), piece.size());
+    ZW_RETURN_IF_ERROR(each(off, piece));
   }
-  const uint64_t digest = XXH3_64bits_digest(hash);
-  XXH3_freeState(hash);
-  ZW_RETURN_IF_ERROR(status);
-  return digest;
+  return hash.digest();
 }
 
 Status copy_verified(StorageTarget& from, const std::string& path, StorageTarget& to,

@@ -7,3 +7,25 @@
 #if defined(__x86_64__)
 #include <xxh_x86dispatch.h>
 #endif
+
+#include <cstddef>
+#include <cstdint>
+
+namespace zerowait::internal {
+
+// An XXH3-64 over bytes that arrive in pieces (owns the library's streaming state).
+class Xxh3Stream {
+ public:
+  Xxh3Stream() : state_(XXH3_createState()) { XXH3_64bits_reset(state_); }
+  ~Xxh3Stream() { XXH3_freeState(state_); }
+  Xxh3Stream(const Xxh3Stream&) = delete;
+  Xxh3Stream& operator=(const Xxh3Stream&) = delete;
+
+  void update(const void* data, size_t size) { XXH3_64bits_update(state_, data, size); }
+  uint64_t digest() const { return XXH3_64bits_digest(state_); }
+
+ private:
+  XXH3_state_t* state_;
+};
+
+}  // namespace zerowait::internal

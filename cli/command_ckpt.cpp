@@ -248,14 +248,12 @@ int run_ls(const CkptArgs& args) {
 // The bytes verify_step will read for `step` (every rank's files, older steps' included), or 0
 // when a manifest cannot be read (verify_step reports why).
 uint64_t bytes_to_verify(StorageTarget& target, uint64_t step) {
-  Result<StepInfo> info = read_step_info(target, step);
-  if (!info.is_ok()) return 0;
+  Result<std::vector<RankManifest>> manifests = read_rank_manifests(target, step);
+  if (!manifests.is_ok()) return 0;
   std::set<std::string> seen;
   uint64_t bytes = 0;
-  for (uint32_t rank = 0; rank < info.value().world_size; ++rank) {
-    Result<RankManifest> manifest = read_rank_manifest(target, step, rank);
-    if (!manifest.is_ok()) return 0;
-    for (const StoredFile& file : manifest.value().files) {
+  for (const RankManifest& manifest : manifests.value()) {
+    for (const StoredFile& file : manifest.files) {
       if (seen.insert(file.path).second) bytes += file.bytes;
     }
   }
@@ -429,9 +427,7 @@ int run_inspect(const CkptArgs& args) {
   if (args.rank_option->count() > 0) {
     manifests.push_back(unwrap(read_rank_manifest(*target, args.step, args.rank)));
   } else {
-    for (uint32_t r = 0; r < info.world_size; ++r) {
-      manifests.push_back(unwrap(read_rank_manifest(*target, args.step, r)));
-    }
+    manifests = unwrap(read_rank_manifests(*target, args.step));
   }
 
   if (args.json) {

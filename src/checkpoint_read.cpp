@@ -90,8 +90,12 @@ Result<StepInfo> read_step_info(StorageTarget& target, uint64_t step) {
   return record.info;
 }
 
-Result<RankManifest> read_rank_manifest(StorageTarget& target, uint64_t step, uint32_t rank) {
-  ZW_ASSIGN_OR_RETURN(auto record, read_commit_record(target, step));
+namespace {
+
+// Rank `rank`'s manifest of the step `record` commits, checked against the record.
+Result<RankManifest> read_rank_manifest_of(StorageTarget& target,
+                                           const internal::CommitRecord& record, uint32_t rank) {
+  const uint64_t step = record.info.step;
   if (rank >= record.info.world_size) {
     return invalid_argument("step " + std::to_string(step) + " was saved by world_size " +
                             std::to_string(record.info.world_size) + "; there is no rank " +
@@ -110,6 +114,23 @@ Result<RankManifest> read_rank_manifest(StorageTarget& target, uint64_t step, ui
                    std::to_string(manifest.step));
   }
   return manifest;
+}
+
+}  // namespace
+
+Result<RankManifest> read_rank_manifest(StorageTarget& target, uint64_t step, uint32_t rank) {
+  ZW_ASSIGN_OR_RETURN(auto record, read_commit_record(target, step));
+  return read_rank_manifest_of(target, record, rank);
+}
+
+Result<std::vector<RankManifest>> read_rank_manifests(StorageTarget& target, uint64_t step) {
+  ZW_ASSIGN_OR_RETURN(auto record, read_commit_record(target, step));
+  std::vector<RankManifest> manifests;
+  for (uint32_t r = 0; r < record.info.world_size; ++r) {
+    ZW_ASSIGN_OR_RETURN(RankManifest m, read_rank_manifest_of(target, record, r));
+    manifests.push_back(std::move(m));
+  }
+  return manifests;
 }
 
 // --- parallel verified reads ------------------------------------------------------------------
@@ -406,7 +427,7 @@ Result<VerifyReport> verify_step(StorageTarget& target, uint64_t step, unsigned 
   };
   std::vector<RankManifest> manifests;
   for (uint32_t r = 0; r < record.info.world_size; ++r) {
-    auto m = read_rank_manifest(target, step, r);
+    auto m = read_rank_manifest_of(target, record, r);
     if (!m.is_ok()) {
       report.problems.push_back(m.status().message());
       continue;
@@ -519,18 +540,13 @@ Result<GcReport> collect_garbage(StorageTarget& target, uint32_t keep_last, uint
   std::set<std::string> referenced;
   bool all_known = true;
   for (uint64_t step : committed) {
-    auto record = read_commit_record(target, step);
-    if (!record.is_ok()) {
-      all_known = false;
+    auto manifests = read_rank_manifests(target, step);
+    if (!manifests.is_ok()) {
+      all_known = false;  // nothing is deleted below: its references are unknown
       continue;
     }
-    for (uint32_t r = 0; r < record.value().info.world_size; ++r) {
-      auto m = read_rank_manifest(target, step, r);
-      if (!m.is_ok()) {
-        all_known = false;
-        continue;
-      }
-      for (const StoredFile& f : m.value().files) referenced.insert(f.path);
+    for (const RankManifest& m : manifests.value()) {
+      for (const StoredFile& f : m.files) referenced.insert(f.path);
     }
   }
 

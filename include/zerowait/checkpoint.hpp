@@ -224,6 +224,8 @@ Result<std::vector<uint64_t>> list_steps(StorageTarget& target);
 Result<StepInfo> read_step_info(StorageTarget& target, uint64_t step);
 // Reads rank `rank`'s manifest of committed step N (validated against the commit record).
 Result<RankManifest> read_rank_manifest(StorageTarget& target, uint64_t step, uint32_t rank);
+// Every rank's manifest of committed step N, rank 0 first (the first error, if any).
+Result<std::vector<RankManifest>> read_rank_manifests(StorageTarget& target, uint64_t step);
 // Reads tensors of `manifest` into memory, verifying checksums; kCorrupt names the file and tensor.
 Status read_tensors(StorageTarget& target, const RankManifest& manifest,
                     std::span<const TensorRead> reads, const RestoreOptions& options = {});

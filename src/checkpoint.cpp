@@ -112,7 +112,6 @@ class SaveJob {
   Phase phase = Phase::kStaged;
   Status part_status;
   std::optional<Result<SaveResult>> result;
-  SaveResult progress;
   RankManifest manifest;  // this rank's part, once durable
   // Under caller coordination: the outcome the caller reports through finish().
   std::optional<std::pair<bool, Status>> caller_outcome;
@@ -266,8 +265,10 @@ Status PartWriter::write_part() {
   std::vector<size_t> to_write;
   std::map<std::string, const StoredFile*> referenced_files;
   std::map<std::string, const StoredTensor*> previous;
+  std::map<std::string, const StoredFile*> previous_files;
   if (opt.incremental && state_.base) {
     for (const StoredTensor& t : state_.base->tensors) previous[t.name] = &t;
+    for (const StoredFile& f : state_.base->files) previous_files[f.path] = &f;
   }
   for (size_t i = 0; i < n; ++i) {
     auto it = previous.find(stored_[i].name);
@@ -275,9 +276,8 @@ Status PartWriter::write_part() {
         it->second->nbytes == stored_[i].nbytes && it->second->dtype == stored_[i].dtype &&
         it->second->shape == stored_[i].shape) {
       stored_[i] = *it->second;
-      for (const StoredFile& f : state_.base->files) {
-        if (f.path == stored_[i].file) referenced_files[f.path] = &f;
-      }
+      // A manifest lists the file of each of its tensors (checked when it is read).
+      referenced_files[stored_[i].file] = previous_files.at(stored_[i].file);
       continue;
     }
     to_write.push_back(i);
@@ -595,7 +595,6 @@ void run_save(std::shared_ptr<Checkpointer::State> state, std::shared_ptr<SaveJo
     std::lock_guard<std::mutex> lock(job->mutex);
     job->part_status = status;
     job->manifest = writer.manifest();
-    job->progress = result;
     job->phase = SaveJob::Phase::kPartDurable;
     job->changed.notify_all();
   }

@@ -159,11 +159,8 @@ std::shared_ptr<PyDataset> open_dataset(py::handle path, const std::string& io, 
   handle->read_options.verify = verify;
   DatasetOptions options;
   options.backend = handle->backend;
-  Result<std::shared_ptr<Dataset>> opened = [&] {
-    py::gil_scoped_release release;
-    return Dataset::open(handle->path, options);
-  }();
-  handle->dataset = value_or_throw(std::move(opened));
+  handle->dataset =
+      value_or_throw(without_gil([&] { return Dataset::open(handle->path, options); }));
   return handle;
 }
 
@@ -179,20 +176,13 @@ uint64_t normalize_index(const PyDataset& d, int64_t i) {
 }
 
 std::shared_ptr<ShardReader> shard_reader(const PyDataset& d, size_t shard) {
-  Result<std::shared_ptr<ShardReader>> reader = [&] {
-    py::gil_scoped_release release;
-    return d.dataset->shard(shard);
-  }();
-  return value_or_throw(std::move(reader));
+  return value_or_throw(without_gil([&] { return d.dataset->shard(shard); }));
 }
 
 py::dict get_sample(const PyDataset& d, int64_t i) {
   const uint64_t index = normalize_index(d, i);
-  Result<Sample> read = [&] {
-    py::gil_scoped_release release;
-    return d.dataset->read(index, d.read_options);
-  }();
-  const Sample sample = value_or_throw(std::move(read));
+  const Sample sample =
+      value_or_throw(without_gil([&] { return d.dataset->read(index, d.read_options); }));
   py::dict fields;
   for (const FieldView& field : sample.view.fields) {
     fields[fs_str(field.name)] =
@@ -371,10 +361,7 @@ py::dict pack_py(py::handle sources, py::handle out_dir, bool imagefolder, uint6
     options.on_progress = [relay_ptr = &relay](const PackProgress& p) { (*relay_ptr)(p); };
   }
 
-  Result<PackReport> packed = [&] {
-    py::gil_scoped_release release;
-    return pack(options);
-  }();
+  Result<PackReport> packed = without_gil([&] { return pack(options); });
   if (relay.error) std::rethrow_exception(relay.error);
   const PackReport report = value_or_throw(std::move(packed));
 
@@ -409,11 +396,8 @@ py::dict generate_imagefolder_py(py::handle out_dir, uint64_t files, uint32_t cl
   options.min_bytes = min_bytes;
   options.max_bytes = max_bytes;
   options.threads = threads;
-  Result<SyntheticReport> generated = [&] {
-    py::gil_scoped_release release;
-    return generate_imagefolder(options);
-  }();
-  const SyntheticReport report = value_or_throw(std::move(generated));
+  const SyntheticReport report =
+      value_or_throw(without_gil([&] { return generate_imagefolder(options); }));
   py::dict out;
   out["files"] = report.files;
   out["bytes"] = report.bytes;

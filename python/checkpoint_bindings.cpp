@@ -72,8 +72,8 @@ class CheckpointReader {
  public:
   CheckpointReader(py::handle directory, uint64_t step, uint32_t rank)
       : target_(local_target(directory)) {
-    py::gil_scoped_release release;
-    manifest_ = value_or_throw(read_rank_manifest(*target_, step, rank));
+    manifest_ =
+        value_or_throw(without_gil([&] { return read_rank_manifest(*target_, step, rank); }));
   }
   py::dict manifest() const { return manifest_dict(manifest_); }
   void read(const std::vector<std::tuple<size_t, uintptr_t, bool>>& reads, unsigned threads,
@@ -82,9 +82,9 @@ class CheckpointReader {
     for (const auto& [index, address, fresh] : reads) {
       targets.push_back({index, reinterpret_cast<std::byte*>(address), fresh});
     }
-    py::gil_scoped_release release;
-    throw_if_error(
-        read_tensors(*target_, manifest_, targets, RestoreOptions{threads, direct, verify}));
+    throw_if_error(without_gil([&] {
+      return read_tensors(*target_, manifest_, targets, RestoreOptions{threads, direct, verify});
+    }));
   }
 
  private:
@@ -100,19 +100,10 @@ void bind_checkpoint(py::module_& m) {
       .def("done", &SaveHandle::done)
       .def("wait",
            [](const SaveHandle& h) {
-             Result<SaveResult> r = [&] {
-               py::gil_scoped_release release;
-               return h.wait();
-             }();
-             return save_result_dict(value_or_throw(std::move(r)));
+             return save_result_dict(value_or_throw(without_gil([&] { return h.wait(); })));
            })
-      .def("wait_part", [](const SaveHandle& h) {
-        Status s = [&] {
-          py::gil_scoped_release release;
-          return h.wait_part();
-        }();
-        throw_if_error(s);
-      });
+      .def("wait_part",
+           [](const SaveHandle& h) { throw_if_error(without_gil([&] { return h.wait_part(); })); });
 
   py::class_<PendingSave>(m, "_PendingSave")
       .def("staging",
@@ -126,11 +117,7 @@ void bind_checkpoint(py::module_& m) {
            })
       .def("copy_host_tensors",
            [](PendingSave& p) {
-             Status s = [&] {
-               py::gil_scoped_release release;
-               return p.copy_host_tensors();
-             }();
-             throw_if_error(s);
+             throw_if_error(without_gil([&] { return p.copy_host_tensors(); }));
            })
       .def("start", [](PendingSave& p) { return value_or_throw(p.start()); });
 
@@ -153,8 +140,7 @@ void bind_checkpoint(py::module_& m) {
              o.commit_timeout_s = commit_timeout_s;
              if (!mirror.is_none()) o.mirror = local_target(mirror);
              auto target = local_target(directory);
-             py::gil_scoped_release release;
-             return value_or_throw(Checkpointer::open(target, o));
+             return value_or_throw(without_gil([&] { return Checkpointer::open(target, o); }));
            }),
            py::arg("directory"), py::kw_only(), py::arg("keep_last") = 0, py::arg("keep_every") = 0,
            py::arg("mirror") = py::none(), py::arg("compression") = "none",
@@ -174,22 +160,15 @@ void bind_checkpoint(py::module_& m) {
               request.tensors.push_back({name, dtype, shape, element_size, floating,
                                          reinterpret_cast<const void*>(address), nbytes});
             }
-            auto r = [&] {
-              py::gil_scoped_release release;
-              return c.begin_save(std::move(request), skip_if_busy);
-            }();
-            return value_or_throw(std::move(r));
+            return value_or_throw(
+                without_gil([&] { return c.begin_save(std::move(request), skip_if_busy); }));
           },
           py::arg("step"), py::arg("tensors"), py::arg("structure_json"),
           py::arg("skip_if_busy") = false)
       .def(
           "commit",
           [](Checkpointer& c, uint64_t step) {
-            Status s = [&] {
-              py::gil_scoped_release release;
-              return c.commit(step);
-            }();
-            throw_if_error(s);
+            throw_if_error(without_gil([&] { return c.commit(step); }));
           },
           py::arg("step"))
       .def(
@@ -198,13 +177,8 @@ void bind_checkpoint(py::module_& m) {
             c.finish(h, committed, committed ? Status::ok() : Status(ErrorCode::kIo, why));
           },
           py::arg("handle"), py::arg("committed"), py::arg("why") = "")
-      .def("wait_all", [](Checkpointer& c) {
-        Status s = [&] {
-          py::gil_scoped_release release;
-          return c.wait_all();
-        }();
-        throw_if_error(s);
-      });
+      .def("wait_all",
+           [](Checkpointer& c) { throw_if_error(without_gil([&] { return c.wait_all(); })); });
 
   py::class_<CheckpointReader>(m, "_CheckpointReader")
       .def(py::init<py::handle, uint64_t, uint32_t>(), py::arg("directory"), py::arg("step"),
@@ -215,15 +189,12 @@ void bind_checkpoint(py::module_& m) {
 
   m.def("_ckpt_list_steps", [](py::handle directory) {
     auto target = local_target(directory);
-    py::gil_scoped_release release;
-    return value_or_throw(list_steps(*target));
+    return value_or_throw(without_gil([&] { return list_steps(*target); }));
   });
   m.def("_ckpt_step_info", [](py::handle directory, uint64_t step) {
     auto target = local_target(directory);
-    StepInfo info = [&] {
-      py::gil_scoped_release release;
-      return value_or_throw(read_step_info(*target, step));
-    }();
+    const StepInfo info =
+        value_or_throw(without_gil([&] { return read_step_info(*target, step); }));
     py::dict d;
     d["step"] = info.step;
     d["world_size"] = info.world_size;
@@ -235,10 +206,7 @@ void bind_checkpoint(py::module_& m) {
   });
   m.def("_ckpt_verify", [](py::handle directory, uint64_t step) {
     auto target = local_target(directory);
-    VerifyReport r = [&] {
-      py::gil_scoped_release release;
-      return value_or_throw(verify_step(*target, step));
-    }();
+    const VerifyReport r = value_or_throw(without_gil([&] { return verify_step(*target, step); }));
     py::dict d;
     d["step"] = r.step;
     d["files"] = r.files;
@@ -251,10 +219,8 @@ void bind_checkpoint(py::module_& m) {
       "_ckpt_gc",
       [](py::handle directory, uint32_t keep_last, uint64_t keep_every) {
         auto target = local_target(directory);
-        GcReport r = [&] {
-          py::gil_scoped_release release;
-          return value_or_throw(collect_garbage(*target, keep_last, keep_every, true));
-        }();
+        const GcReport r = value_or_throw(
+            without_gil([&] { return collect_garbage(*target, keep_last, keep_every, true); }));
         py::dict d;
         d["removed"] = r.removed;
         d["bytes_freed"] = r.bytes_freed;

@@ -68,6 +68,14 @@ T value_or_throw(Result<T>&& result) {
   return std::move(result).value();
 }
 
+// Runs `work` (blocking C++: I/O, waits) with the GIL released and returns its result; the GIL
+// is held again before the caller turns an error into an exception.
+template <typename Work>
+auto without_gil(Work&& work) {
+  py::gil_scoped_release release;
+  return work();
+}
+
 // Defined in loader_bindings.cpp.
 void bind_loader(py::module_& m);
 // Defined in checkpoint_bindings.cpp.

@@ -237,11 +237,7 @@ zerowait.RandomResizedCrop(...) or zerowait.CenterCrop(...).
       .def(
           "next",
           [](Loader& loader) -> py::object {
-            Result<std::shared_ptr<Batch>> batch = [&] {
-              py::gil_scoped_release release;
-              return loader.next();
-            }();
-            std::shared_ptr<Batch> b = value_or_throw(std::move(batch));
+            std::shared_ptr<Batch> b = value_or_throw(without_gil([&] { return loader.next(); }));
             if (b == nullptr) return py::none();
             return batch_arrays(std::move(b));
           },
@@ -255,12 +251,7 @@ zerowait.RandomResizedCrop(...) or zerowait.CenterCrop(...).
       .def("load_state_dict",
            [](Loader& l, const py::dict& d) {
              LoaderState state = state_from_dict(d);
-             Status status;
-             {
-               py::gil_scoped_release release;
-               status = l.load_state(state);
-             }
-             throw_if_error(status);
+             throw_if_error(without_gil([&] { return l.load_state(state); }));
            })
       .def("stats", [](const Loader& l) { return stats_to_dict(l.stats()); })
       .def("close", &Loader::close, py::call_guard<py::gil_scoped_release>());

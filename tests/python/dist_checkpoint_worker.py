@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 import zerowait
+from helpers import flip_byte
 
 
 def rank_state(rank: int, step: int) -> dict:
@@ -46,12 +47,7 @@ def corrupt_tensor(directory, step: int, name: str = "", rank: int = 0) -> str:
     the part) in `rank`'s part of `step`; returns the file's path relative to `directory`."""
     tensors = zerowait._core._CheckpointReader(str(directory), step, rank).manifest()["tensors"]
     stored = next(t for t in tensors if t["name"] == name or not name)
-    offset = stored["offset"] + stored["stored_bytes"] // 2
-    with open(os.path.join(directory, stored["file"]), "r+b") as f:
-        f.seek(offset)
-        byte = f.read(1)[0]
-        f.seek(offset)
-        f.write(bytes([byte ^ 0xFF]))
+    flip_byte(os.path.join(directory, stored["file"]), stored["offset"] + stored["stored_bytes"] // 2)
     return stored["file"]
 
 

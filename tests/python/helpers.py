@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import socket
 from pathlib import Path
 
 import zerowait
@@ -42,3 +43,19 @@ def write_random_tree(root: Path, samples: int, seed: int) -> dict[str, dict[str
 def dataset_contents(ds: zerowait.Dataset) -> dict[str, dict[str, bytes]]:
     """key -> fields for every sample of ds, read through the public API."""
     return {ds.key(i): ds[i] for i in range(len(ds))}
+
+
+def flip_byte(path, offset: int, mask: int = 0xFF) -> None:
+    """Damages one byte of a file in place: the byte at `offset` XOR `mask`."""
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([byte ^ mask]))
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for MASTER_PORT)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

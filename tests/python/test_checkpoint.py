@@ -9,7 +9,6 @@ import json
 import math
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import warnings
@@ -21,6 +20,7 @@ import torch
 
 import zerowait
 from dist_checkpoint_worker import corrupt_tensor, rank_state
+from helpers import free_port
 from zerowait import _core
 
 HERE = Path(__file__).parent
@@ -519,12 +519,6 @@ def test_a_full_filesystem_fails_the_save_and_keeps_the_previous_step(tmp_path):
 
 
 # --- ranks in real processes -------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_ranks(mode: str, world_size: int, directory: Path, out: Path) -> list:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers import flip_byte
 from zerowait import _core
 
 # safetensors dtype name, element size, floating point.
@@ -155,11 +156,7 @@ def test_verify_names_the_damaged_file_and_tensor(cli, ckpt_dir):
     rank = run_json(cli, "ckpt", "inspect", ckpt_dir, 30)["ranks"][0]
     weight = next(t for t in rank["tensors"] if t["name"] == "/model/weight")
     damaged = ckpt_dir / weight["file"]
-    with open(damaged, "r+b") as f:
-        f.seek(weight["offset"] + 17)
-        byte = f.read(1)
-        f.seek(weight["offset"] + 17)
-        f.write(bytes([byte[0] ^ 0x40]))
+    flip_byte(damaged, weight["offset"] + 17, mask=0x40)
 
     result = run(cli, "ckpt", "verify", ckpt_dir)
     assert result.returncode == 3, result.stdout + result.stderr

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import zerowait
+from helpers import flip_byte
 
 
 @pytest.mark.parametrize(
@@ -78,17 +79,9 @@ def _packed_copy(random_tree, tmp_path) -> tuple[Path, Path]:
     return out, shard
 
 
-def _flip_byte(path: Path, offset: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        byte = f.read(1)
-        f.seek(offset)
-        f.write(bytes([byte[0] ^ 0xFF]))
-
-
 def test_corrupt_footer_is_corrupt_data_error_naming_the_shard(random_tree, tmp_path):
     out, shard = _packed_copy(random_tree, tmp_path)
-    _flip_byte(shard, shard.stat().st_size - 20)
+    flip_byte(shard, shard.stat().st_size - 20)
     with pytest.raises(zerowait.CorruptDataError) as info:
         ds = zerowait.Dataset(out)
         ds[0]  # a manifest opens shards lazily, on first use
@@ -102,7 +95,7 @@ def test_corrupt_footer_is_corrupt_data_error_naming_the_shard(random_tree, tmp_
 
 def test_corrupt_sample_is_found_by_verify_and_by_verified_reads(random_tree, tmp_path):
     out, shard = _packed_copy(random_tree, tmp_path)
-    _flip_byte(shard, 4096 + 10)  # inside the first sample: the data region starts at 4 KiB
+    flip_byte(shard, 4096 + 10)  # inside the first sample: the data region starts at 4 KiB
 
     ds = zerowait.Dataset(out)
     bad = ds.verify()

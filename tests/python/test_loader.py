@@ -6,7 +6,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -17,6 +16,7 @@ import pytest
 import torch
 
 import zerowait
+from helpers import flip_byte, free_port
 
 HERE = Path(__file__).parent
 
@@ -114,10 +114,7 @@ def test_load_state_dict_refuses_another_seed(image_dataset):
 def corrupt_first_sample(dataset: Path) -> str:
     """Flips a byte inside the first sample of the first shard; returns that sample's key."""
     ds = zerowait.Dataset(dataset)
-    shard = Path(ds.shards[0]["path"])
-    data = bytearray(shard.read_bytes())
-    data[4096 + 10] ^= 0xFF  # the data region starts at 4 KiB
-    shard.write_bytes(bytes(data))
+    flip_byte(ds.shards[0]["path"], 4096 + 10)  # the data region starts at 4 KiB
     return ds.key(0)
 
 
@@ -195,12 +192,6 @@ def test_bad_options_are_clear_errors(image_dataset):
         zerowait.Loader(image_dataset, fields=["jpg"], decode={"nope": "int"})
     with pytest.raises(zerowait.ResourceExhaustedError, match="memory_budget"):
         zerowait.Loader(image_dataset, batch_size=48, memory_budget=1 << 10)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_two_processes_as_ranks_through_torch_distributed(image_dataset, tmp_path):

@@ -184,7 +184,6 @@ class Restore {
   Status open_files();
   void plan_tasks();
   Status run_task(const ReadTask& task);
-  Status read_span(const ReadTask& task, std::span<std::byte> dst);
   // Checks the checksum of read `read` once all its bytes arrived; `copy` is a copy of the whole
   // tensor that is still in the CPU caches (the bounce buffer), else the destination is hashed.
   Status tensor_done(size_t read, const std::byte* copy = nullptr);
@@ -270,14 +269,16 @@ void Restore::plan_tasks() {
   }
 }
 
-Status Restore::read_span(const ReadTask& task, std::span<std::byte> dst) {
-  const internal::File& file = files_[task.file].file;
-  std::vector<internal::RangeRead> ranges;
+// Appends reads of `dst.size()` bytes at file `offset` into `dst`, cut into kReadRange pieces
+// that are in flight together; the first `needed` bytes must arrive (an O_DIRECT read of the last
+// block gets what the file has).
+void add_ranges(std::vector<internal::RangeRead>& ranges, uint64_t offset, std::span<std::byte> dst,
+                uint64_t needed) {
   for (uint64_t off = 0; off < dst.size(); off += kReadRange) {
     const uint64_t n = std::min<uint64_t>(kReadRange, dst.size() - off);
-    ranges.push_back({task.offset + off, dst.subspan(off, n), n, nullptr});
+    const uint64_t min = off >= needed ? 0 : std::min(n, needed - off);
+    ranges.push_back({offset + off, dst.subspan(off, n), min, nullptr});
   }
-  return internal::read_ranges(file, ranges, Deadline::none(), false);
 }
 
 Status Restore::run_task(const ReadTask& task) {
@@ -298,13 +299,15 @@ Status Restore::run_task(const ReadTask& task) {
     if (remaining_[part.read].fetch_sub(part.bytes) == part.bytes) return tensor_done(part.read);
     return Status::ok();
   }
+  std::vector<internal::RangeRead> ranges;
   if (!open.direct) {
     // Through the page cache: straight into each tensor, no bounce copy.
     for (const ReadTask::Part& part : task.parts) {
-      std::span<std::byte> dst(reads_[part.read].dst + part.in_tensor, part.bytes);
-      ReadTask one{task.file, task.offset + part.in_task, part.bytes, {}, -1};
-      ZW_RETURN_IF_ERROR(read_span(one, dst));
+      add_ranges(ranges, task.offset + part.in_task,
+                 std::span<std::byte>(reads_[part.read].dst + part.in_tensor, part.bytes),
+                 part.bytes);
     }
+    ZW_RETURN_IF_ERROR(internal::read_ranges(open.file, ranges, Deadline::none(), false));
   } else {
     // O_DIRECT: aligned reads into a bounce buffer, then copies into the tensors.
     const uint64_t begin = task.offset / kDirectIoAlignment * kDirectIoAlignment;
@@ -312,13 +315,8 @@ Status Restore::run_task(const ReadTask& task) {
                          kDirectIoAlignment;
     thread_local internal::AlignedBuffer bounce;
     ZW_RETURN_IF_ERROR(bounce.reserve(end - begin, kReadPiece + 2 * kDirectIoAlignment, false));
-    std::vector<internal::RangeRead> ranges;
-    const uint64_t needed = task.offset + task.length - begin;
-    for (uint64_t off = 0; off < end - begin; off += kReadRange) {
-      const uint64_t n = std::min<uint64_t>(kReadRange, end - begin - off);
-      const uint64_t min = off >= needed ? 0 : std::min(n, needed - off);
-      ranges.push_back({begin + off, std::span<std::byte>(bounce.data() + off, n), min, nullptr});
-    }
+    add_ranges(ranges, begin, std::span<std::byte>(bounce.data(), end - begin),
+               task.offset + task.length - begin);
     ZW_RETURN_IF_ERROR(internal::read_ranges(open.file, ranges, Deadline::none(), true));
     const std::byte* span = bounce.data() + (task.offset - begin);
     for (const ReadTask::Part& part : task.parts) {

@@ -577,6 +577,20 @@ Status apply_retention(Checkpointer::State& state) {
       .status();
 }
 
+// Rank 0: commits `step`, then retires steps retention no longer keeps and queues the step for
+// the mirror. A retention error does not undo the commit: the next wait_all() reports it.
+Status commit_and_tidy(Checkpointer::State& state, uint64_t step) {
+  ZW_RETURN_IF_ERROR(commit_step(*state.target, step, state.options.world_size));
+  Status retention = apply_retention(state);
+  if (!retention.is_ok()) state.remember_error(retention.with_context("retention"));
+  if (state.options.mirror) {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    state.mirror_queue.push_back(step);
+    state.changed.notify_all();
+  }
+  return Status::ok();
+}
+
 void run_save(std::shared_ptr<Checkpointer::State> state, std::shared_ptr<SaveJob> job) {
   const CheckpointOptions& opt = state->options;
   job->set_phase(SaveJob::Phase::kWriting);
@@ -609,8 +623,7 @@ void run_save(std::shared_ptr<Checkpointer::State> state, std::shared_ptr<SaveJo
     } else {
       status =
           wait_for_ranks(*state->target, job->step, opt.rank, opt.world_size, opt.commit_timeout_s);
-      if (status.is_ok() && opt.rank == 0)
-        status = commit_step(*state->target, job->step, opt.world_size);
+      if (status.is_ok() && opt.rank == 0) status = commit_and_tidy(*state, job->step);
       if (!status.is_ok() && opt.rank == 0 && opt.world_size > 1) {
         // Tell the other ranks at once instead of letting them time out.
         (void)write_small_file(*state->target, step_directory(job->step) + ".tmp/FAILED",
@@ -624,15 +637,6 @@ void run_save(std::shared_ptr<Checkpointer::State> state, std::shared_ptr<SaveJo
   if (committed) {
     std::lock_guard<std::mutex> lock(state->mutex);
     state->base = job->manifest;
-  }
-  if (committed && opt.rank == 0) {
-    Status retention = apply_retention(*state);
-    if (!retention.is_ok()) state->remember_error(retention.with_context("retention"));
-    if (opt.mirror) {
-      std::lock_guard<std::mutex> lock(state->mutex);
-      state->mirror_queue.push_back(job->step);
-      state->changed.notify_all();
-    }
   }
   if (!status.is_ok()) state->remember_error(status);
   {
@@ -797,17 +801,7 @@ Result<std::optional<SaveHandle>> Checkpointer::save(SaveRequest request, bool s
 
 Status Checkpointer::commit(uint64_t step) {
   if (options_.rank != 0) return invalid_argument("only rank 0 commits a step");
-  Status status = commit_step(*target_, step, options_.world_size);
-  if (status.is_ok()) {
-    Status retention = apply_retention(*state_);
-    if (!retention.is_ok()) state_->remember_error(retention.with_context("retention"));
-    if (options_.mirror) {
-      std::lock_guard<std::mutex> lock(state_->mutex);
-      state_->mirror_queue.push_back(step);
-      state_->changed.notify_all();
-    }
-  }
-  return status;
+  return commit_and_tidy(*state_, step);
 }
 
 void Checkpointer::finish(const SaveHandle& handle, bool committed, const Status& why) {

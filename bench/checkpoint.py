@@ -34,21 +34,15 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pack_read  # noqa: E402  (cache dropping, fio output parsing, the table)
+from pack_read import MB, REPO, log  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
-MB = 1e6
 GiB = 1 << 30
-
-
-def log(message):
-    print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
 def synthetic_state(torch, total_bytes, seed=11):
@@ -141,7 +135,7 @@ def fio(args):
 def fio_write(path, size):
     """Sequential 1 MiB buffered writes with an fsync at the end: seconds (job runtime, which
     includes the final fsync), bytes."""
-    job = fio([f"--name=write", "--rw=write", "--bs=1M", "--ioengine=psync", "--end_fsync=1",
+    job = fio(["--name=write", "--rw=write", "--bs=1M", "--ioengine=psync", "--end_fsync=1",
                f"--size={size}", f"--filename={path}"])
     return job["job_runtime"] / 1000.0, job["write"]["io_bytes"]
 

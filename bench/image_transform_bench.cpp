@@ -22,8 +22,8 @@
 #include <thread>
 #include <vector>
 
-#include "zerowait/image_transform.hpp"
-#include "zerowait/synthetic.hpp"
+#include "zerowait/loader/image_transform.hpp"
+#include "zerowait/shard/synthetic.hpp"
 
 namespace zerowait {
 namespace {

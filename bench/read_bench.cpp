@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "zerowait/dataset.hpp"
-#include "zerowait/shard_reader.hpp"
-#include "zerowait/status.hpp"
+#include "zerowait/common/status.hpp"
+#include "zerowait/shard/dataset.hpp"
+#include "zerowait/shard/reader.hpp"
 
 namespace zerowait {
 namespace {

@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "zerowait/dataset.hpp"
-#include "zerowait/status.hpp"
+#include "zerowait/common/status.hpp"
+#include "zerowait/shard/dataset.hpp"
 
 namespace zerowait::cli {
 

@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "common.hpp"
-#include "zerowait/byte_source.hpp"
-#include "zerowait/dataset.hpp"
-#include "zerowait/pack.hpp"
-#include "zerowait/shard_reader.hpp"
-#include "zerowait/status.hpp"
-#include "zerowait/synthetic.hpp"
+#include "zerowait/common/status.hpp"
+#include "zerowait/io/byte_source.hpp"
+#include "zerowait/shard/dataset.hpp"
+#include "zerowait/shard/pack.hpp"
+#include "zerowait/shard/reader.hpp"
+#include "zerowait/shard/synthetic.hpp"
 
 #ifndef ZEROWAIT_VERSION
 #define ZEROWAIT_VERSION "0.0.0"

@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "common.hpp"
-#include "zerowait/checkpoint.hpp"
+#include "zerowait/checkpoint/checkpointer.hpp"
 
 namespace zerowait {
 namespace {

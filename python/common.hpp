@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "zerowait/status.hpp"
+#include "zerowait/common/status.hpp"
 
 namespace py = pybind11;
 

@@ -10,9 +10,9 @@
 #include <string>
 
 #include "common.hpp"
-#include "zerowait/dataset.hpp"
-#include "zerowait/image_transform.hpp"
-#include "zerowait/loader.hpp"
+#include "zerowait/loader/image_transform.hpp"
+#include "zerowait/loader/loader.hpp"
+#include "zerowait/shard/dataset.hpp"
 
 namespace zerowait {
 

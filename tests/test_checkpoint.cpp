@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "testing/testing.hpp"
-#include "zerowait/checkpoint.hpp"
+#include "zerowait/checkpoint/checkpointer.hpp"
 
 namespace zerowait {
 namespace {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "testing/testing.hpp"
-#include "zerowait/shard_reader.hpp"
+#include "zerowait/shard/reader.hpp"
 
 namespace zerowait {
 namespace {

@@ -4,8 +4,8 @@
 #include <filesystem>
 
 #include "testing/testing.hpp"
-#include "zerowait/dataset.hpp"
-#include "zerowait/pack.hpp"
+#include "zerowait/shard/dataset.hpp"
+#include "zerowait/shard/pack.hpp"
 
 namespace zerowait {
 namespace {

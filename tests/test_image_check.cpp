@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "internal/image_check.hpp"
+#include "shard/pack/image_check.hpp"
 #include "testing/testing.hpp"
 
 namespace zerowait::internal {

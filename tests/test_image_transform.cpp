@@ -12,9 +12,9 @@
 #include <tuple>
 #include <vector>
 
-#include "internal/resample.hpp"
+#include "loader/image/resample.hpp"
 #include "testing/testing.hpp"
-#include "zerowait/image_transform.hpp"
+#include "zerowait/loader/image_transform.hpp"
 
 namespace zerowait {
 namespace {

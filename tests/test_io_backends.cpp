@@ -17,12 +17,12 @@
 #include <thread>
 #include <vector>
 
-#include "internal/file.hpp"
-#include "internal/file_sources.hpp"
-#include "internal/log.hpp"
-#include "internal/read_engine.hpp"
+#include "common/file.hpp"
+#include "common/log.hpp"
+#include "io/file_sources.hpp"
+#include "io/read_engine.hpp"
 #include "testing/testing.hpp"
-#include "zerowait/byte_source.hpp"
+#include "zerowait/io/byte_source.hpp"
 
 namespace zerowait {
 namespace {

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "testing/testing.hpp"
-#include "zerowait/dataset.hpp"
-#include "zerowait/loader.hpp"
-#include "zerowait/shard_writer.hpp"
+#include "zerowait/loader/loader.hpp"
+#include "zerowait/shard/dataset.hpp"
+#include "zerowait/shard/writer.hpp"
 
 namespace zerowait {
 namespace {

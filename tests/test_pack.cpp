@@ -7,9 +7,9 @@
 #include <set>
 
 #include "testing/testing.hpp"
-#include "zerowait/dataset.hpp"
-#include "zerowait/pack.hpp"
-#include "zerowait/shard_format.hpp"
+#include "zerowait/shard/dataset.hpp"
+#include "zerowait/shard/pack.hpp"
+#include "zerowait/shard/format.hpp"
 
 namespace zerowait {
 namespace {

@@ -2,8 +2,8 @@
 // header can disagree with itself or with the file, naming the tensor or field at fault.
 #include <gtest/gtest.h>
 
-#include "internal/endian.hpp"
-#include "internal/safetensors.hpp"
+#include "checkpoint/safetensors.hpp"
+#include "common/endian.hpp"
 
 namespace zerowait::internal::safetensors {
 namespace {

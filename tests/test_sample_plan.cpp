@@ -9,7 +9,7 @@
 #include <set>
 #include <vector>
 
-#include "zerowait/sample_plan.hpp"
+#include "zerowait/loader/sample_plan.hpp"
 
 namespace zerowait {
 namespace {

@@ -8,9 +8,9 @@
 #include <random>
 
 #include "testing/testing.hpp"
-#include "zerowait/byte_source.hpp"
-#include "zerowait/shard_reader.hpp"
-#include "zerowait/shard_writer.hpp"
+#include "zerowait/io/byte_source.hpp"
+#include "zerowait/shard/reader.hpp"
+#include "zerowait/shard/writer.hpp"
 
 namespace zerowait {
 namespace {

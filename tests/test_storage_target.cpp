@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "testing/testing.hpp"
-#include "zerowait/storage_target.hpp"
+#include "zerowait/checkpoint/storage_target.hpp"
 
 namespace zerowait {
 namespace {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "testing/testing.hpp"
-#include "zerowait/synthetic.hpp"
+#include "zerowait/shard/synthetic.hpp"
 
 namespace zerowait {
 namespace {

@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <map>
 
-#include "internal/tar_header.hpp"
-#include "internal/tar_stream.hpp"
+#include "shard/tar/tar_header.hpp"
+#include "shard/tar/tar_stream.hpp"
 #include "testing/testing.hpp"
 
 namespace zerowait::internal {

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <random>
 
-#include "internal/tensor_codec.hpp"
+#include "checkpoint/tensor_codec.hpp"
 #include "testing/testing.hpp"
 
 namespace zerowait::internal {

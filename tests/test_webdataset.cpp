@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <set>
 
-#include "internal/tar_stream.hpp"
+#include "shard/tar/tar_stream.hpp"
 #include "testing/testing.hpp"
-#include "zerowait/webdataset.hpp"
+#include "zerowait/shard/webdataset.hpp"
 
 namespace zerowait {
 namespace {

@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <span>
 
-#include "zerowait/byte_source.hpp"
-#include "zerowait/manifest.hpp"
-#include "zerowait/shard_reader.hpp"
+#include "zerowait/io/byte_source.hpp"
+#include "zerowait/shard/manifest.hpp"
+#include "zerowait/shard/reader.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace zerowait;

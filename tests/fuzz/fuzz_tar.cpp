@@ -3,9 +3,9 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "internal/tar_header.hpp"
-#include "zerowait/shard_reader.hpp"
-#include "zerowait/webdataset.hpp"
+#include "shard/tar/tar_header.hpp"
+#include "zerowait/shard/reader.hpp"
+#include "zerowait/shard/webdataset.hpp"
 
 namespace {
 

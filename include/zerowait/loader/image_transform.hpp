@@ -1,0 +1,85 @@
+// JPEG bytes -> a fixed-size RGB image with torchvision's training and evaluation crops, decoded
+// only as far and as finely as the crop needs. What the loader's decode stage runs per sample.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "zerowait/common/status.hpp"
+
+namespace zerowait {
+
+// What to make of a decoded image. The defaults are torchvision's RandomResizedCrop(224).
+struct ImageTransform {
+  enum class Mode {
+    kRandomResizedCrop,  // RandomResizedCrop(size, scale, ratio): training
+    kResizeCenterCrop,   // Resize(resize) then CenterCrop(size): evaluation
+  };
+  Mode mode = Mode::kRandomResizedCrop;
+  int size = 224;  // the output is size x size x 3
+  // kResizeCenterCrop: the shorter side is resized to this first; 0 = round(size * 256 / 224),
+  // torchvision's evaluation convention (256 for 224). Must be >= size otherwise.
+  int resize = 0;
+  double scale_min = 0.08, scale_max = 1.0;         // crop area as a fraction of the image
+  double ratio_min = 3.0 / 4, ratio_max = 4.0 / 3;  // crop width / height
+  bool random_flip = false;  // mirror horizontally with p = 0.5 (RandomHorizontalFlip)
+  // Decode at a DCT scale of M/8 (the smallest that keeps the crop at least `size` pixels in both
+  // dimensions) instead of at full resolution. Much faster on large images; off gives PIL's
+  // arithmetic on the full-resolution pixels.
+  bool dct_downscale = true;
+
+  // kInvalidArgument naming the first bad field and its value.
+  Status validate() const;
+  // `resize` with 0 replaced by its default.
+  int resize_or_default() const;
+};
+
+// A crop rectangle in pixels of the full-resolution image, and whether the result is mirrored.
+struct CropBox {
+  int x = 0, y = 0, width = 0, height = 0;
+  bool flip = false;
+};
+
+// The crop of torchvision.transforms.RandomResizedCrop.get_params for a width x height image:
+// up to 10 tries of area = uniform(scale) * width * height and a log-uniform aspect ratio,
+// w = round(sqrt(area * ratio)), h = round(sqrt(area / ratio)), taken when it fits, at a uniform
+// position; otherwise the whole image cut to the nearest allowed ratio, centred. `flip` is drawn
+// when t.random_flip. Every draw comes from `random_seed` through a PRNG of our own and IEEE
+// arithmetic only (no std:: distributions, no libm), so a seed gives the same box everywhere.
+// Needs width, height > 0 and a valid `t`; returns an empty box otherwise.
+CropBox random_resized_crop_box(int width, int height, const ImageTransform& t,
+                                uint64_t random_seed);
+
+// Decodes JPEGs into transformed images, reusing its buffers and its libjpeg state from call to
+// call, so a worker that decodes image after image does not allocate once the buffers have grown
+// to the largest image seen (libjpeg-turbo's own per-image pools aside). Not thread-safe: one
+// decoder per thread; different decoders run in parallel freely. Move-only.
+class ImageDecoder {
+ public:
+  ImageDecoder();
+  ~ImageDecoder();
+  ImageDecoder(ImageDecoder&&) noexcept;
+  ImageDecoder& operator=(ImageDecoder&&) noexcept;
+  ImageDecoder(const ImageDecoder&) = delete;
+  ImageDecoder& operator=(const ImageDecoder&) = delete;
+
+  // Decodes `jpeg` and writes t.size * t.size * 3 bytes (rows top to bottom, RGB per pixel) to
+  // `out`. The crop and flip depend only on (image dimensions, t, random_seed): the same seed gives
+  // the same pixels on any machine and thread. Grayscale and CMYK JPEGs come out as RGB.
+  // Errors: kInvalidArgument for an invalid `t` or out.size() != t.size * t.size * 3; kCorrupt
+  // when libjpeg-turbo cannot decode the part of the image the crop needs (the message gives
+  // libjpeg's reason; data that ends before the needed rows is "truncated"), including progressive
+  // files of more than 500 scans; kUnsupported for more than 178956970 pixels (Pillow's
+  // decompression-bomb limit), colour spaces without an RGB conversion, or a decode needing more
+  // than 1 GiB.
+  Status decode(std::span<const std::byte> jpeg, const ImageTransform& t, uint64_t random_seed,
+                std::span<uint8_t> out);
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zerowait

@@ -1,0 +1,215 @@
+// The training input pipeline: shuffled, rank-partitioned, exactly resumable batches.
+//
+//   plan (sample_plan.hpp) -> coalesced reads per shard (ByteSource) -> checksum check ->
+//   decode on worker threads (raw bytes, integer labels, JPEG -> uint8 HWC) -> a batch arena
+//   from a bounded pool -> the consumer, who returns the arena by dropping the batch.
+//
+// Memory: every byte the pipeline holds lives in the arena pool, whose size is derived from
+// `memory_budget`; a consumer that keeps every batch it got gets an error, not unbounded growth.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zerowait/common/status.hpp"
+#include "zerowait/io/byte_source.hpp"
+#include "zerowait/loader/image_transform.hpp"
+#include "zerowait/loader/sample_plan.hpp"
+#include "zerowait/shard/dataset.hpp"
+
+namespace zerowait {
+
+// How one field of every sample becomes a batch column.
+struct FieldDecode {
+  enum class Kind {
+    kRaw,    // "<field>": uint8 [total bytes], "<field>.offsets": int64 [n + 1]
+    kInt,    // "<field>": int64 [n], from the field's ASCII decimal text (e.g. a "cls" label)
+    kImage,  // "<field>": uint8 [n, size, size, 3], a JPEG decoded and transformed
+  };
+  Kind kind = Kind::kRaw;
+  ImageTransform image;  // kImage only
+};
+
+enum class CorruptPolicy {
+  kRaise,  // next() returns the error, naming shard, sample index, key and cause
+  kSkip,   // the sample is left out of its batch (that batch is shorter) and counted
+};
+Result<CorruptPolicy> parse_corrupt_policy(const std::string& name);  // "raise" / "skip"
+
+struct LoaderOptions {
+  uint64_t batch_size = 256;
+  ShuffleOptions shuffle;  // mode, seed, block and window sizes
+  uint64_t epoch = 0;
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  bool drop_last = false;
+  unsigned threads = 0;   // worker threads; 0: one per CPU but one (left to the training loop)
+  unsigned prefetch = 4;  // batches prepared ahead of the consumer (at most)
+  // Worker threads run as SCHED_BATCH and this much nicer than the caller, so that when the
+  // training loop's thread wakes (to launch the next GPU step) it gets a core at once instead of
+  // waiting behind a worker's time slice. 0: workers are scheduled like the caller.
+  int worker_nice = 5;
+  uint64_t memory_budget = uint64_t{512} << 20;  // bytes for all batch arenas together
+  IoBackend io = IoBackend::kPread;  // the dataset's shards are opened with this backend
+  CorruptPolicy on_corrupt = CorruptPolicy::kRaise;
+  std::vector<std::string> fields;            // empty: every field in the dataset's schema
+  std::map<std::string, FieldDecode> decode;  // fields not listed here come raw
+  bool keys = false;                          // also deliver each sample's key
+  bool verify = true;                         // check every sample's checksum (xxHash3, ~20 GB/s)
+  std::chrono::milliseconds read_timeout{30000};  // deadline of each batch's reads
+  bool autotune = false;  // adjust active threads and prefetch to keep next() from waiting
+  // Page-lock the output arenas (when the CUDA runtime can be loaded) for asynchronous copies
+  // to a GPU. Only for a caller that keeps each Batch alive until its copy has completed (as
+  // the Python device copy does): CUDA does not track memory pinned this way.
+  bool pin_memory = false;
+
+  Status validate() const;
+};
+
+enum class DType { kUInt8, kInt64 };
+
+// One column of a batch: a dense array inside the batch's arena.
+struct BatchColumn {
+  std::string name;
+  DType dtype = DType::kUInt8;
+  std::vector<int64_t> shape;
+  std::byte* data = nullptr;  // 64-byte aligned, valid while the Batch lives
+  uint64_t bytes = 0;
+};
+
+class ArenaPool;
+struct Arena;
+
+// A batch handed to the consumer. Its columns live in an arena that goes back to the loader's
+// pool when the Batch is destroyed (from any thread). Always holds "__index__" (int64 [n], the
+// global sample indices), then one or two columns per field (see FieldDecode::Kind).
+class Batch {
+ public:
+  Batch(std::shared_ptr<ArenaPool> pool, Arena* arena);
+  ~Batch();
+  Batch(const Batch&) = delete;
+  Batch& operator=(const Batch&) = delete;
+
+  uint64_t epoch() const { return epoch_; }
+  uint64_t number() const { return number_; }  // batch number of this rank in the epoch
+  uint64_t samples() const { return samples_; }
+  const std::vector<BatchColumn>& columns() const { return columns_; }
+  const BatchColumn* column(const std::string& name) const;
+  const std::vector<std::string>& keys() const { return keys_; }  // when LoaderOptions::keys
+  bool pinned() const;
+
+ private:
+  friend class BatchBuilder;
+  friend class LoaderRun;
+  std::shared_ptr<ArenaPool> pool_;
+  Arena* arena_;
+  uint64_t epoch_ = 0;
+  uint64_t number_ = 0;
+  uint64_t samples_ = 0;
+  std::vector<BatchColumn> columns_;
+  std::vector<std::string> keys_;
+};
+
+// Where a loader stands: enough to continue the same global order exactly. `position` counts the
+// samples of the epoch's order that all ranks together have consumed in whole steps.
+struct LoaderState {
+  uint64_t epoch = 0;
+  uint64_t position = 0;
+  uint64_t seed = 0;
+  ShuffleMode shuffle = ShuffleMode::kQuasiRandom;
+  uint64_t block_samples = 0;
+  uint64_t window_blocks = 0;
+  uint64_t dataset_samples = 0;
+  uint64_t dataset_fingerprint = 0;  // hash of the shards' sample counts and index checksums
+  uint64_t batch_size = 0;           // informative: a restore may change it
+  uint32_t world_size = 0;           // informative: a restore may change it
+};
+
+// One consumer step.
+struct StepStats {
+  uint64_t epoch = 0;
+  uint64_t batch = 0;
+  double wait_s = 0;    // time the consumer was blocked in next() for this batch
+  double read_s = 0;    // worker time reading this batch
+  double decode_s = 0;  // worker time checking, decoding and collating it
+  uint64_t bytes_read = 0;
+  uint64_t samples = 0;
+  uint64_t skipped = 0;
+  uint32_t ready_batches = 0;  // batches ready beyond this one when it was taken
+};
+
+struct LoaderStats {
+  uint64_t batches = 0;
+  uint64_t samples = 0;
+  uint64_t bytes_read = 0;
+  uint64_t skipped = 0;  // corrupt samples left out (on_corrupt = skip)
+  uint64_t padded = 0;   // repeats that filled a final step with fewer samples than ranks
+  double wait_s = 0;     // total consumer wait in next(): the input stall
+  double read_s = 0;
+  double decode_s = 0;
+  double elapsed_s = 0;  // since the first batch was taken
+  unsigned threads = 0;  // active worker threads now
+  unsigned prefetch = 0;
+  unsigned arenas = 0;
+  unsigned arenas_free = 0;
+  uint64_t arena_bytes = 0;  // bytes held by the pool now
+  uint64_t memory_budget = 0;
+  std::string io;       // the backend reads go through
+  bool pinned = false;  // arenas page-locked for CUDA
+  uint64_t io_fallbacks = 0;
+  std::vector<StepStats> recent;  // the last steps, oldest first (at most 1024)
+};
+
+// Thread-safety: one consumer thread at a time calls the methods (the worker threads are
+// internal). Destruction stops and joins the workers, also
+// mid-epoch; batches still held by the caller stay valid.
+class Loader {
+ public:
+  static Result<std::unique_ptr<Loader>> create(std::shared_ptr<Dataset> dataset,
+                                                LoaderOptions options);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // Batches this rank gets from the current position to the end of the current epoch.
+  uint64_t remaining_batches() const;
+  // Batches this rank gets in a whole epoch.
+  uint64_t batches_per_epoch() const;
+
+  // The next batch, or nullptr at the end of the epoch; the loader then stands at the start of
+  // the next epoch, whose first batches are already being prepared, and the following call
+  // begins it. Errors: a corrupt sample (on_corrupt = raise) or a read error (path and offset):
+  // that batch is lost and the next call goes on with the following one. kResourceExhausted
+  // when the caller holds every arena, or kDeadlineExceeded when no batch finished within
+  // read_timeout + 5 s (naming what each worker is blocked reading): the batch is not lost, a
+  // later call waits for it again.
+  Result<std::shared_ptr<Batch>> next();
+
+  // Moves to the beginning of `epoch` (prepared batches are dropped), unless the loader already
+  // stands in `epoch`: then its position is kept, so calling set_epoch at the top of every epoch
+  // (the DataLoader habit) does not undo a resume.
+  void set_epoch(uint64_t epoch);
+  // The epoch the next batch comes from (once every batch of an epoch is taken, the next one).
+  uint64_t epoch() const;
+  LoaderState state() const;
+  // Continues from `state`: same seed, shuffle and dataset required (kInvalidArgument naming
+  // the difference otherwise); batch size and world size may differ.
+  Status load_state(const LoaderState& state);
+
+  LoaderStats stats() const;
+  const LoaderOptions& options() const;
+  const Dataset& dataset() const;
+  // Stops the workers; next() then returns kCancelled. Idempotent.
+  void close();
+
+ private:
+  Loader();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zerowait

@@ -1,0 +1,89 @@
+// Which sample goes into which batch on which rank: a pure function of the dataset's shard sizes,
+// the shuffle options, the epoch and the position reached. Nothing here depends on threads,
+// timing or I/O, which is what makes the loader deterministic and exactly resumable.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "zerowait/common/status.hpp"
+
+namespace zerowait {
+
+enum class ShuffleMode {
+  kNone,         // dataset order
+  kQuasiRandom,  // blocks of consecutive samples shuffled, then samples shuffled in a window
+  kRandom,       // a uniform permutation of all samples
+};
+
+// "none" / "quasi" / "random".
+const char* shuffle_mode_name(ShuffleMode mode);
+Result<ShuffleMode> parse_shuffle_mode(const std::string& name);
+
+struct ShuffleOptions {
+  ShuffleMode mode = ShuffleMode::kRandom;
+  uint64_t seed = 0;
+  // kQuasiRandom: each shard is cut into blocks of at most this many consecutive samples (a
+  // smaller shard is one block); the blocks of all shards are shuffled, then every run of
+  // `window_blocks` blocks is shuffled as one window. A window's reads stay inside its blocks,
+  // while a batch still mixes samples from many places (packs are often sorted by class: with
+  // 64 x 256 a window draws from 256 places, so batches mix classes almost as a uniform shuffle).
+  uint64_t block_samples = 64;
+  uint64_t window_blocks = 256;
+
+  Status validate() const;
+};
+
+// The global sample order of one epoch: a permutation of [0, total samples).
+// `shard_samples[s]` is the sample count of shard s; global indices number shards in order.
+std::vector<uint64_t> epoch_order(std::span<const uint64_t> shard_samples,
+                                  const ShuffleOptions& shuffle, uint64_t epoch);
+
+struct PartitionOptions {
+  uint64_t batch_size = 1;
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  // The rule that gives every rank the same number of batches (docs/loader.md):
+  // samples are taken in epoch order in steps of batch_size * world_size; within a step rank r
+  // takes the r-th run of batch_size samples. The last, partial step has t samples:
+  // - drop_last: it is dropped (t samples of this epoch's order are not seen this epoch);
+  // - otherwise: it is split across ranks in contiguous runs whose sizes differ by at most one;
+  //   when t < world_size, a rank with no sample left gets one sample repeated from the start
+  //   of the epoch order (counted as padding), so no rank gets an empty batch.
+  bool drop_last = false;
+
+  Status validate() const;
+};
+
+// The batches of one rank in one epoch, starting at global position `start` (samples of the
+// epoch order consumed by all ranks together before this point; 0 at the start of an epoch).
+class RankPartition {
+ public:
+  RankPartition(std::shared_ptr<const std::vector<uint64_t>> order, uint64_t start,
+                PartitionOptions options);
+
+  // Batches this rank gets between `start` and the end of the epoch; the same on every rank.
+  uint64_t batch_count() const { return batch_count_; }
+  // The same count without an order: for `total` samples from `start`.
+  static uint64_t count_batches(uint64_t total, uint64_t start, const PartitionOptions& options);
+  // Global indices of batch j (0 <= j < batch_count()) into `out` (replaced). Returns how many
+  // of them (at the end) are padding repeats.
+  uint64_t batch(uint64_t j, std::vector<uint64_t>* out) const;
+  // Global position once every rank has consumed its first j batches.
+  uint64_t position_after(uint64_t j) const;
+  uint64_t start() const { return start_; }
+  const PartitionOptions& options() const { return options_; }
+
+ private:
+  std::shared_ptr<const std::vector<uint64_t>> order_;
+  uint64_t start_ = 0;
+  PartitionOptions options_;
+  uint64_t full_steps_ = 0;
+  uint64_t tail_ = 0;  // samples in the last, partial step (0 when there is none or it is dropped)
+  uint64_t batch_count_ = 0;
+};
+
+}  // namespace zerowait

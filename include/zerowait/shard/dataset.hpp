@@ -1,0 +1,67 @@
+// A dataset: many shards behind one global sample index.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "zerowait/common/status.hpp"
+#include "zerowait/io/byte_source.hpp"
+#include "zerowait/shard/manifest.hpp"
+#include "zerowait/shard/reader.hpp"
+
+namespace zerowait {
+
+struct DatasetOptions {
+  IoBackend backend = IoBackend::kPread;
+};
+
+// Where global sample i lives.
+struct SampleLocation {
+  size_t shard = 0;
+  uint64_t local = 0;
+};
+
+// Thread-safe: shards open lazily on first use, under a lock, once each.
+class Dataset {
+ public:
+  // `path` is one of: a manifest.json; a directory holding one; a directory of .zws / .tar files
+  // (no manifest: each shard's footer or tar index is read); a single .zws; a single .tar.
+  static Result<std::shared_ptr<Dataset>> open(const std::string& path,
+                                               DatasetOptions options = {});
+
+  const std::string& path() const { return path_; }
+  // The manifest as written by pack, or one synthesized from the shards.
+  const Manifest& manifest() const { return manifest_; }
+  uint64_t size() const { return manifest_.samples; }
+  size_t shard_count() const { return shard_paths_.size(); }
+  const std::string& shard_path(size_t s) const { return shard_paths_[s]; }
+  const std::vector<std::string>& fields() const { return manifest_.fields; }
+  const std::vector<std::string>& classes() const { return manifest_.classes; }
+
+  // kInvalidArgument when i >= size().
+  Result<SampleLocation> locate(uint64_t global_index) const;
+  // Opens (once) and returns shard s. A shard whose sample count or size disagrees with the
+  // manifest is kCorrupt.
+  Result<std::shared_ptr<ShardReader>> shard(size_t s) const;
+  // Reads one sample into a buffer of its own. Its key and field names point into the shard's
+  // index: valid while this Dataset lives.
+  Result<Sample> read(uint64_t global_index, const ReadOptions& options = {}) const;
+
+ private:
+  Dataset() = default;
+  Status add_shard_paths(const std::vector<std::string>& paths, bool from_manifest);
+
+  std::string path_;
+  DatasetOptions options_;
+  Manifest manifest_;
+  std::vector<std::string> shard_paths_;  // absolute or relative to the working directory
+  std::vector<uint64_t> first_index_;     // first global index of each shard, plus the total
+  mutable std::mutex mutex_;
+  mutable std::vector<std::shared_ptr<ShardReader>> readers_;
+};
+
+}  // namespace zerowait

@@ -1,0 +1,40 @@
+// The dataset manifest (manifest.json): one file that lists every shard, so opening a dataset of
+// 10,000 shards reads one file, not 10,000.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "zerowait/common/status.hpp"
+
+namespace zerowait {
+
+struct ManifestShard {
+  std::string path;       // relative to the manifest's directory
+  uint64_t samples = 0;
+  uint64_t bytes = 0;     // file size
+  std::string checksum;   // the shard's index checksum (footer), 16 hex digits
+};
+
+struct Manifest {
+  static constexpr const char* kFormatName = "zerowait-dataset";
+
+  uint32_t version = 1;
+  uint64_t samples = 0;
+  uint64_t bytes = 0;
+  bool aligned = false;
+  std::vector<std::string> fields;   // every field name that occurs, sorted
+  std::vector<std::string> classes;  // ImageFolder class names; "cls" values index this
+  std::vector<ManifestShard> shards;
+
+  // JSON text (stable key order, so equal manifests are equal bytes).
+  std::string to_json() const;
+  // Parses and validates (format name, version, counts add up). `name` goes into errors.
+  static Result<Manifest> parse(const std::string& json_text, const std::string& name);
+  static Result<Manifest> load(const std::string& path);
+  // Writes to "<path>.tmp", fsyncs, renames over `path`, fsyncs the directory.
+  Status save(const std::string& path, bool sync = true) const;
+};
+
+}  // namespace zerowait

@@ -1,0 +1,123 @@
+#include "checkpoint/checkpoint_io.hpp"
+
+#include <vector>
+
+#include "checkpoint/checkpoint_manifest.hpp"
+#include "common/file.hpp"
+#include "common/xxhash.hpp"
+#include "zerowait/checkpoint/checkpointer.hpp"
+
+namespace zerowait::internal {
+
+Status write_small_file(StorageTarget& target, const std::string& path, std::string_view bytes) {
+  ZW_ASSIGN_OR_RETURN(auto file, target.create_file(path));
+  ZW_RETURN_IF_ERROR(file->write_at(
+      0,
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size())));
+  ZW_RETURN_IF_ERROR(file->sync());
+  return file->close();
+}
+
+Status publish_small_file(StorageTarget& target, const std::string& dir, const std::string& name,
+                          std::string_view bytes) {
+  const std::string prefix = dir.empty() ? "" : dir + "/";
+  ZW_RETURN_IF_ERROR(write_small_file(target, prefix + name + ".tmp", bytes));
+  ZW_RETURN_IF_ERROR(target.rename(prefix + name + ".tmp", prefix + name));
+  return target.sync_directory(dir);
+}
+
+Status size_mismatch(const std::string& path, uint64_t actual, uint64_t expected) {
+  return corrupt("'" + path + "' is " + std::to_string(actual) + " bytes, its manifest says " +
+                 std::to_string(expected) + " (truncated or replaced)");
+}
+
+Result<uint64_t> stream_file(
+    const std::string& path, uint64_t expected_bytes,
+    const std::function<Status(uint64_t offset, std::span<const std::byte> piece)>& each) {
+  ZW_ASSIGN_OR_RETURN(File file, File::open_read(path));
+  ZW_ASSIGN_OR_RETURN(uint64_t size, file.size());
+  if (size != expected_bytes) return size_mismatch(path, size, expected_bytes);
+  constexpr uint64_t kChunk = 8ull << 20;
+  std::vector<std::byte> buffer(std::min(kChunk, std::max<uint64_t>(size, 1)));
+  Xxh3Stream hash;
+  for (uint64_t off = 0; off < size; off += kChunk) {
+    std::span<std::byte> piece(buffer.data(), std::min(kChunk, size - off));
+    ZW_RETURN_IF_ERROR(file.pread_exact(off, piece));
+    hash.update(piece.data(), piece.size());
+    ZW_RETURN_IF_ERROR(each(off, piece));
+  }
+  return hash.digest();
+}
+
+Status copy_verified(StorageTarget& from, const std::string& path, StorageTarget& to,
+                     const std::string& to_path, uint64_t expected_bytes, uint64_t expected_xxh3) {
+  auto local = from.local_path(path);
+  if (!local) {
+    return unsupported("copying from " + from.describe() + " needs a local directory source");
+  }
+  ZW_ASSIGN_OR_RETURN(auto out, to.create_file(to_path));
+  auto digest = stream_file(local->string(), expected_bytes,
+                            [&](uint64_t offset, std::span<const std::byte> piece) {
+                              return out->write_at(offset, piece);
+                            });
+  if (!digest.is_ok()) return digest.status().with_context("not copied");
+  if (digest.value() != expected_xxh3) {
+    return corrupt("'" + local->string() + "' does not match its checksum (xxh3 " +
+                   hex64(digest.value()) + ", manifest " + hex64(expected_xxh3) + "); not copied");
+  }
+  ZW_RETURN_IF_ERROR(out->sync());
+  return out->close();
+}
+
+Status mirror_step(StorageTarget& from, StorageTarget& to, uint64_t step) {
+  const std::string dir = step_directory(step);
+  const std::string tmp = dir + ".tmp";
+  const std::string record_path = dir + "/" + kCommitRecordName;
+  ZW_ASSIGN_OR_RETURN(bool mirrored, to.exists(record_path));
+  if (mirrored) return Status::ok();
+
+  ZW_ASSIGN_OR_RETURN(std::string record_text, from.read_file(record_path));
+  ZW_ASSIGN_OR_RETURN(CommitRecord record, decode_commit_record(record_text, record_path));
+  ZW_RETURN_IF_ERROR(to.remove_all(tmp));
+  ZW_RETURN_IF_ERROR(to.create_directory(tmp));
+  std::vector<std::pair<std::string, std::string>> manifests;  // name, text
+  for (const RankEntry& entry : record.ranks) {
+    const std::string path = dir + "/" + entry.manifest;
+    ZW_ASSIGN_OR_RETURN(std::string text, from.read_file(path));
+    if (text.size() != entry.bytes || XXH3_64bits(text.data(), text.size()) != entry.xxh3) {
+      return corrupt("'" + path + "' in " + from.describe() +
+                     " does not match the commit record's checksum; not mirrored");
+    }
+    ZW_ASSIGN_OR_RETURN(RankManifest manifest, decode_rank_manifest(text, path));
+    for (const StoredFile& file : manifest.files) {
+      const uint64_t owner = step_of_path(file.path).value_or(step);
+      if (owner == step) {
+        const std::string name = file.path.substr(file.path.find('/') + 1);
+        ZW_RETURN_IF_ERROR(
+            copy_verified(from, file.path, to, tmp + "/" + name, file.bytes, file.xxh3));
+        continue;
+      }
+      // An older step's file this one references: the mirror may have retired that step or
+      // never seen it; its directory then holds referenced files only, like a retired step.
+      ZW_ASSIGN_OR_RETURN(bool there, to.exists(file.path));
+      if (there) continue;
+      const std::string owner_dir = step_directory(owner);
+      ZW_RETURN_IF_ERROR(to.create_directory(owner_dir));
+      ZW_RETURN_IF_ERROR(
+          copy_verified(from, file.path, to, file.path + ".tmp", file.bytes, file.xxh3));
+      ZW_RETURN_IF_ERROR(to.rename(file.path + ".tmp", file.path));
+      ZW_RETURN_IF_ERROR(to.sync_directory(owner_dir));
+    }
+    manifests.emplace_back(entry.manifest, std::move(text));
+  }
+  for (const auto& [name, text] : manifests) {
+    ZW_RETURN_IF_ERROR(write_small_file(to, tmp + "/" + name, text));
+  }
+  ZW_RETURN_IF_ERROR(write_small_file(to, tmp + "/" + kCommitRecordName, record_text));
+  ZW_RETURN_IF_ERROR(to.sync_directory(tmp));
+  ZW_RETURN_IF_ERROR(to.rename(tmp, dir));
+  ZW_RETURN_IF_ERROR(to.sync_directory(""));
+  return publish_small_file(to, "", kLatestPointerName, dir + "\n");
+}
+
+}  // namespace zerowait::internal

@@ -1,0 +1,38 @@
+// File operations the checkpoint engine builds its commit protocol from, on any StorageTarget.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "zerowait/checkpoint/storage_target.hpp"
+
+namespace zerowait::internal {
+
+// create → write → fsync → close.
+Status write_small_file(StorageTarget& target, const std::string& path, std::string_view bytes);
+// Makes `dir/name` appear whole or not at all: "name.tmp", fsync, rename, fsync of `dir`.
+Status publish_small_file(StorageTarget& target, const std::string& dir, const std::string& name,
+                          std::string_view bytes);
+// kCorrupt "'<path>' is N bytes, its manifest says M (truncated or replaced)".
+Status size_mismatch(const std::string& path, uint64_t actual, uint64_t expected);
+// Reads local file `path`, which its manifest says is `expected_bytes` long (else
+// size_mismatch), in 8 MiB pieces, giving each to `each` with its offset; returns the xxh3 of
+// the whole file.
+Result<uint64_t> stream_file(
+    const std::string& path, uint64_t expected_bytes,
+    const std::function<Status(uint64_t offset, std::span<const std::byte> piece)>& each);
+// Copies `path` from one target to another (same relative path, written to `to_path`), hashing
+// the bytes on the way: kCorrupt, naming the source, when they do not hash to `expected_xxh3`
+// or are not `expected_bytes` long. The copy is fsynced and closed.
+Status copy_verified(StorageTarget& from, const std::string& path, StorageTarget& to,
+                     const std::string& to_path, uint64_t expected_bytes, uint64_t expected_xxh3);
+// Copies committed step `step` (every rank's files, manifests and the commit record, plus any
+// older file it references that `to` lacks) with the same commit protocol as a save: files into
+// step-N.tmp, fsync, commit record last, rename, fsync, latest pointer. A step `to` already has
+// is left alone.
+Status mirror_step(StorageTarget& from, StorageTarget& to, uint64_t step);
+
+}  // namespace zerowait::internal

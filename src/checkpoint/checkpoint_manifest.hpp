@@ -1,0 +1,53 @@
+// The JSON documents of a checkpoint step and the names inside its directory:
+//
+//   step-N/manifest.json            the commit record, written last by rank 0
+//   step-N/rank-RRRRR.json          rank R's manifest: its structure, tensors and files
+//   step-N/rank-RRRRR-FFFFF.safetensors | .zwc   rank R's tensor files
+//
+// No pickle anywhere: every field is plain JSON, described in docs/checkpoint.md.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "zerowait/checkpoint/checkpointer.hpp"
+
+namespace zerowait::internal {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+inline constexpr const char* kCommitRecordName = "manifest.json";
+inline constexpr const char* kLatestPointerName = "latest";
+// The first bytes of a compressed tensor file ("zerowait-zstd" container).
+inline constexpr std::string_view kCompressedFileMagic{"ZWCKPT1\n", 8};
+
+struct RankEntry {
+  uint32_t rank = 0;
+  std::string manifest;  // file name inside the step directory
+  uint64_t bytes = 0;
+  uint64_t xxh3 = 0;
+};
+
+struct CommitRecord {
+  StepInfo info;
+  std::vector<RankEntry> ranks;
+};
+
+std::string encode_commit_record(const CommitRecord& record);
+Result<CommitRecord> decode_commit_record(std::string_view json, const std::string& path);
+std::string encode_rank_manifest(const RankManifest& manifest);
+Result<RankManifest> decode_rank_manifest(std::string_view json, const std::string& path);
+
+std::string hex64(uint64_t value);
+std::string rank_manifest_name(uint32_t rank);
+std::string data_file_name(uint32_t rank, uint32_t index, bool compressed);
+// "step-12" -> 12 (tmp false); "step-12.tmp" -> 12 (tmp true); anything else nullopt.
+std::optional<uint64_t> parse_step_directory(std::string_view name, bool* tmp);
+// The step a stored file path ("step-7/rank-...") belongs to.
+std::optional<uint64_t> step_of_path(std::string_view path);
+// The current time as ISO 8601 UTC ("2026-11-29T12:00:00Z").
+std::string utc_now();
+
+}  // namespace zerowait::internal

@@ -1,0 +1,590 @@
+// The read side of checkpoints: listing committed steps, reading manifests, parallel verified
+// restore, verification of whole steps, and garbage collection.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "checkpoint/checkpoint_io.hpp"
+#include "checkpoint/checkpoint_manifest.hpp"
+#include "checkpoint/safetensors.hpp"
+#include "checkpoint/tensor_codec.hpp"
+#include "common/file.hpp"
+#include "common/log.hpp"
+#include "common/thread_pool.hpp"
+#include "common/xxhash.hpp"
+#include "io/read_engine.hpp"
+#include "loader/arena_pool.hpp"
+#include "zerowait/checkpoint/checkpointer.hpp"
+
+namespace zerowait {
+
+using internal::hex64;
+
+namespace {
+
+constexpr uint64_t kReadPiece = 16ull << 20;  // one task's span of a file
+constexpr uint64_t kReadRange = 2ull << 20;   // one io_uring read: 8 in flight per task
+constexpr uint64_t kMergeGap = 64ull << 10;   // small tensors closer than this share a read
+
+std::string commit_record_path(uint64_t step) {
+  return step_directory(step) + "/" + internal::kCommitRecordName;
+}
+
+Result<internal::CommitRecord> read_commit_record(StorageTarget& target, uint64_t step) {
+  const std::string path = commit_record_path(step);
+  auto text = target.read_file(path);
+  if (!text.is_ok()) {
+    if (text.status().code() == ErrorCode::kNotFound) {
+      return not_found("step " + std::to_string(step) + " is not a committed checkpoint in " +
+                       target.describe());
+    }
+    return text.status();
+  }
+  ZW_ASSIGN_OR_RETURN(auto record, internal::decode_commit_record(text.value(), path));
+  if (record.info.step != step) {
+    return corrupt("'" + path + "' describes step " + std::to_string(record.info.step));
+  }
+  return record;
+}
+
+// A restore thread waits for its reads, then copies and hashes what arrived: two per core (and
+// at least four) keep the disk busy while others copy. Measured with bench/run checkpoint.
+unsigned read_threads(unsigned requested) {
+  return requested != 0 ? requested : std::max(4u, 2 * internal::available_cpus());
+}
+
+// Asks for transparent huge pages on the 2 MiB pages wholly inside [data, data + bytes).
+void advise_huge_pages(std::byte* data, uint64_t bytes) {
+  constexpr uintptr_t kHuge = 2u << 20;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + kHuge - 1) / kHuge * kHuge;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) / kHuge * kHuge;
+  if (end > begin) (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+}
+
+}  // namespace
+
+Result<std::vector<uint64_t>> list_steps(StorageTarget& target) {
+  ZW_ASSIGN_OR_RETURN(auto names, target.list(""));
+  std::vector<uint64_t> steps;
+  for (const std::string& name : names) {
+    bool tmp = false;
+    auto step = internal::parse_step_directory(name, &tmp);
+    if (!step || tmp) continue;
+    ZW_ASSIGN_OR_RETURN(bool committed, target.exists(commit_record_path(*step)));
+    if (committed) steps.push_back(*step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+Result<StepInfo> read_step_info(StorageTarget& target, uint64_t step) {
+  ZW_ASSIGN_OR_RETURN(auto record, read_commit_record(target, step));
+  return record.info;
+}
+
+namespace {
+
+// Rank `rank`'s manifest of the step `record` commits, checked against the record.
+Result<RankManifest> read_rank_manifest_of(StorageTarget& target,
+                                           const internal::CommitRecord& record, uint32_t rank) {
+  const uint64_t step = record.info.step;
+  if (rank >= record.info.world_size) {
+    return invalid_argument("step " + std::to_string(step) + " was saved by world_size " +
+                            std::to_string(record.info.world_size) + "; there is no rank " +
+                            std::to_string(rank));
+  }
+  const internal::RankEntry& entry = record.ranks[rank];
+  const std::string path = step_directory(step) + "/" + entry.manifest;
+  ZW_ASSIGN_OR_RETURN(std::string text, target.read_file(path));
+  if (text.size() != entry.bytes || XXH3_64bits(text.data(), text.size()) != entry.xxh3) {
+    return corrupt("'" + path + "' in " + target.describe() +
+                   " does not match the checksum its commit record holds (damaged file)");
+  }
+  ZW_ASSIGN_OR_RETURN(RankManifest manifest, internal::decode_rank_manifest(text, path));
+  if (manifest.step != step || manifest.rank != rank) {
+    return corrupt("'" + path + "' is rank " + std::to_string(manifest.rank) + "'s part of step " +
+                   std::to_string(manifest.step));
+  }
+  return manifest;
+}
+
+}  // namespace
+
+Result<RankManifest> read_rank_manifest(StorageTarget& target, uint64_t step, uint32_t rank) {
+  ZW_ASSIGN_OR_RETURN(auto record, read_commit_record(target, step));
+  return read_rank_manifest_of(target, record, rank);
+}
+
+Result<std::vector<RankManifest>> read_rank_manifests(StorageTarget& target, uint64_t step) {
+  ZW_ASSIGN_OR_RETURN(auto record, read_commit_record(target, step));
+  std::vector<RankManifest> manifests;
+  for (uint32_t r = 0; r < record.info.world_size; ++r) {
+    ZW_ASSIGN_OR_RETURN(RankManifest m, read_rank_manifest_of(target, record, r));
+    manifests.push_back(std::move(m));
+  }
+  return manifests;
+}
+
+// --- parallel verified reads ------------------------------------------------------------------
+
+namespace {
+
+struct OpenFile {
+  internal::File file;
+  bool direct = false;
+};
+
+// Opens `path` for reading, with O_DIRECT when asked and the filesystem allows it.
+Result<OpenFile> open_for_restore(const std::string& path, bool direct) {
+  if (direct) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+    if (fd >= 0) return OpenFile{internal::File(fd, path), true};
+    if (errno != EINVAL) return errno_status(errno, "cannot open", path);
+    internal::note_fallback("checkpoint-direct-read",
+                            "the filesystem of '" + path +
+                                "' does not support O_DIRECT; checkpoints are read through the "
+                                "page cache");
+  }
+  ZW_ASSIGN_OR_RETURN(internal::File file, internal::File::open_read(path));
+  return OpenFile{std::move(file), false};
+}
+
+// One unit of reading work: a span of one file, feeding parts of one or more tensors.
+struct ReadTask {
+  size_t file = 0;
+  uint64_t offset = 0;  // in the file
+  uint64_t length = 0;
+  struct Part {
+    size_t read = 0;         // index into the reads
+    uint64_t in_task = 0;    // where its bytes start within the task's span
+    uint64_t in_tensor = 0;  // where they go within the tensor
+    uint64_t bytes = 0;
+  };
+  std::vector<Part> parts;
+  int64_t chunk = -1;  // >= 0: one compressed chunk of parts[0]'s tensor
+};
+
+class Restore {
+ public:
+  Restore(StorageTarget& target, const RankManifest& manifest, std::span<const TensorRead> reads,
+          const RestoreOptions& options)
+      : target_(target), manifest_(manifest), reads_(reads), options_(options) {}
+
+  Status run();
+
+ private:
+  Status open_files();
+  void plan_tasks();
+  Status run_task(const ReadTask& task);
+  // Checks the checksum of read `read` once all its bytes arrived; `copy` is a copy of the whole
+  // tensor that is still in the CPU caches (the bounce buffer), else the destination is hashed.
+  Status tensor_done(size_t read, const std::byte* copy = nullptr);
+  const StoredTensor& tensor(size_t read) const { return manifest_.tensors[reads_[read].index]; }
+
+  StorageTarget& target_;
+  const RankManifest& manifest_;
+  std::span<const TensorRead> reads_;
+  RestoreOptions options_;
+  std::vector<std::string> file_paths_;  // relative
+  std::vector<OpenFile> files_;
+  std::vector<size_t> file_of_read_;
+  std::vector<ReadTask> tasks_;
+  std::unique_ptr<std::atomic<uint64_t>[]> remaining_;  // bytes of each read still to arrive
+};
+
+Status Restore::open_files() {
+  std::map<std::string, size_t> index;
+  for (const TensorRead& r : reads_) {
+    if (r.index >= manifest_.tensors.size()) {
+      return invalid_argument("tensor index " + std::to_string(r.index) + " is out of range");
+    }
+    const StoredTensor& t = manifest_.tensors[r.index];
+    auto [it, inserted] = index.emplace(t.file, file_paths_.size());
+    if (inserted) file_paths_.push_back(t.file);
+    file_of_read_.push_back(it->second);
+  }
+  for (const std::string& rel : file_paths_) {
+    auto local = target_.local_path(rel);
+    if (!local)
+      return unsupported("reading tensors from " + target_.describe() + " needs a local path");
+    // Compressed frames are read whole at any offset: through the page cache.
+    const bool raw =
+        std::none_of(manifest_.tensors.begin(), manifest_.tensors.end(),
+                     [&](const StoredTensor& t) { return t.file == rel && t.codec != "none"; });
+    ZW_ASSIGN_OR_RETURN(OpenFile f, open_for_restore(local->string(), options_.direct && raw));
+    ZW_ASSIGN_OR_RETURN(uint64_t size, f.file.size());
+    for (const StoredFile& sf : manifest_.files) {
+      if (sf.path == rel && sf.bytes != size) {
+        return internal::size_mismatch(local->string(), size, sf.bytes);
+      }
+    }
+    files_.push_back(std::move(f));
+  }
+  return Status::ok();
+}
+
+void Restore::plan_tasks() {
+  std::vector<size_t> order(reads_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::pair(file_of_read_[a], tensor(a).offset) <
+           std::pair(file_of_read_[b], tensor(b).offset);
+  });
+  for (size_t r : order) {
+    const StoredTensor& t = tensor(r);
+    const size_t file = file_of_read_[r];
+    if (t.codec == "zstd") {
+      uint64_t offset = t.offset;
+      for (size_t c = 0; c < t.chunks.size(); ++c) {
+        const uint64_t raw = internal::chunk_raw_size(t.nbytes, t.chunk_bytes, c);
+        tasks_.push_back(
+            {file, offset, t.chunks[c], {{r, 0, c * t.chunk_bytes, raw}}, static_cast<int64_t>(c)});
+        offset += t.chunks[c];
+      }
+      continue;
+    }
+    if (t.nbytes == 0) continue;
+    // Small neighbours share one read; a large tensor is cut into pieces read in parallel.
+    ReadTask* last = tasks_.empty() ? nullptr : &tasks_.back();
+    if (last != nullptr && last->chunk < 0 && last->file == file &&
+        t.offset >= last->offset + last->length &&
+        t.offset - (last->offset + last->length) <= kMergeGap &&
+        t.offset + t.nbytes - last->offset <= kReadPiece) {
+      last->parts.push_back({r, t.offset - last->offset, 0, t.nbytes});
+      last->length = t.offset + t.nbytes - last->offset;
+      continue;
+    }
+    for (uint64_t off = 0; off < t.nbytes; off += kReadPiece) {
+      const uint64_t n = std::min(kReadPiece, t.nbytes - off);
+      tasks_.push_back({file, t.offset + off, n, {{r, 0, off, n}}, -1});
+    }
+  }
+}
+
+// Appends reads of `dst.size()` bytes at file `offset` into `dst`, cut into kReadRange pieces
+// that are in flight together; the first `needed` bytes must arrive (an O_DIRECT read of the last
+// block gets what the file has).
+void add_ranges(std::vector<internal::RangeRead>& ranges, uint64_t offset, std::span<std::byte> dst,
+                uint64_t needed) {
+  for (uint64_t off = 0; off < dst.size(); off += kReadRange) {
+    const uint64_t n = std::min<uint64_t>(kReadRange, dst.size() - off);
+    const uint64_t min = off >= needed ? 0 : std::min(n, needed - off);
+    ranges.push_back({offset + off, dst.subspan(off, n), min, nullptr});
+  }
+}
+
+Status Restore::run_task(const ReadTask& task) {
+  const OpenFile& open = files_[task.file];
+  if (task.chunk >= 0) {
+    // A compressed chunk: read its frame, decompress straight into the tensor.
+    const ReadTask::Part& part = task.parts[0];
+    const StoredTensor& t = tensor(part.read);
+    thread_local std::vector<std::byte> frame;
+    thread_local std::vector<std::byte> scratch;
+    frame.resize(task.length);
+    ZW_RETURN_IF_ERROR(open.file.pread_exact(task.offset, frame));
+    internal::CodecOptions codec{0, t.group_bytes, t.chunk_bytes};
+    ZW_RETURN_IF_ERROR(internal::decompress_chunk(
+        frame, codec, std::span<std::byte>(reads_[part.read].dst + part.in_tensor, part.bytes),
+        scratch,
+        "tensor '" + t.name + "' chunk " + std::to_string(task.chunk) + " in '" + t.file + "'"));
+    if (remaining_[part.read].fetch_sub(part.bytes) == part.bytes) return tensor_done(part.read);
+    return Status::ok();
+  }
+  std::vector<internal::RangeRead> ranges;
+  if (!open.direct) {
+    // Through the page cache: straight into each tensor, no bounce copy.
+    for (const ReadTask::Part& part : task.parts) {
+      add_ranges(ranges, task.offset + part.in_task,
+                 std::span<std::byte>(reads_[part.read].dst + part.in_tensor, part.bytes),
+                 part.bytes);
+    }
+    ZW_RETURN_IF_ERROR(internal::read_ranges(open.file, ranges, Deadline::none(), false));
+  } else {
+    // O_DIRECT: aligned reads into a bounce buffer, then copies into the tensors.
+    const uint64_t begin = task.offset / kDirectIoAlignment * kDirectIoAlignment;
+    const uint64_t end = (task.offset + task.length + kDirectIoAlignment - 1) / kDirectIoAlignment *
+                         kDirectIoAlignment;
+    thread_local internal::AlignedBuffer bounce;
+    ZW_RETURN_IF_ERROR(bounce.reserve(end - begin, kReadPiece + 2 * kDirectIoAlignment, false));
+    add_ranges(ranges, begin, std::span<std::byte>(bounce.data(), end - begin),
+               task.offset + task.length - begin);
+    ZW_RETURN_IF_ERROR(internal::read_ranges(open.file, ranges, Deadline::none(), true));
+    const std::byte* span = bounce.data() + (task.offset - begin);
+    for (const ReadTask::Part& part : task.parts) {
+      std::memcpy(reads_[part.read].dst + part.in_tensor, span + part.in_task, part.bytes);
+      // A whole tensor is hashed from the bounce buffer it was just copied from: still cached.
+      const bool whole = part.bytes == tensor(part.read).nbytes;
+      if (remaining_[part.read].fetch_sub(part.bytes) == part.bytes) {
+        ZW_RETURN_IF_ERROR(tensor_done(part.read, whole ? span + part.in_task : nullptr));
+      }
+    }
+    return Status::ok();
+  }
+  for (const ReadTask::Part& part : task.parts) {
+    if (remaining_[part.read].fetch_sub(part.bytes) == part.bytes) {
+      ZW_RETURN_IF_ERROR(tensor_done(part.read));
+    }
+  }
+  return Status::ok();
+}
+
+Status Restore::tensor_done(size_t read, const std::byte* copy) {
+  if (!options_.verify) return Status::ok();
+  const StoredTensor& t = tensor(read);
+  const uint64_t digest = XXH3_64bits(copy != nullptr ? copy : reads_[read].dst, t.nbytes);
+  if (digest == t.xxh3) return Status::ok();
+  auto local = target_.local_path(t.file);
+  return corrupt("tensor '" + t.name + "' in '" + (local ? local->string() : t.file) +
+                 "' (offset " + std::to_string(t.offset) + ", " + std::to_string(t.stored_bytes) +
+                 " bytes) does not match its checksum (xxh3 " + hex64(digest) + ", manifest " +
+                 hex64(t.xxh3) + "): the file is damaged");
+}
+
+Status Restore::run() {
+  ZW_RETURN_IF_ERROR(open_files());
+  plan_tasks();
+  remaining_ = std::make_unique<std::atomic<uint64_t>[]>(reads_.size());
+  for (size_t r = 0; r < reads_.size(); ++r) {
+    if (reads_[r].fresh) advise_huge_pages(reads_[r].dst, tensor(r).nbytes);
+    remaining_[r].store(tensor(r).nbytes);
+    if (tensor(r).nbytes == 0) ZW_RETURN_IF_ERROR(tensor_done(r));
+  }
+  std::mutex mutex;
+  Status first;
+  std::atomic<bool> failed{false};
+  internal::ThreadPool pool(read_threads(options_.threads) - 1);
+  pool.parallel_for(tasks_.size(), [&](size_t i) {
+    if (failed.load(std::memory_order_relaxed)) return;
+    Status status = run_task(tasks_[i]);
+    if (!status.is_ok()) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (first.is_ok()) first = status;
+      failed = true;
+    }
+  });
+  return first;
+}
+
+}  // namespace
+
+Status read_tensors(StorageTarget& target, const RankManifest& manifest,
+                    std::span<const TensorRead> reads, const RestoreOptions& options) {
+  Restore restore(target, manifest, reads, options);
+  return restore.run();
+}
+
+// --- verification -----------------------------------------------------------------------------
+
+namespace {
+
+// Checks that a safetensors file's own header describes what the manifest says it holds.
+Status check_safetensors_header(const std::string& local, const StoredFile& file,
+                                const RankManifest& manifest) {
+  ZW_ASSIGN_OR_RETURN(internal::File f, internal::File::open_read(local));
+  std::string first8(8, '\0');
+  ZW_RETURN_IF_ERROR(f.pread_exact(0, std::as_writable_bytes(std::span(first8))));
+  ZW_ASSIGN_OR_RETURN(uint64_t length, internal::safetensors::header_length(first8, local));
+  std::string prefix(8 + length, '\0');
+  ZW_RETURN_IF_ERROR(f.pread_exact(0, std::as_writable_bytes(std::span(prefix))));
+  ZW_ASSIGN_OR_RETURN(auto header, internal::safetensors::decode_header(prefix, file.bytes, local));
+  std::map<std::string, const internal::safetensors::TensorEntry*> entries;
+  for (const auto& e : header.tensors) entries[e.name] = &e;
+  for (const StoredTensor& t : manifest.tensors) {
+    if (t.file != file.path) continue;
+    auto it = entries.find(t.name);
+    if (it == entries.end() || it->second->dtype != t.dtype || it->second->shape != t.shape ||
+        header.data_start + it->second->begin != t.offset ||
+        it->second->end - it->second->begin != t.nbytes) {
+      return corrupt("'" + local + "': the safetensors header's entry for tensor '" + t.name +
+                     "' does not match the manifest");
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<VerifyReport> verify_step(StorageTarget& target, uint64_t step, unsigned threads,
+                                 const std::function<void(uint64_t)>& progress) {
+  ZW_ASSIGN_OR_RETURN(auto record, read_commit_record(target, step));
+  VerifyReport report;
+  report.step = step;
+  struct Check {
+    const RankManifest* manifest;
+    const StoredFile* file;
+    std::string problem;
+  };
+  std::vector<RankManifest> manifests;
+  for (uint32_t r = 0; r < record.info.world_size; ++r) {
+    auto m = read_rank_manifest_of(target, record, r);
+    if (!m.is_ok()) {
+      report.problems.push_back(m.status().message());
+      continue;
+    }
+    manifests.push_back(std::move(m).value());
+  }
+  std::vector<Check> checks;
+  for (const RankManifest& m : manifests) {
+    report.tensors += m.tensors.size();
+    for (const StoredFile& f : m.files) checks.push_back({&m, &f, {}});
+  }
+  std::mutex progress_mutex;
+  internal::ThreadPool pool(read_threads(threads) - 1);
+  pool.parallel_for(checks.size(), [&](size_t i) {
+    Check& check = checks[i];
+    auto local = target.local_path(check.file->path);
+    if (!local) {
+      check.problem = "cannot verify '" + check.file->path + "' on " + target.describe();
+      return;
+    }
+    // Through the page cache: verification reads each byte once.
+    auto digest = internal::stream_file(local->string(), check.file->bytes,
+                                        [&](uint64_t, std::span<const std::byte> piece) {
+                                          if (progress) {
+                                            std::lock_guard<std::mutex> lock(progress_mutex);
+                                            progress(piece.size());
+                                          }
+                                          return Status::ok();
+                                        });
+    if (!digest.is_ok()) {
+      check.problem = digest.status().message();
+      return;
+    }
+    if (digest.value() != check.file->xxh3) {
+      // Name the damaged tensors: read each of the file's tensors and check it.
+      std::vector<std::string> bad;
+      for (size_t t = 0; t < check.manifest->tensors.size(); ++t) {
+        const StoredTensor& tensor = check.manifest->tensors[t];
+        if (tensor.file != check.file->path) continue;
+        std::vector<std::byte> scratch(tensor.nbytes);
+        TensorRead read{t, scratch.data(), false};
+        Status s = read_tensors(target, *check.manifest, std::span(&read, 1),
+                                RestoreOptions{1, false, true});
+        if (!s.is_ok()) bad.push_back(s.message());
+      }
+      check.problem = "'" + local->string() + "' does not match its checksum (xxh3 " +
+                      hex64(digest.value()) + ", manifest " + hex64(check.file->xxh3) + ")";
+      for (const std::string& b : bad) check.problem += "; " + b;
+      return;
+    }
+    if (check.file->container == "safetensors") {
+      Status s = check_safetensors_header(local->string(), *check.file, *check.manifest);
+      if (!s.is_ok()) check.problem = s.message();
+    }
+  });
+  std::set<std::string> seen;
+  for (const Check& check : checks) {
+    if (!seen.insert(check.file->path).second) continue;
+    ++report.files;
+    report.bytes += check.file->bytes;
+    if (!check.problem.empty()) report.problems.push_back(check.problem);
+  }
+  return report;
+}
+
+// --- garbage collection -----------------------------------------------------------------------
+
+namespace {
+
+// The bytes of the files directly in `dir` (step directories are flat).
+uint64_t directory_bytes(StorageTarget& target, const std::string& dir) {
+  uint64_t bytes = 0;
+  auto names = target.list(dir);
+  if (!names.is_ok()) return 0;
+  for (const std::string& name : names.value()) {
+    auto size = target.file_size(dir + "/" + name);
+    if (size.is_ok()) bytes += size.value();
+  }
+  return bytes;
+}
+
+}  // namespace
+
+Result<GcReport> collect_garbage(StorageTarget& target, uint32_t keep_last, uint64_t keep_every,
+                                 bool only_settled_tmp) {
+  GcReport report;
+  ZW_ASSIGN_OR_RETURN(std::vector<uint64_t> committed, list_steps(target));
+
+  // Retention: retire steps neither among the newest keep_last nor a multiple of keep_every.
+  // Removing the commit record first (and making that durable) means a step is never seen as
+  // committed while its files are being deleted.
+  if (keep_last > 0) {
+    std::vector<uint64_t> kept;
+    for (size_t i = 0; i < committed.size(); ++i) {
+      const bool newest = i + keep_last >= committed.size();
+      const bool milestone = keep_every > 0 && committed[i] % keep_every == 0;
+      if (newest || milestone) {
+        kept.push_back(committed[i]);
+        continue;
+      }
+      const std::string dir = step_directory(committed[i]);
+      ZW_RETURN_IF_ERROR(target.remove_file(dir + "/" + internal::kCommitRecordName));
+      ZW_RETURN_IF_ERROR(target.sync_directory(dir));
+      report.removed.push_back(dir + "/" + internal::kCommitRecordName);
+    }
+    committed = std::move(kept);
+  }
+
+  // Files still needed: those of every committed step, including what they reference.
+  std::set<std::string> referenced;
+  bool all_known = true;
+  for (uint64_t step : committed) {
+    auto manifests = read_rank_manifests(target, step);
+    if (!manifests.is_ok()) {
+      all_known = false;  // nothing is deleted below: its references are unknown
+      continue;
+    }
+    for (const RankManifest& m : manifests.value()) {
+      for (const StoredFile& f : m.files) referenced.insert(f.path);
+    }
+  }
+
+  ZW_ASSIGN_OR_RETURN(auto names, target.list(""));
+  const uint64_t newest = committed.empty() ? 0 : committed.back();
+  for (const std::string& name : names) {
+    bool tmp = false;
+    auto step = internal::parse_step_directory(name, &tmp);
+    if (!step) continue;
+    if (tmp) {
+      if (only_settled_tmp && (committed.empty() || *step > newest)) continue;
+      report.bytes_freed += directory_bytes(target, name);
+      ZW_RETURN_IF_ERROR(target.remove_all(name));
+      report.removed.push_back(name);
+      continue;
+    }
+    ZW_ASSIGN_OR_RETURN(bool is_committed, target.exists(commit_record_path(*step)));
+    // A retired step keeps the files a committed one references; when a manifest could not be
+    // read, nothing is deleted (its references are unknown).
+    if (is_committed || !all_known) continue;
+    ZW_ASSIGN_OR_RETURN(auto files, target.list(name));
+    size_t kept_files = 0;
+    for (const std::string& file : files) {
+      const std::string path = name + "/" + file;
+      if (referenced.count(path) != 0) {
+        ++kept_files;
+        continue;
+      }
+      auto size = target.file_size(path);
+      ZW_RETURN_IF_ERROR(target.remove_file(path));
+      report.removed.push_back(path);
+      if (size.is_ok()) report.bytes_freed += size.value();
+    }
+    if (kept_files == 0) {
+      ZW_RETURN_IF_ERROR(target.remove_all(name));
+      report.removed.push_back(name);
+    }
+  }
+  if (!report.removed.empty()) ZW_RETURN_IF_ERROR(target.sync_directory(""));
+  return report;
+}
+
+}  // namespace zerowait

@@ -1,0 +1,830 @@
+// The write side of checkpoints: snapshot into the staging pool, background write of one rank's
+// part, the commit protocol, retention and the mirror tier. The read side is checkpoint_read.cpp.
+#include "zerowait/checkpoint/checkpointer.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "checkpoint/checkpoint_io.hpp"
+#include "checkpoint/checkpoint_manifest.hpp"
+#include "checkpoint/safetensors.hpp"
+#include "checkpoint/tensor_codec.hpp"
+#include "common/cuda_host.hpp"
+#include "common/thread_pool.hpp"
+#include "common/xxhash.hpp"
+#include "loader/arena_pool.hpp"
+
+namespace zerowait {
+
+using internal::publish_small_file;
+using internal::write_small_file;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr uint64_t kCopyPiece = 32ull << 20;       // snapshot memcpy work unit
+constexpr uint64_t kWriteChunk = 8ull << 20;       // one write(2)
+constexpr uint64_t kWritebackEvery = 64ull << 20;  // start writeback this often
+constexpr uint64_t kStagingAlignment = 64;
+constexpr uint64_t kCompressChunk = 4ull << 20;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+uint64_t align_up(uint64_t value, uint64_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
+
+bool is_floating_group_candidate(const TensorToSave& t) {
+  return t.floating_point && t.element_size > 1;
+}
+
+}  // namespace
+
+Result<Compression> parse_compression(const std::string& name) {
+  if (name.empty() || name == "none") return Compression::kNone;
+  if (name == "zstd") return Compression::kZstd;
+  return invalid_argument("unknown compression '" + name + "' (expected 'none' or 'zstd')");
+}
+
+std::string step_directory(uint64_t step) { return "step-" + std::to_string(step); }
+
+// --- shared state ---------------------------------------------------------------------------
+
+struct Checkpointer::State {
+  std::shared_ptr<StorageTarget> target;
+  CheckpointOptions options;
+  internal::ThreadPool pool;
+  internal::AlignedBuffer staging;
+
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::shared_ptr<SaveJob> in_flight;  // owns the staging pool until its writing is done
+  std::thread writer;
+  std::optional<RankManifest> base;  // the previous committed step's part, for incremental saves
+  Status unreported;                 // a background error nobody has waited for yet
+
+  // Mirror tier: steps waiting to be copied, one thread copying them.
+  std::deque<uint64_t> mirror_queue;
+  bool mirror_busy = false;
+  bool stopping = false;
+  std::thread mirror_thread;
+
+  State(std::shared_ptr<StorageTarget> t, CheckpointOptions o)
+      : target(std::move(t)),
+        options(std::move(o)),
+        pool((options.threads != 0 ? options.threads : internal::available_cpus()) - 1) {}
+
+  void remember_error(const Status& status) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (unreported.is_ok()) unreported = status;
+  }
+  void mirror_loop();
+};
+
+// --- one save ---------------------------------------------------------------------------------
+
+class SaveJob {
+ public:
+  enum class Phase { kStaged, kWriting, kPartDurable, kFinished };
+
+  std::shared_ptr<Checkpointer::State> owner;
+  uint64_t step = 0;
+  std::vector<TensorToSave> tensors;
+  std::string structure_json;
+  std::vector<uint64_t> staging_offsets;
+  std::byte* staging_base = nullptr;
+  bool started_writing = false;  // start() was called (guarded by the owner's mutex)
+  Clock::time_point started = Clock::now();
+  double snapshot_s = 0;
+
+  std::mutex mutex;
+  std::condition_variable changed;
+  Phase phase = Phase::kStaged;
+  Status part_status;
+  std::optional<Result<SaveResult>> result;
+  RankManifest manifest;  // this rank's part, once durable
+  // Under caller coordination: the outcome the caller reports through finish().
+  std::optional<std::pair<bool, Status>> caller_outcome;
+
+  std::byte* staging(size_t index) const { return staging_base + staging_offsets[index]; }
+  std::span<const std::byte> staged(size_t index) const {
+    return {staging(index), tensors[index].nbytes};
+  }
+
+  void set_phase(Phase p) {
+    std::lock_guard<std::mutex> lock(mutex);
+    phase = p;
+    changed.notify_all();
+  }
+  void finish(Result<SaveResult> r) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!r.is_ok() && part_status.is_ok() && phase < Phase::kPartDurable) part_status = r.status();
+    result = std::move(r);
+    phase = Phase::kFinished;
+    changed.notify_all();
+  }
+};
+
+bool SaveHandle::done() const {
+  std::lock_guard<std::mutex> lock(job_->mutex);
+  return job_->phase == SaveJob::Phase::kFinished;
+}
+
+Result<SaveResult> SaveHandle::wait() const {
+  std::unique_lock<std::mutex> lock(job_->mutex);
+  job_->changed.wait(lock, [&] { return job_->phase == SaveJob::Phase::kFinished; });
+  if (!job_->result->is_ok()) {
+    // Reported to this caller: the Checkpointer need not report it again.
+    auto owner = job_->owner;
+    std::lock_guard<std::mutex> owner_lock(owner->mutex);
+    if (owner->unreported.message() == job_->result->status().message()) owner->unreported = {};
+  }
+  return *job_->result;
+}
+
+Status SaveHandle::wait_part() const {
+  std::unique_lock<std::mutex> lock(job_->mutex);
+  job_->changed.wait(lock, [&] { return job_->phase >= SaveJob::Phase::kPartDurable; });
+  return job_->part_status;
+}
+
+uint64_t SaveHandle::step() const { return job_->step; }
+
+PendingSave::PendingSave(std::shared_ptr<SaveJob> job) : job_(std::move(job)) {}
+PendingSave::PendingSave(PendingSave&&) noexcept = default;
+PendingSave& PendingSave::operator=(PendingSave&&) noexcept = default;
+
+PendingSave::~PendingSave() {
+  if (job_ == nullptr) return;
+  // Never started: release the staging pool for the next save.
+  job_->finish(Status(ErrorCode::kCancelled, "save of step " + std::to_string(job_->step) +
+                                                 " was prepared but never started"));
+  auto owner = job_->owner;
+  std::lock_guard<std::mutex> lock(owner->mutex);
+  if (owner->in_flight == job_) owner->in_flight.reset();
+  owner->changed.notify_all();
+}
+
+std::byte* PendingSave::staging(size_t index) const {
+  if (job_ == nullptr || index >= job_->tensors.size()) return nullptr;
+  return job_->staging(index);
+}
+
+Status PendingSave::copy_host_tensors() {
+  if (job_ == nullptr) return invalid_argument("this save was already started");
+  SaveJob& job = *job_;
+  struct Piece {
+    const std::byte* src;
+    std::byte* dst;
+    uint64_t bytes;
+  };
+  std::vector<Piece> pieces;
+  for (size_t i = 0; i < job.tensors.size(); ++i) {
+    const TensorToSave& t = job.tensors[i];
+    if (t.data == nullptr) continue;
+    const auto* src = static_cast<const std::byte*>(t.data);
+    for (uint64_t off = 0; off < t.nbytes; off += kCopyPiece) {
+      pieces.push_back({src + off, job.staging(i) + off, std::min(kCopyPiece, t.nbytes - off)});
+    }
+  }
+  job.owner->pool.parallel_for(
+      pieces.size(), [&](size_t i) { std::memcpy(pieces[i].dst, pieces[i].src, pieces[i].bytes); });
+  return Status::ok();
+}
+
+// --- the background part: write, commit -------------------------------------------------------
+
+namespace {
+
+struct FilePlan {
+  std::string path;             // relative to the root
+  std::vector<size_t> tensors;  // indices into the job's tensors, in data order
+};
+
+class PartWriter {
+ public:
+  PartWriter(Checkpointer::State& state, SaveJob& job) : state_(state), job_(job) {}
+
+  // Hashes, picks what to write, writes and fsyncs the files and this rank's manifest.
+  Status write_part();
+
+  RankManifest& manifest() { return manifest_; }
+  uint64_t bytes_written() const { return bytes_written_; }
+  uint64_t tensors_written() const { return tensors_written_; }
+
+ private:
+  Status write_safetensors(const FilePlan& plan, StoredFile& out);
+  Status write_compressed(const FilePlan& plan, StoredFile& out);
+
+  Checkpointer::State& state_;
+  SaveJob& job_;
+  std::string tmp_dir_;
+  std::vector<StoredTensor> stored_;  // per job tensor
+  RankManifest manifest_;
+  uint64_t bytes_written_ = 0;
+  uint64_t tensors_written_ = 0;
+};
+
+Status PartWriter::write_part() {
+  const CheckpointOptions& opt = state_.options;
+  StorageTarget& target = *state_.target;
+  const std::string final_dir = step_directory(job_.step);
+  tmp_dir_ = final_dir + ".tmp";
+
+  ZW_ASSIGN_OR_RETURN(bool committed, target.exists(final_dir + "/" + internal::kCommitRecordName));
+  if (committed) {
+    return Status(ErrorCode::kAlreadyExists, "step " + std::to_string(job_.step) +
+                                                 " is already committed in " + target.describe() +
+                                                 "; save under a new step number");
+  }
+
+  // Checksums of every tensor, in parallel.
+  const size_t n = job_.tensors.size();
+  stored_.resize(n);
+  state_.pool.parallel_for(n, [&](size_t i) {
+    const TensorToSave& t = job_.tensors[i];
+    StoredTensor& s = stored_[i];
+    s.name = t.name;
+    s.dtype = t.dtype;
+    s.shape = t.shape;
+    s.nbytes = t.nbytes;
+    s.xxh3 = XXH3_64bits(job_.staging(i), t.nbytes);
+  });
+
+  // Incremental: unchanged tensors point at the bytes an earlier step already holds.
+  std::vector<size_t> to_write;
+  std::map<std::string, const StoredFile*> referenced_files;
+  std::map<std::string, const StoredTensor*> previous;
+  std::map<std::string, const StoredFile*> previous_files;
+  if (opt.incremental && state_.base) {
+    for (const StoredTensor& t : state_.base->tensors) previous[t.name] = &t;
+    for (const StoredFile& f : state_.base->files) previous_files[f.path] = &f;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    auto it = previous.find(stored_[i].name);
+    if (it != previous.end() && it->second->xxh3 == stored_[i].xxh3 &&
+        it->second->nbytes == stored_[i].nbytes && it->second->dtype == stored_[i].dtype &&
+        it->second->shape == stored_[i].shape) {
+      stored_[i] = *it->second;
+      // A manifest lists the file of each of its tensors (checked when it is read).
+      referenced_files[stored_[i].file] = previous_files.at(stored_[i].file);
+      continue;
+    }
+    to_write.push_back(i);
+  }
+
+  // Cut the written tensors into files of about max_file_bytes.
+  const bool compressed = opt.compression == Compression::kZstd;
+  std::vector<FilePlan> plans;
+  uint64_t current = 0;
+  for (size_t i : to_write) {
+    const uint64_t bytes = job_.tensors[i].nbytes;
+    if (plans.empty() || (current > 0 && current + bytes > opt.max_file_bytes)) {
+      plans.push_back(
+          {final_dir + "/" +
+               internal::data_file_name(opt.rank, static_cast<uint32_t>(plans.size()), compressed),
+           {}});
+      current = 0;
+    }
+    plans.back().tensors.push_back(i);
+    current += bytes;
+  }
+
+  ZW_RETURN_IF_ERROR(target.create_directory(tmp_dir_));
+  std::vector<StoredFile> files(plans.size());
+  if (compressed) {
+    for (size_t f = 0; f < plans.size(); ++f) {
+      ZW_RETURN_IF_ERROR(write_compressed(plans[f], files[f]));
+    }
+  } else {
+    std::vector<Status> statuses(plans.size());
+    state_.pool.parallel_for(
+        plans.size(), [&](size_t f) { statuses[f] = write_safetensors(plans[f], files[f]); });
+    for (const Status& s : statuses) ZW_RETURN_IF_ERROR(s);
+  }
+  for (const StoredFile& f : files) bytes_written_ += f.bytes;
+  tensors_written_ = to_write.size();
+
+  manifest_.step = job_.step;
+  manifest_.rank = opt.rank;
+  manifest_.world_size = opt.world_size;
+  manifest_.structure_json = job_.structure_json;
+  manifest_.tensors = stored_;
+  manifest_.files = files;
+  for (const auto& [path, file] : referenced_files) manifest_.files.push_back(*file);
+
+  // The rank manifest appears whole or not at all: the other ranks' commit looks for it.
+  const std::string text = internal::encode_rank_manifest(manifest_);
+  ZW_RETURN_IF_ERROR(
+      publish_small_file(target, tmp_dir_, internal::rank_manifest_name(opt.rank), text));
+  return Status::ok();
+}
+
+// Streams tensor bytes from staging to `file` at increasing offsets, hashing what it writes.
+class FileStream {
+ public:
+  explicit FileStream(WritableFile& file) : file_(file) {}
+  Status append(std::span<const std::byte> bytes) {
+    for (uint64_t off = 0; off < bytes.size(); off += kWriteChunk) {
+      auto piece = bytes.subspan(off, std::min<uint64_t>(kWriteChunk, bytes.size() - off));
+      ZW_RETURN_IF_ERROR(file_.write_at(offset_, piece));
+      hash_.update(piece.data(), piece.size());
+      offset_ += piece.size();
+      if (offset_ - writeback_from_ >= kWritebackEvery) {
+        file_.start_writeback(writeback_from_, offset_ - writeback_from_);
+        writeback_from_ = offset_;
+      }
+    }
+    return Status::ok();
+  }
+  uint64_t offset() const { return offset_; }
+  uint64_t digest() const { return hash_.digest(); }
+
+ private:
+  WritableFile& file_;
+  internal::Xxh3Stream hash_;
+  uint64_t offset_ = 0;
+  uint64_t writeback_from_ = 0;
+};
+
+Status finish_file(WritableFile& file, const FileStream& stream, const std::string& path,
+                   const std::string& container, StoredFile& out) {
+  ZW_RETURN_IF_ERROR(file.sync());
+  ZW_RETURN_IF_ERROR(file.close());
+  out.path = path;
+  out.bytes = stream.offset();
+  out.xxh3 = stream.digest();
+  out.container = container;
+  return Status::ok();
+}
+
+std::string tmp_path_of(const std::string& final_path) {
+  const size_t slash = final_path.find('/');
+  return final_path.substr(0, slash) + ".tmp" + final_path.substr(slash);
+}
+
+Status PartWriter::write_safetensors(const FilePlan& plan, StoredFile& out) {
+  std::vector<internal::safetensors::TensorEntry> entries;
+  uint64_t offset = 0;
+  for (size_t i : plan.tensors) {
+    const TensorToSave& t = job_.tensors[i];
+    entries.push_back({t.name, t.dtype, t.shape, offset, offset + t.nbytes});
+    offset += t.nbytes;
+  }
+  ZW_ASSIGN_OR_RETURN(std::string header,
+                      internal::safetensors::encode_header(entries, {{"format", "pt"}}));
+  ZW_ASSIGN_OR_RETURN(auto file, state_.target->create_file(tmp_path_of(plan.path)));
+  FileStream stream(*file);
+  ZW_RETURN_IF_ERROR(stream.append(std::span<const std::byte>(
+      reinterpret_cast<const std::byte*>(header.data()), header.size())));
+  for (size_t i : plan.tensors) {
+    stored_[i].file = plan.path;
+    stored_[i].offset = stream.offset();
+    stored_[i].stored_bytes = job_.tensors[i].nbytes;
+    ZW_RETURN_IF_ERROR(stream.append(job_.staged(i)));
+  }
+  return finish_file(*file, stream, plan.path, "safetensors", out);
+}
+
+Status PartWriter::write_compressed(const FilePlan& plan, StoredFile& out) {
+  const CheckpointOptions& opt = state_.options;
+  // Every chunk of every tensor of the file is compressed in parallel, then written in order.
+  struct Chunk {
+    size_t tensor;
+    uint64_t raw_offset;
+    uint64_t raw_bytes;
+    std::vector<std::byte> frame;
+    Status status;
+  };
+  std::vector<Chunk> chunks;
+  for (size_t i : plan.tensors) {
+    const uint64_t count = internal::chunk_count(job_.tensors[i].nbytes, kCompressChunk);
+    for (uint64_t c = 0; c < count; ++c) {
+      chunks.push_back({i,
+                        c * kCompressChunk,
+                        internal::chunk_raw_size(job_.tensors[i].nbytes, kCompressChunk, c),
+                        {},
+                        {}});
+    }
+  }
+  state_.pool.parallel_for(chunks.size(), [&](size_t k) {
+    Chunk& chunk = chunks[k];
+    const TensorToSave& t = job_.tensors[chunk.tensor];
+    internal::CodecOptions codec{
+        opt.zstd_level, is_floating_group_candidate(t) ? t.element_size : 1u, kCompressChunk};
+    thread_local std::vector<std::byte> scratch;
+    auto r = internal::compress_chunk(
+        job_.staged(chunk.tensor).subspan(chunk.raw_offset, chunk.raw_bytes), codec, chunk.frame,
+        scratch);
+    chunk.status = r.status();
+  });
+
+  ZW_ASSIGN_OR_RETURN(auto file, state_.target->create_file(tmp_path_of(plan.path)));
+  FileStream stream(*file);
+  ZW_RETURN_IF_ERROR(stream.append(std::span<const std::byte>(
+      reinterpret_cast<const std::byte*>(internal::kCompressedFileMagic.data()),
+      internal::kCompressedFileMagic.size())));
+  for (size_t i : plan.tensors) {
+    StoredTensor& s = stored_[i];
+    const TensorToSave& t = job_.tensors[i];
+    s.file = plan.path;
+    s.offset = 0;  // set when its first chunk is written
+    s.codec = "zstd";
+    s.group_bytes = is_floating_group_candidate(t) ? t.element_size : 1u;
+    s.chunk_bytes = kCompressChunk;
+    s.stored_bytes = 0;
+  }
+  for (Chunk& chunk : chunks) {
+    ZW_RETURN_IF_ERROR(chunk.status);
+    StoredTensor& s = stored_[chunk.tensor];
+    if (s.chunks.empty()) s.offset = stream.offset();
+    s.chunks.push_back(chunk.frame.size());
+    s.stored_bytes += chunk.frame.size();
+    ZW_RETURN_IF_ERROR(stream.append(chunk.frame));
+    std::vector<std::byte>().swap(chunk.frame);
+  }
+  return finish_file(*file, stream, plan.path, "zerowait-zstd", out);
+}
+
+}  // namespace
+
+// --- commit -----------------------------------------------------------------------------------
+
+namespace {
+
+// Renames step-N back to step-N.tmp after a failure past the rename, so a step whose save
+// reported an error is never accepted, and points `latest` back at the newest committed step.
+// Best effort: the error being reported is the first one.
+void unpublish(StorageTarget& target, uint64_t step) {
+  const std::string dir = step_directory(step);
+  if (!target.rename(dir, dir + ".tmp").is_ok()) return;
+  (void)target.sync_directory("");
+  auto steps = list_steps(target);
+  if (steps.is_ok() && !steps.value().empty()) {
+    (void)publish_small_file(target, "", internal::kLatestPointerName,
+                             step_directory(steps.value().back()) + "\n");
+  } else {
+    (void)target.remove_file(internal::kLatestPointerName);
+  }
+}
+
+Status commit_step(StorageTarget& target, uint64_t step, uint32_t world_size) {
+  const std::string dir = step_directory(step);
+  const std::string tmp = dir + ".tmp";
+  internal::CommitRecord record;
+  record.info.step = step;
+  record.info.world_size = world_size;
+  record.info.created = internal::utc_now();
+  std::set<uint64_t> references;
+  for (uint32_t r = 0; r < world_size; ++r) {
+    const std::string path = tmp + "/" + internal::rank_manifest_name(r);
+    ZW_ASSIGN_OR_RETURN(std::string text, target.read_file(path));
+    ZW_ASSIGN_OR_RETURN(RankManifest m, internal::decode_rank_manifest(text, path));
+    if (m.step != step || m.rank != r || m.world_size != world_size) {
+      return corrupt("'" + path + "' is rank " + std::to_string(m.rank) + " of " +
+                     std::to_string(m.world_size) + " for step " + std::to_string(m.step) +
+                     ", not rank " + std::to_string(r) + " of " + std::to_string(world_size) +
+                     " for step " + std::to_string(step));
+    }
+    for (const StoredTensor& t : m.tensors) record.info.bytes_total += t.nbytes;
+    for (const StoredFile& f : m.files) {
+      const uint64_t owner = internal::step_of_path(f.path).value_or(step);
+      if (owner == step) {
+        record.info.bytes_stored += f.bytes;
+      } else {
+        references.insert(owner);
+      }
+    }
+    record.ranks.push_back(
+        {r, internal::rank_manifest_name(r), text.size(), XXH3_64bits(text.data(), text.size())});
+  }
+  record.info.references.assign(references.begin(), references.end());
+
+  // file fsync (done by each rank) → manifest fsync → rename → directory fsync → latest.
+  ZW_RETURN_IF_ERROR(write_small_file(target, tmp + "/" + internal::kCommitRecordName,
+                                      internal::encode_commit_record(record)));
+  ZW_RETURN_IF_ERROR(target.sync_directory(tmp));
+  ZW_RETURN_IF_ERROR(target.rename(tmp, dir));
+  Status status = target.sync_directory("");
+  if (status.is_ok()) {
+    status = publish_small_file(target, "", internal::kLatestPointerName, dir + "\n");
+  }
+  if (!status.is_ok()) {
+    unpublish(target, step);
+    return status.with_context("step " + std::to_string(step) + " was not committed");
+  }
+  return Status::ok();
+}
+
+// Waits, polling the step's directory, until every rank's manifest is there (rank 0) or the
+// step is committed (other ranks). File coordination: no process group needed.
+Status wait_for_ranks(StorageTarget& target, uint64_t step, uint32_t rank, uint32_t world_size,
+                      double timeout_s) {
+  const std::string dir = step_directory(step);
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  auto sleep = std::chrono::milliseconds(2);
+  while (true) {
+    if (rank == 0) {
+      uint32_t present = 0;
+      for (uint32_t r = 0; r < world_size; ++r) {
+        ZW_ASSIGN_OR_RETURN(bool there,
+                            target.exists(dir + ".tmp/" + internal::rank_manifest_name(r)));
+        present += there ? 1 : 0;
+      }
+      if (present == world_size) return Status::ok();
+      if (Clock::now() >= deadline) {
+        return Status(ErrorCode::kDeadlineExceeded,
+                      "step " + std::to_string(step) + " was not committed: only " +
+                          std::to_string(present) + " of " + std::to_string(world_size) +
+                          " ranks finished their part within " + std::to_string(timeout_s) +
+                          " s (a rank died or is stuck); the previous step stays the latest");
+      }
+    } else {
+      ZW_ASSIGN_OR_RETURN(bool committed, target.exists(dir + "/" + internal::kCommitRecordName));
+      if (committed) return Status::ok();
+      ZW_ASSIGN_OR_RETURN(bool failed, target.exists(dir + ".tmp/FAILED"));
+      if (failed) {
+        auto why = target.read_file(dir + ".tmp/FAILED");
+        return Status(ErrorCode::kIo, "step " + std::to_string(step) +
+                                          " was not committed: rank 0 failed: " +
+                                          (why.is_ok() ? why.value() : std::string("?")));
+      }
+      if (Clock::now() >= deadline) {
+        return Status(ErrorCode::kDeadlineExceeded, "step " + std::to_string(step) +
+                                                        " was not committed by rank 0 within " +
+                                                        std::to_string(timeout_s) + " s");
+      }
+    }
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min(sleep * 2, std::chrono::milliseconds(50));
+  }
+}
+
+Status apply_retention(Checkpointer::State& state) {
+  const CheckpointOptions& opt = state.options;
+  if (opt.keep_last == 0 && opt.keep_every == 0) return Status::ok();
+  return collect_garbage(*state.target, opt.keep_last, opt.keep_every, /*only_settled_tmp=*/true)
+      .status();
+}
+
+// Rank 0: commits `step`, then retires steps retention no longer keeps and queues the step for
+// the mirror. A retention error does not undo the commit: the next wait_all() reports it.
+Status commit_and_tidy(Checkpointer::State& state, uint64_t step) {
+  ZW_RETURN_IF_ERROR(commit_step(*state.target, step, state.options.world_size));
+  Status retention = apply_retention(state);
+  if (!retention.is_ok()) state.remember_error(retention.with_context("retention"));
+  if (state.options.mirror) {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    state.mirror_queue.push_back(step);
+    state.changed.notify_all();
+  }
+  return Status::ok();
+}
+
+void run_save(std::shared_ptr<Checkpointer::State> state, std::shared_ptr<SaveJob> job) {
+  const CheckpointOptions& opt = state->options;
+  job->set_phase(SaveJob::Phase::kWriting);
+  const auto write_start = Clock::now();
+  PartWriter writer(*state, *job);
+  Status status = writer.write_part();
+  SaveResult result;
+  result.step = job->step;
+  result.snapshot_s = job->snapshot_s;
+  for (const TensorToSave& t : job->tensors) result.bytes_total += t.nbytes;
+  result.bytes_written = writer.bytes_written();
+  result.tensors_written = writer.tensors_written();
+  result.tensors_referenced = job->tensors.size() - writer.tensors_written();
+  result.write_s = seconds_since(write_start);
+  {
+    std::lock_guard<std::mutex> lock(job->mutex);
+    job->part_status = status;
+    job->manifest = writer.manifest();
+    job->phase = SaveJob::Phase::kPartDurable;
+    job->changed.notify_all();
+  }
+  const auto commit_start = Clock::now();
+  bool committed = false;
+  if (status.is_ok()) {
+    if (opt.caller_coordinates) {
+      std::unique_lock<std::mutex> lock(job->mutex);
+      job->changed.wait(lock, [&] { return job->caller_outcome.has_value(); });
+      committed = job->caller_outcome->first;
+      status = job->caller_outcome->second;
+    } else {
+      status =
+          wait_for_ranks(*state->target, job->step, opt.rank, opt.world_size, opt.commit_timeout_s);
+      if (status.is_ok() && opt.rank == 0) status = commit_and_tidy(*state, job->step);
+      if (!status.is_ok() && opt.rank == 0 && opt.world_size > 1) {
+        // Tell the other ranks at once instead of letting them time out.
+        (void)write_small_file(*state->target, step_directory(job->step) + ".tmp/FAILED",
+                               status.message());
+      }
+      committed = status.is_ok();
+    }
+  }
+  result.commit_s = seconds_since(commit_start);
+  result.committed = committed;
+  if (committed) {
+    std::lock_guard<std::mutex> lock(state->mutex);
+    state->base = job->manifest;
+  }
+  if (!status.is_ok()) state->remember_error(status);
+  {
+    // The staging pool is free, and the next save's incremental base is this step: the next
+    // save may start — already when this one's handle reports it done.
+    std::lock_guard<std::mutex> lock(state->mutex);
+    if (state->in_flight == job) state->in_flight.reset();
+    state->changed.notify_all();
+  }
+  if (!status.is_ok()) {
+    job->finish(status);
+  } else {
+    job->finish(result);
+  }
+}
+
+}  // namespace
+
+// --- mirror tier ------------------------------------------------------------------------------
+
+void Checkpointer::State::mirror_loop() {
+  std::unique_lock<std::mutex> lock(mutex);
+  while (true) {
+    changed.wait(lock, [&] { return stopping || !mirror_queue.empty(); });
+    if (mirror_queue.empty()) return;  // stopping, nothing left
+    const uint64_t step = mirror_queue.front();
+    mirror_queue.pop_front();
+    mirror_busy = true;
+    lock.unlock();
+    Status status = internal::mirror_step(*target, *options.mirror, step);
+    if (status.is_ok() && (options.keep_last != 0 || options.keep_every != 0)) {
+      status =
+          collect_garbage(*options.mirror, options.keep_last, options.keep_every, true).status();
+    }
+    lock.lock();
+    mirror_busy = false;
+    if (!status.is_ok() && unreported.is_ok()) {
+      unreported = status.with_context("mirror " + options.mirror->describe());
+    }
+    changed.notify_all();
+  }
+}
+
+// --- Checkpointer -----------------------------------------------------------------------------
+
+Checkpointer::Checkpointer(std::shared_ptr<StorageTarget> target, CheckpointOptions options)
+    : target_(target), options_(options), state_(std::make_shared<State>(target, options)) {}
+
+Result<std::unique_ptr<Checkpointer>> Checkpointer::open(std::shared_ptr<StorageTarget> target,
+                                                         CheckpointOptions options) {
+  if (options.world_size == 0 || options.rank >= options.world_size) {
+    return invalid_argument("rank " + std::to_string(options.rank) + " is not below world_size " +
+                            std::to_string(options.world_size));
+  }
+  if (options.max_file_bytes == 0) return invalid_argument("max_file_bytes must be positive");
+  ZW_RETURN_IF_ERROR(target->create_directory(""));
+  if (options.mirror) ZW_RETURN_IF_ERROR(options.mirror->create_directory(""));
+  std::unique_ptr<Checkpointer> cp(new Checkpointer(target, options));
+  if (options.rank == 0) {
+    // Orphans of a crashed run. With several ranks, another one may already be writing the next
+    // step, so only directories at or below the newest committed step are removed.
+    ZW_RETURN_IF_ERROR(
+        collect_garbage(*target, 0, 0, /*only_settled_tmp=*/options.world_size > 1).status());
+  }
+  if (options.incremental) {
+    ZW_ASSIGN_OR_RETURN(auto steps, list_steps(*target));
+    if (!steps.empty()) {
+      auto base = read_rank_manifest(*target, steps.back(), options.rank);
+      // A latest step from another world size or a damaged manifest: start with a full save.
+      if (base.is_ok()) cp->state_->base = std::move(base).value();
+    }
+  }
+  if (options.mirror && options.rank == 0) {
+    State* state = cp->state_.get();
+    state->mirror_thread = std::thread([state] { state->mirror_loop(); });
+  }
+  return cp;
+}
+
+Checkpointer::~Checkpointer() {
+  (void)wait_all();
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->stopping = true;
+    state_->changed.notify_all();
+  }
+  if (state_->mirror_thread.joinable()) state_->mirror_thread.join();
+  if (state_->writer.joinable()) state_->writer.join();
+}
+
+Result<std::optional<PendingSave>> Checkpointer::begin_save(SaveRequest request,
+                                                            bool skip_if_busy) {
+  const auto start = Clock::now();
+  State& state = *state_;
+  for (const TensorToSave& t : request.tensors) {
+    if (t.name.empty()) return invalid_argument("a tensor to save has an empty name");
+    if (internal::safetensors::dtype_size(t.dtype) == 0) {
+      return invalid_argument("tensor '" + t.name + "' has dtype '" + t.dtype +
+                              "', which safetensors does not define");
+    }
+  }
+  {
+    std::set<std::string_view> names;
+    for (const TensorToSave& t : request.tensors) {
+      if (!names.insert(t.name).second) {
+        return invalid_argument("two tensors are named '" + t.name + "'");
+      }
+    }
+  }
+  {
+    // Backpressure: one save owns the staging pool until its part is durable.
+    std::unique_lock<std::mutex> lock(state.mutex);
+    if (state.in_flight != nullptr && skip_if_busy) return std::optional<PendingSave>();
+    state.changed.wait(lock, [&] { return state.in_flight == nullptr; });
+  }
+  if (state.writer.joinable()) state.writer.join();
+
+  auto job = std::make_shared<SaveJob>();
+  job->owner = state_;
+  job->step = request.step;
+  job->structure_json = std::move(request.structure_json);
+  job->tensors = std::move(request.tensors);
+  uint64_t total = 0;
+  for (const TensorToSave& t : job->tensors) {
+    job->staging_offsets.push_back(total);
+    total = align_up(total + t.nbytes, kStagingAlignment);
+  }
+  // Grows only; pre-faulted so the copy below never takes a first-touch fault after the first
+  // save of this size. Pinned when CUDA is present (GPU tensors are copied through it).
+  ZW_RETURN_IF_ERROR(state.staging.reserve(std::max<uint64_t>(total, 1),
+                                           std::max<uint64_t>(total, 1),
+                                           internal::host_memory_pinning_available()));
+  job->staging_base = state.staging.data();
+  {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    state.in_flight = job;
+  }
+  job->snapshot_s = seconds_since(start);
+  job->started = start;
+  return std::optional<PendingSave>(PendingSave(job));
+}
+
+Result<SaveHandle> PendingSave::start() {
+  if (job_ == nullptr) return invalid_argument("this save was already started");
+  std::shared_ptr<SaveJob> job = std::move(job_);
+  auto state = job->owner;
+  job->snapshot_s = seconds_since(job->started);
+  for (TensorToSave& t : job->tensors) t.data = nullptr;  // the caller's memory is not used again
+  std::lock_guard<std::mutex> lock(state->mutex);
+  job->started_writing = true;
+  state->writer = std::thread([state, job] { run_save(state, job); });
+  return SaveHandle(job);
+}
+
+Result<std::optional<SaveHandle>> Checkpointer::save(SaveRequest request, bool skip_if_busy) {
+  ZW_ASSIGN_OR_RETURN(auto pending, begin_save(std::move(request), skip_if_busy));
+  if (!pending) return std::optional<SaveHandle>();
+  ZW_RETURN_IF_ERROR(pending->copy_host_tensors());
+  ZW_ASSIGN_OR_RETURN(SaveHandle handle, pending->start());
+  return std::optional<SaveHandle>(handle);
+}
+
+Status Checkpointer::commit(uint64_t step) {
+  if (options_.rank != 0) return invalid_argument("only rank 0 commits a step");
+  return commit_and_tidy(*state_, step);
+}
+
+void Checkpointer::finish(const SaveHandle& handle, bool committed, const Status& why) {
+  SaveJob& job = *handle.job_;
+  std::lock_guard<std::mutex> lock(job.mutex);
+  if (!job.caller_outcome) job.caller_outcome.emplace(committed, committed ? Status::ok() : why);
+  job.changed.notify_all();
+}
+
+Status Checkpointer::wait_all() {
+  State& state = *state_;
+  std::unique_lock<std::mutex> lock(state.mutex);
+  // A save prepared but not started is the caller's to start or drop: not waited for here.
+  state.changed.wait(
+      lock, [&] { return state.in_flight == nullptr || !state.in_flight->started_writing; });
+  std::thread writer = std::move(state.writer);
+  lock.unlock();
+  if (writer.joinable()) writer.join();
+  lock.lock();
+  state.changed.wait(lock, [&] { return state.mirror_queue.empty() && !state.mirror_busy; });
+  Status status = std::move(state.unreported);
+  state.unreported = Status::ok();
+  return status;
+}
+
+}  // namespace zerowait

@@ -1,0 +1,315 @@
+#include "loader/batch_builder.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstring>
+
+#include "common/random.hpp"
+
+namespace zerowait {
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// Reads of samples closer than this are merged into one read: reading a small gap costs less
+// than another request. Merged reads stop growing at kMaxRangeBytes so many stay in flight.
+constexpr uint64_t kMaxGapBytes = 64 << 10;
+constexpr uint64_t kMaxRangeBytes = 4 << 20;
+constexpr uint64_t kColumnAlignment = 64;
+// The loader's augmentation randomness stream (see sample_plan.cpp for the plan's streams).
+constexpr uint64_t kAugmentStream = 0x6175676d;  // "augm"
+
+uint64_t align_up(uint64_t value, uint64_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
+
+// How many rows, and bytes of each raw field, a batch has (or has room for).
+struct Extent {
+  uint64_t rows = 0;
+  const std::vector<uint64_t>* raw_bytes = nullptr;  // per field; only raw fields count
+};
+
+// Lays out the columns of a batch from `base` (nullptr: only measures) with room for `room`,
+// each column's shape and byte count describing `filled` (at most `room`). Returns the bytes the
+// room takes. Every batch has "__index__" first, then the fields in order (column_of_fields()).
+uint64_t lay_out(const std::vector<FieldSpec>& fields, Extent room, Extent filled, std::byte* base,
+                 std::vector<BatchColumn>* columns) {
+  uint64_t used = 0;
+  auto add = [&](std::string name, DType dtype, std::vector<int64_t> shape, uint64_t room_bytes,
+                 uint64_t filled_bytes) {
+    used = align_up(used, kColumnAlignment);
+    if (columns != nullptr) {
+      columns->push_back({std::move(name), dtype, std::move(shape),
+                          base == nullptr ? nullptr : base + used, filled_bytes});
+    }
+    used += room_bytes;
+  };
+  const auto n = static_cast<int64_t>(filled.rows);
+  add("__index__", DType::kInt64, {n}, room.rows * 8, filled.rows * 8);
+  for (size_t f = 0; f < fields.size(); ++f) {
+    const FieldSpec& field = fields[f];
+    switch (field.decode.kind) {
+      case FieldDecode::Kind::kRaw: {
+        const uint64_t bytes = (*filled.raw_bytes)[f];
+        add(field.name, DType::kUInt8, {static_cast<int64_t>(bytes)}, (*room.raw_bytes)[f], bytes);
+        add(field.name + ".offsets", DType::kInt64, {n + 1}, (room.rows + 1) * 8,
+            (filled.rows + 1) * 8);
+        break;
+      }
+      case FieldDecode::Kind::kInt:
+        add(field.name, DType::kInt64, {n}, room.rows * 8, filled.rows * 8);
+        break;
+      case FieldDecode::Kind::kImage: {
+        const int64_t side = field.decode.image.size;
+        const uint64_t row_bytes = uint64_t(side * side * 3);
+        add(field.name, DType::kUInt8, {n, side, side, 3}, room.rows * row_bytes,
+            filled.rows * row_bytes);
+        break;
+      }
+    }
+  }
+  return used;
+}
+
+// The first column of each field in lay_out()'s order: a raw field has two ("f", "f.offsets").
+std::vector<size_t> column_of_fields(const std::vector<FieldSpec>& fields) {
+  std::vector<size_t> first;
+  size_t column = 1;  // after "__index__"
+  for (const FieldSpec& field : fields) {
+    first.push_back(column);
+    column += field.decode.kind == FieldDecode::Kind::kRaw ? 2 : 1;
+  }
+  return first;
+}
+
+std::string sample_name(const ShardReader& shard, uint64_t local) {
+  return "shard '" + shard.name() + "' sample " + std::to_string(local) + " (key '" +
+         std::string(shard.key(local)) + "')";
+}
+
+Result<int64_t> parse_label(std::span<const std::byte> bytes) {
+  std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) {
+    text.remove_suffix(1);
+  }
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) {
+    text.remove_prefix(1);
+  }
+  int64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
+    const std::string shown(text.substr(0, 32));
+    return corrupt("is not a decimal integer ('" + shown + "')");
+  }
+  return value;
+}
+
+}  // namespace
+
+uint64_t batch_out_bytes(const std::vector<FieldSpec>& fields, uint64_t samples,
+                         const std::vector<uint64_t>& raw_bytes) {
+  const Extent extent{samples, &raw_bytes};
+  return lay_out(fields, extent, extent, nullptr, nullptr);
+}
+
+BatchBuilder::BatchBuilder(const Dataset& dataset, const LoaderOptions& options,
+                           const std::vector<FieldSpec>& fields)
+    : dataset_(dataset),
+      options_(options),
+      fields_(fields),
+      column_of_field_(column_of_fields(fields)),
+      shards_(dataset.shard_count()) {}
+
+Result<BatchBuilder::Needs> BatchBuilder::plan(const std::vector<uint64_t>& indices) {
+  items_.clear();
+  raw_bytes_.assign(fields_.size(), 0);
+  for (uint64_t global : indices) {
+    ZW_ASSIGN_OR_RETURN(SampleLocation where, dataset_.locate(global));
+    if (shards_[where.shard] == nullptr) {
+      ZW_ASSIGN_OR_RETURN(shards_[where.shard], dataset_.shard(where.shard));
+    }
+    const ShardReader& shard = *shards_[where.shard];
+    const format::ShardIndex& index = shard.index();
+    const format::SampleEntry& entry = index.samples[where.local];
+    items_.push_back({where.shard, where.local, entry.offset, entry.size, 0});
+    for (const format::FieldEntry& f : index.fields_of(where.local)) {
+      const std::string& name = index.names[f.name_id];
+      for (size_t i = 0; i < fields_.size(); ++i) {
+        if (fields_[i].decode.kind == FieldDecode::Kind::kRaw && fields_[i].name == name) {
+          raw_bytes_[i] += f.size;
+        }
+      }
+    }
+  }
+
+  // Coalesce reads per shard in file order.
+  by_offset_.resize(items_.size());
+  for (size_t i = 0; i < items_.size(); ++i) by_offset_[i] = i;
+  std::sort(by_offset_.begin(), by_offset_.end(), [&](size_t a, size_t b) {
+    return std::tie(items_[a].shard, items_[a].offset) <
+           std::tie(items_[b].shard, items_[b].offset);
+  });
+  const bool direct = options_.io == IoBackend::kDirect;
+  const uint64_t alignment = direct ? kDirectIoAlignment : kColumnAlignment;
+  ranges_.clear();
+  uint64_t buffer_end = 0;
+  for (size_t i : by_offset_) {
+    Item& item = items_[i];
+    Range* last = ranges_.empty() ? nullptr : &ranges_.back();
+    const uint64_t item_end = item.offset + item.size;
+    const bool merge = last != nullptr && last->shard == item.shard &&
+                       item.offset <= last->offset + last->length + kMaxGapBytes &&
+                       item_end - last->offset <= kMaxRangeBytes;
+    if (merge) {
+      const uint64_t new_length = std::max(last->length, item_end - last->offset);
+      buffer_end += new_length - last->length;
+      last->length = new_length;
+    } else {
+      buffer_end = align_up(buffer_end, alignment);
+      // O_DIRECT reads whole aligned blocks: start the range on a block boundary.
+      const uint64_t start = direct ? item.offset / alignment * alignment : item.offset;
+      ranges_.push_back({item.shard, start, item_end - start, buffer_end});
+      buffer_end += item_end - start;
+      last = &ranges_.back();
+    }
+    item.buffer_pos = last->buffer_pos + (item.offset - last->offset);
+  }
+  if (direct) {
+    // ...and end on one, except at the end of the file (the source reads that tail itself).
+    for (Range& r : ranges_) {
+      const uint64_t file_size = shards_[r.shard]->source().size();
+      const uint64_t end = std::min(file_size, align_up(r.offset + r.length, alignment));
+      r.length = end - r.offset;
+    }
+    buffer_end = 0;
+    for (const Range& r : ranges_) buffer_end = std::max(buffer_end, r.buffer_pos + r.length);
+    buffer_end = align_up(buffer_end + alignment, alignment);
+  }
+  return Needs{buffer_end, batch_out_bytes(fields_, indices.size(), raw_bytes_)};
+}
+
+Status BatchBuilder::read_ranges(Arena* arena, BuildStats* stats, ReadInFlight* in_flight,
+                                 std::mutex* in_flight_mutex) {
+  const Deadline deadline = Deadline::after(options_.read_timeout);
+  size_t first = 0;
+  while (first < ranges_.size()) {
+    size_t end = first;
+    requests_.clear();
+    while (end < ranges_.size() && ranges_[end].shard == ranges_[first].shard) {
+      const Range& r = ranges_[end];
+      requests_.push_back({r.offset, {arena->read.data() + r.buffer_pos, r.length}});
+      stats->bytes_read += r.length;
+      ++end;
+    }
+    ByteSource& source = shards_[ranges_[first].shard]->source();
+    {
+      std::lock_guard<std::mutex> lock(*in_flight_mutex);
+      *in_flight = {source.name(), ranges_[first].offset, requests_.size()};
+    }
+    Status status = source.read(requests_, deadline);
+    {
+      std::lock_guard<std::mutex> lock(*in_flight_mutex);
+      in_flight->path.clear();
+    }
+    ZW_RETURN_IF_ERROR(status);
+    first = end;
+  }
+  return Status::ok();
+}
+
+Status BatchBuilder::fill_sample(const Item& item, uint64_t global_index, uint64_t epoch,
+                                 std::span<const std::byte> bytes, uint64_t row, Batch* batch,
+                                 uint64_t* raw_filled) {
+  const ShardReader& shard = *shards_[item.shard];
+  if (options_.verify) ZW_RETURN_IF_ERROR(shard.check_sample(item.local, bytes));
+  const SampleView view = shard.make_view(item.local, bytes);
+  std::vector<BatchColumn>& columns = batch->columns_;
+  for (size_t f = 0; f < fields_.size(); ++f) {
+    const FieldSpec& spec = fields_[f];
+    const FieldView* field = view.field(spec.name);
+    BatchColumn& column = columns[column_of_field_[f]];
+    auto field_error = [&](const std::string& what) {
+      return corrupt(sample_name(shard, item.local) + ": field '" + spec.name + "' " + what);
+    };
+    switch (spec.decode.kind) {
+      case FieldDecode::Kind::kRaw:
+        break;  // copied below, once nothing else about this sample can fail
+      case FieldDecode::Kind::kInt: {
+        if (field == nullptr) return field_error("is missing");
+        Result<int64_t> label = parse_label(field->bytes);
+        if (!label.is_ok()) return field_error(label.status().message());
+        std::memcpy(column.data + row * 8, &label.value(), 8);
+        break;
+      }
+      case FieldDecode::Kind::kImage: {
+        if (field == nullptr) return field_error("is missing");
+        const ImageTransform& t = spec.decode.image;
+        const uint64_t row_bytes = uint64_t(t.size) * t.size * 3;
+        auto* out = reinterpret_cast<uint8_t*>(column.data + row * row_bytes);
+        const uint64_t seed = internal::combine_seed(
+            internal::combine_seed(options_.shuffle.seed, epoch), global_index, kAugmentStream);
+        Status decoded = decoder_.decode(field->bytes, t, seed, {out, row_bytes});
+        if (!decoded.is_ok()) return field_error(decoded.message());
+        break;
+      }
+    }
+  }
+  // Raw fields: append the bytes, record the end offset of this row.
+  for (size_t f = 0; f < fields_.size(); ++f) {
+    if (fields_[f].decode.kind != FieldDecode::Kind::kRaw) continue;
+    const FieldView* field = view.field(fields_[f].name);
+    const uint64_t size = field == nullptr ? 0 : field->bytes.size();
+    const size_t column = column_of_field_[f];
+    if (size > 0) std::memcpy(columns[column].data + raw_filled[f], field->bytes.data(), size);
+    raw_filled[f] += size;
+    const auto end = static_cast<int64_t>(raw_filled[f]);
+    std::memcpy(columns[column + 1].data + (row + 1) * 8, &end, 8);
+  }
+  std::memcpy(columns[0].data + row * 8, &global_index, 8);
+  return Status::ok();
+}
+
+Status BatchBuilder::build(const std::vector<uint64_t>& indices, uint64_t epoch, Batch* batch,
+                           Arena* arena, BuildStats* stats, ReadInFlight* in_flight,
+                           std::mutex* in_flight_mutex) {
+  const auto read_start = SteadyClock::now();
+  ZW_RETURN_IF_ERROR(read_ranges(arena, stats, in_flight, in_flight_mutex));
+  const auto decode_start = SteadyClock::now();
+  stats->read += decode_start - read_start;
+
+  const Extent room{indices.size(), &raw_bytes_};
+  batch->columns_.clear();
+  lay_out(fields_, room, room, arena->out.data(), &batch->columns_);
+  std::vector<uint64_t> raw_filled(fields_.size(), 0);
+  for (size_t f = 0; f < fields_.size(); ++f) {
+    if (fields_[f].decode.kind == FieldDecode::Kind::kRaw) {
+      std::memset(batch->columns_[column_of_field_[f] + 1].data, 0, 8);  // offsets[0] = 0
+    }
+  }
+  batch->keys_.clear();
+  uint64_t rows = 0;
+  for (size_t i = 0; i < items_.size(); ++i) {
+    const Item& item = items_[i];
+    const std::span<const std::byte> bytes(arena->read.data() + item.buffer_pos, item.size);
+    Status status = fill_sample(item, indices[i], epoch, bytes, rows, batch, raw_filled.data());
+    if (!status.is_ok()) {
+      if (options_.on_corrupt == CorruptPolicy::kRaise || status.code() != ErrorCode::kCorrupt) {
+        return status;
+      }
+      ++stats->skipped;  // its row is overwritten by the next sample
+      continue;
+    }
+    if (options_.keys) batch->keys_.emplace_back(shards_[item.shard]->key(item.local));
+    ++rows;
+  }
+  // The same places, with shapes that say how many rows (and raw bytes) were filled.
+  batch->columns_.clear();
+  lay_out(fields_, room, {rows, &raw_filled}, arena->out.data(), &batch->columns_);
+  batch->samples_ = rows;
+  stats->decode += SteadyClock::now() - decode_start;
+  return Status::ok();
+}
+
+}  // namespace zerowait

@@ -1,0 +1,97 @@
+// Fills one batch arena: reads the batch's samples with coalesced reads per shard, checks their
+// checksums, decodes the selected fields and lays out the columns. Runs on a loader worker thread;
+// one BatchBuilder per thread (it owns that thread's reusable scratch: read plan, JPEG decoder).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loader/arena_pool.hpp"
+#include "zerowait/loader/image_transform.hpp"
+#include "zerowait/loader/loader.hpp"
+#include "zerowait/shard/dataset.hpp"
+
+namespace zerowait {
+
+// A delivered column set, resolved once per loader from LoaderOptions::fields and ::decode.
+struct FieldSpec {
+  std::string name;
+  FieldDecode decode;
+};
+
+// What one worker measured while building one batch.
+struct BuildStats {
+  uint64_t bytes_read = 0;
+  uint64_t skipped = 0;
+  std::chrono::nanoseconds read{0};
+  std::chrono::nanoseconds decode{0};
+};
+
+// Describes the read the builder is blocked in, for the consumer's hang report.
+struct ReadInFlight {
+  std::string path;
+  uint64_t offset = 0;
+  uint64_t requests = 0;
+};
+
+class BatchBuilder {
+ public:
+  BatchBuilder(const Dataset& dataset, const LoaderOptions& options,
+               const std::vector<FieldSpec>& fields);
+
+  // Bytes a batch of these samples needs: coalesced reads, and columns. Also prepares the read
+  // plan that build() then uses; call it first, for the same indices.
+  struct Needs {
+    uint64_t read_bytes = 0;
+    uint64_t out_bytes = 0;
+  };
+  Result<Needs> plan(const std::vector<uint64_t>& indices);
+
+  // Builds `batch` in its arena (already reserved for plan()'s needs). `padded` trailing indices
+  // are repeats. Returns kCorrupt for a bad sample under CorruptPolicy::kRaise; read errors and
+  // missed deadlines always fail the batch. `in_flight` is updated under `in_flight_mutex`.
+  Status build(const std::vector<uint64_t>& indices, uint64_t epoch, Batch* batch, Arena* arena,
+               BuildStats* stats, ReadInFlight* in_flight, std::mutex* in_flight_mutex);
+
+ private:
+  struct Item {  // one sample of the batch
+    size_t shard = 0;
+    uint64_t local = 0;
+    uint64_t offset = 0;  // in the shard file
+    uint64_t size = 0;
+    uint64_t buffer_pos = 0;  // where its bytes land in the read buffer
+  };
+  struct Range {  // one coalesced read
+    size_t shard = 0;
+    uint64_t offset = 0;
+    uint64_t length = 0;
+    uint64_t buffer_pos = 0;
+  };
+
+  Status read_ranges(Arena* arena, BuildStats* stats, ReadInFlight* in_flight,
+                     std::mutex* in_flight_mutex);
+  Status fill_sample(const Item& item, uint64_t global_index, uint64_t epoch,
+                     std::span<const std::byte> bytes, uint64_t row, Batch* batch,
+                     uint64_t* raw_filled);
+
+  const Dataset& dataset_;
+  const LoaderOptions& options_;
+  const std::vector<FieldSpec>& fields_;
+  std::vector<size_t> column_of_field_;               // first batch column of each field
+  std::vector<std::shared_ptr<ShardReader>> shards_;  // opened lazily, kept for the worker's life
+  std::vector<Item> items_;                           // in batch order
+  std::vector<size_t> by_offset_;                     // item numbers sorted by (shard, offset)
+  std::vector<Range> ranges_;
+  std::vector<ReadRequest> requests_;
+  std::vector<uint64_t> raw_bytes_;  // per field: bytes of all samples (raw fields)
+  ImageDecoder decoder_;
+};
+
+// Column layout of a batch of `samples` rows, shared by plan() and build().
+uint64_t batch_out_bytes(const std::vector<FieldSpec>& fields, uint64_t samples,
+                         const std::vector<uint64_t>& raw_bytes);
+
+}  // namespace zerowait

@@ -1,0 +1,423 @@
+#include "zerowait/loader/loader.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "common/cuda_host.hpp"
+#include "common/log.hpp"
+#include "common/random.hpp"
+#include "loader/arena_pool.hpp"
+#include "loader/batch_builder.hpp"
+#include "loader/loader_run.hpp"
+
+namespace zerowait {
+
+using internal::seconds;
+using SteadyClock = std::chrono::steady_clock;
+
+// ---------------------------------------------------------------------------------------------
+// Batch
+
+Batch::Batch(std::shared_ptr<ArenaPool> pool, Arena* arena)
+    : pool_(std::move(pool)), arena_(arena) {}
+
+Batch::~Batch() {
+  if (arena_ != nullptr) pool_->release(arena_);
+}
+
+const BatchColumn* Batch::column(const std::string& name) const {
+  for (const BatchColumn& c : columns_) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+bool Batch::pinned() const { return arena_ != nullptr && arena_->out.pinned(); }
+
+// ---------------------------------------------------------------------------------------------
+// Loader
+
+Result<CorruptPolicy> parse_corrupt_policy(const std::string& name) {
+  if (name == "raise") return CorruptPolicy::kRaise;
+  if (name == "skip") return CorruptPolicy::kSkip;
+  return invalid_argument("unknown on_corrupt policy '" + name + "' (expected raise or skip)");
+}
+
+Status LoaderOptions::validate() const {
+  ZW_RETURN_IF_ERROR(shuffle.validate());
+  PartitionOptions partition{batch_size, rank, world_size, drop_last};
+  ZW_RETURN_IF_ERROR(partition.validate());
+  if (prefetch == 0) return invalid_argument("prefetch must be at least 1");
+  if (memory_budget == 0) return invalid_argument("memory_budget must be positive");
+  if (read_timeout.count() <= 0) return invalid_argument("read_timeout must be positive");
+  for (const auto& [name, decode] : decode) {
+    if (decode.kind == FieldDecode::Kind::kImage) {
+      Status status = decode.image.validate();
+      if (!status.is_ok()) return status.with_context("decode of field '" + name + "'");
+    }
+  }
+  return Status::ok();
+}
+
+namespace {
+
+// An FNV-style fold of the values that define a dataset's global index.
+uint64_t dataset_fingerprint(const Dataset& dataset, const std::vector<uint64_t>& shard_samples) {
+  uint64_t h = internal::mix64(shard_samples.size());
+  for (size_t s = 0; s < shard_samples.size(); ++s) {
+    h = internal::combine_seed(h, shard_samples[s]);
+    const auto& shards = dataset.manifest().shards;
+    if (s < shards.size()) {
+      for (char c : shards[s].checksum) h = internal::combine_seed(h, uint8_t(c));
+    }
+  }
+  return h;
+}
+
+// Average bytes of a sample and of each delivered field, from the first shards' indexes (up to
+// 4096 samples): what the arena pool is sized from.
+struct SizeEstimate {
+  uint64_t sample_bytes = 1;
+  std::vector<uint64_t> field_bytes;
+};
+
+Result<SizeEstimate> estimate_sizes(const Dataset& dataset, const std::vector<FieldSpec>& fields) {
+  constexpr uint64_t kSamplesLooked = 4096;
+  uint64_t samples = 0, sample_bytes = 0;
+  std::vector<uint64_t> field_bytes(fields.size(), 0);
+  for (size_t s = 0; s < dataset.shard_count() && samples < kSamplesLooked; ++s) {
+    ZW_ASSIGN_OR_RETURN(auto shard, dataset.shard(s));
+    const format::ShardIndex& index = shard->index();
+    for (uint64_t i = 0; i < shard->size() && samples < kSamplesLooked; ++i, ++samples) {
+      sample_bytes += index.samples[i].size;
+      for (const format::FieldEntry& f : index.fields_of(i)) {
+        for (size_t k = 0; k < fields.size(); ++k) {
+          if (fields[k].name == index.names[f.name_id]) field_bytes[k] += f.size;
+        }
+      }
+    }
+  }
+  SizeEstimate estimate;
+  samples = std::max<uint64_t>(1, samples);
+  estimate.sample_bytes = std::max<uint64_t>(1, (sample_bytes + samples - 1) / samples);
+  for (uint64_t bytes : field_bytes)
+    estimate.field_bytes.push_back((bytes + samples - 1) / samples);
+  return estimate;
+}
+
+}  // namespace
+
+struct Loader::Impl {
+  std::shared_ptr<Dataset> dataset;
+  LoaderOptions options;
+  std::vector<FieldSpec> fields;
+  std::vector<uint64_t> shard_samples;
+  uint64_t fingerprint = 0;
+  std::shared_ptr<ArenaPool> pool;
+  std::shared_ptr<LoaderCounters> counters = std::make_shared<LoaderCounters>();
+  unsigned threads = 1;   // started per run
+  unsigned prefetch = 1;  // current limit (autotune may raise it)
+  unsigned max_prefetch = 1;
+  std::string io;
+  uint64_t epoch = 0;
+  uint64_t position = 0;  // where the next run starts
+  bool closed = false;
+  std::unique_ptr<LoaderRun> run;
+  // autotune: the totals at the last adjustment
+  uint64_t tuned_batches = 0;
+  double tuned_wait_s = 0;
+  SteadyClock::time_point tuned_at{};
+
+  PartitionOptions partition_options() const {
+    return {options.batch_size, options.rank, options.world_size, options.drop_last};
+  }
+
+  // This rank's partition of epoch `e` from position `from`. Reads only values fixed at
+  // construction, so workers call it too (to plan the following epochs).
+  RankPartition plan(uint64_t e, uint64_t from) const {
+    auto order = std::make_shared<const std::vector<uint64_t>>(
+        epoch_order(shard_samples, options.shuffle, e));
+    return RankPartition(std::move(order), from, partition_options());
+  }
+
+  // Where the consumer stands: the run knows once it exists.
+  void sync_position() {
+    if (run == nullptr) return;
+    const LoaderRun::Position here = run->position();
+    epoch = here.epoch;
+    position = here.partition->position_after(here.taken);
+    if (here.epoch_taken()) {
+      ++epoch;  // every batch taken: the next is the next epoch's first
+      position = 0;
+    }
+  }
+
+  void start_run() {
+    // Later epochs are planned on a worker thread.
+    LoaderRun::NextEpoch next_epoch = [this](uint64_t e) { return plan(e, 0); };
+    run = std::make_unique<LoaderRun>(*dataset, options, fields, pool, counters,
+                                      plan(epoch, position), epoch, std::move(next_epoch), threads,
+                                      prefetch);
+  }
+
+  void stop_run() {
+    sync_position();
+    run.reset();
+  }
+
+  // Every 32 batches: if the consumer waited more than 1 % of the time, use one more thread
+  // (up to the started count is fixed; first raise the active threads, then prefetch).
+  void autotune() {
+    LoaderStats totals;
+    {
+      std::lock_guard<std::mutex> lock(counters->mutex);
+      totals = counters->totals;
+    }
+    if (totals.batches < tuned_batches + 32) return;
+    const auto now = SteadyClock::now();
+    const double window = std::chrono::duration<double>(now - tuned_at).count();
+    const double waited = totals.wait_s - tuned_wait_s;
+    tuned_batches = totals.batches;
+    tuned_wait_s = totals.wait_s;
+    tuned_at = now;
+    if (window <= 0 || waited / window < 0.01) return;
+    unsigned active = run->active_threads();
+    unsigned ahead = run->prefetch();
+    if (active < threads) {
+      ++active;
+    } else if (ahead < max_prefetch) {
+      ++ahead;
+    } else {
+      return;
+    }
+    run->set_limits(active, std::max(ahead, active));
+  }
+};
+
+Loader::Loader() : impl_(std::make_unique<Impl>()) {}
+
+Loader::~Loader() { close(); }
+
+Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<Dataset> dataset,
+                                               LoaderOptions options) {
+  if (dataset == nullptr) return invalid_argument("Loader needs a dataset");
+  ZW_RETURN_IF_ERROR(options.validate());
+  std::unique_ptr<Loader> loader(new Loader());
+  Impl& impl = *loader->impl_;
+
+  // Fields: the asked ones, or the dataset's schema; decode entries must name delivered fields.
+  std::vector<std::string> names = options.fields.empty() ? dataset->fields() : options.fields;
+  for (const auto& [name, decode] : options.decode) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      return invalid_argument("decode names field '" + name +
+                              "', which is not among the delivered fields");
+    }
+  }
+  for (const std::string& name : names) {
+    if (name.empty() || name.starts_with("__")) {
+      return invalid_argument("field name '" + name + "' is reserved");
+    }
+    auto it = options.decode.find(name);
+    impl.fields.push_back({name, it == options.decode.end() ? FieldDecode{} : it->second});
+  }
+
+  for (size_t s = 0; s < dataset->shard_count(); ++s) {
+    const auto& shards = dataset->manifest().shards;
+    if (s < shards.size()) {
+      impl.shard_samples.push_back(shards[s].samples);
+    } else {
+      ZW_ASSIGN_OR_RETURN(auto reader, dataset->shard(s));
+      impl.shard_samples.push_back(reader->size());
+    }
+  }
+  impl.fingerprint = dataset_fingerprint(*dataset, impl.shard_samples);
+
+  // Size the arena pool from the budget: one arena per worker, `prefetch` ready ones and two
+  // with the consumer (the batch in use and the one being replaced) is the ideal.
+  const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
+  // By default one core is left to the training loop's own thread: measured on 2 cores, a
+  // consumer that computes 1.5x the loader's per-batch time kept its core 98 % busy with one
+  // worker, 94-96 % with two (bench/run loader, row f).
+  unsigned threads = options.threads == 0 ? std::max(1u, hardware - 1) : options.threads;
+  ZW_ASSIGN_OR_RETURN(const SizeEstimate sizes, estimate_sizes(*dataset, impl.fields));
+  // Batch bytes vary around batch_size x the average sample; a quarter more covers that for
+  // all but unusual batches, which grow their arena (within the per-arena limit) when they come.
+  const uint64_t slack_rows = options.batch_size + options.batch_size / 4;
+  std::vector<uint64_t> raw_estimate;
+  for (uint64_t field_bytes : sizes.field_bytes) raw_estimate.push_back(slack_rows * field_bytes);
+  const uint64_t read_estimate =
+      slack_rows * sizes.sample_bytes + (options.io == IoBackend::kDirect ? 8 << 20 : 0);
+  const uint64_t out_estimate = batch_out_bytes(impl.fields, slack_rows, raw_estimate);
+  const uint64_t per_arena = read_estimate + out_estimate;
+  const uint64_t fit = options.memory_budget / per_arena;
+  if (fit < 2) {
+    return Status(ErrorCode::kResourceExhausted,
+                  "memory_budget of " + std::to_string(options.memory_budget >> 20) +
+                      " MiB holds fewer than 2 batches of about " +
+                      std::to_string(per_arena >> 20) +
+                      " MiB each: raise memory_budget or lower batch_size");
+  }
+  const unsigned wanted_prefetch = options.autotune ? 64u : options.prefetch;
+  const auto arenas = static_cast<unsigned>(std::min<uint64_t>(fit, threads + wanted_prefetch + 2));
+  impl.max_prefetch = std::max(1u, arenas - 2);
+  impl.prefetch = std::min(options.prefetch, impl.max_prefetch);
+  threads = std::min(threads, impl.max_prefetch);
+  impl.threads = threads;
+  if (options.autotune) {
+    // Start small; autotune adds threads, then prefetch, while the consumer waits.
+    impl.prefetch = std::min(impl.prefetch, std::max(1u, threads));
+  }
+  const bool pin = options.pin_memory && internal::host_memory_pinning_available();
+  impl.pool = std::make_shared<ArenaPool>(arenas, options.memory_budget / arenas, pin);
+  // Touch the arenas now: first-touch page faults (~0.3 GB/s here) belong to start-up, not to
+  // the first batches of training.
+  ZW_RETURN_IF_ERROR(impl.pool->prefault(read_estimate, out_estimate));
+  impl.io = io_backend_name(options.io);
+  impl.epoch = options.epoch;
+  impl.dataset = std::move(dataset);
+  impl.options = std::move(options);
+  return loader;
+}
+
+uint64_t Loader::epoch() const {
+  impl_->sync_position();
+  return impl_->epoch;
+}
+const LoaderOptions& Loader::options() const { return impl_->options; }
+const Dataset& Loader::dataset() const { return *impl_->dataset; }
+
+uint64_t Loader::remaining_batches() const {
+  if (impl_->run != nullptr) {
+    const LoaderRun::Position here = impl_->run->position();
+    return here.partition->batch_count() - std::min(here.taken, here.partition->batch_count());
+  }
+  return RankPartition::count_batches(impl_->dataset->size(), impl_->position,
+                                      impl_->partition_options());
+}
+
+// Counted, not planned: a training loop asks len(loader) every epoch, and planning an epoch of
+// millions of samples on its thread would stall it.
+uint64_t Loader::batches_per_epoch() const {
+  return RankPartition::count_batches(impl_->dataset->size(), 0, impl_->partition_options());
+}
+
+Result<std::shared_ptr<Batch>> Loader::next() {
+  Impl& impl = *impl_;
+  if (impl.closed) return Status(ErrorCode::kCancelled, "the loader is closed");
+  if (impl.run == nullptr) impl.start_run();
+  Result<std::shared_ptr<Batch>> batch = impl.run->next();
+  if (batch.is_ok() && batch.value() == nullptr) {
+    // End of the epoch. The run goes on: the next epoch's first batches are being prepared.
+    impl.run->finish_epoch();
+    return batch;
+  }
+  if (impl.options.autotune) impl.autotune();
+  return batch;
+}
+
+void Loader::set_epoch(uint64_t epoch) {
+  Impl& impl = *impl_;
+  impl.sync_position();
+  if (epoch == impl.epoch) {
+    // Already there: keep the position (a resumed loader stays resumed when a training loop
+    // calls set_epoch at the top of every epoch). Only drop a pending end-of-epoch.
+    if (impl.run != nullptr && impl.run->position().epoch_taken()) impl.run->finish_epoch();
+    return;
+  }
+  impl.run.reset();
+  impl.epoch = epoch;
+  impl.position = 0;
+}
+
+LoaderState Loader::state() const {
+  Impl& impl = *impl_;
+  impl.sync_position();
+  LoaderState state;
+  state.epoch = impl.epoch;
+  state.position = impl.position;
+  state.seed = impl.options.shuffle.seed;
+  state.shuffle = impl.options.shuffle.mode;
+  state.block_samples = impl.options.shuffle.block_samples;
+  state.window_blocks = impl.options.shuffle.window_blocks;
+  state.dataset_samples = impl.dataset->size();
+  state.dataset_fingerprint = impl.fingerprint;
+  state.batch_size = impl.options.batch_size;
+  state.world_size = impl.options.world_size;
+  return state;
+}
+
+Status Loader::load_state(const LoaderState& state) {
+  Impl& impl = *impl_;
+  auto differs = [](const std::string& what, const std::string& saved, const std::string& now) {
+    return invalid_argument("cannot resume: the saved state has " + what + " " + saved +
+                            " but this loader has " + now + " (the sample order would differ)");
+  };
+  const ShuffleOptions& shuffle = impl.options.shuffle;
+  if (state.dataset_samples != impl.dataset->size() ||
+      state.dataset_fingerprint != impl.fingerprint) {
+    return differs("a dataset of", std::to_string(state.dataset_samples) + " samples",
+                   "a different dataset of " + std::to_string(impl.dataset->size()) + " samples");
+  }
+  if (state.seed != shuffle.seed) {
+    return differs("seed", std::to_string(state.seed), std::to_string(shuffle.seed));
+  }
+  if (state.shuffle != shuffle.mode || state.block_samples != shuffle.block_samples ||
+      state.window_blocks != shuffle.window_blocks) {
+    return differs("shuffle",
+                   std::string(shuffle_mode_name(state.shuffle)) + " (block " +
+                       std::to_string(state.block_samples) + ", window " +
+                       std::to_string(state.window_blocks) + ")",
+                   std::string(shuffle_mode_name(shuffle.mode)) + " (block " +
+                       std::to_string(shuffle.block_samples) + ", window " +
+                       std::to_string(shuffle.window_blocks) + ")");
+  }
+  if (state.position > impl.dataset->size()) {
+    return invalid_argument("cannot resume: position " + std::to_string(state.position) +
+                            " is past the dataset's " + std::to_string(impl.dataset->size()) +
+                            " samples");
+  }
+  impl.run.reset();
+  impl.epoch = state.epoch;
+  impl.position = state.position;
+  return Status::ok();
+}
+
+LoaderStats Loader::stats() const {
+  const Impl& impl = *impl_;
+  LoaderStats stats;
+  {
+    std::lock_guard<std::mutex> lock(impl.counters->mutex);
+    stats = impl.counters->totals;
+    stats.recent.assign(impl.counters->recent.begin(), impl.counters->recent.end());
+    if (impl.counters->started != SteadyClock::time_point{}) {
+      stats.elapsed_s = seconds(SteadyClock::now() - impl.counters->started);
+    }
+  }
+  stats.threads = impl.run != nullptr ? impl.run->active_threads() : impl.threads;
+  stats.prefetch = impl.run != nullptr ? impl.run->prefetch() : impl.prefetch;
+  stats.arenas = impl.pool->size();
+  {
+    std::lock_guard<std::mutex> lock(impl.pool->mutex());
+    stats.arenas_free = impl.pool->free_count_locked();
+  }
+  stats.arena_bytes = impl.pool->bytes();
+  stats.memory_budget = impl.options.memory_budget;
+  stats.io = impl.io;
+  stats.pinned = impl.pool->pin();
+  // Every I/O fallback the backends note (byte_source.cpp, read_engine.cpp, direct_source.cpp).
+  stats.io_fallbacks = internal::fallback_count("io_uring") +
+                       internal::fallback_count("io_uring_thread") +
+                       internal::fallback_count("direct");
+  return stats;
+}
+
+void Loader::close() {
+  if (impl_ == nullptr) return;
+  impl_->stop_run();
+  impl_->closed = true;
+}
+
+}  // namespace zerowait

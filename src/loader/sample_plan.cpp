@@ -1,0 +1,155 @@
+#include "zerowait/loader/sample_plan.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+#include "common/random.hpp"
+
+namespace zerowait {
+
+namespace {
+
+// Streams of randomness used by the plan; distinct so that, e.g., the block order and the
+// window shuffles are independent.
+constexpr uint64_t kBlockOrderStream = 0x626c6f636b;  // "block"
+constexpr uint64_t kWindowStream = 0x77696e646f77;    // "window"
+constexpr uint64_t kPermutationStream = 0x7065726d;   // "perm"
+
+struct Block {
+  uint64_t first = 0;  // global index of its first sample
+  uint64_t count = 0;
+};
+
+std::vector<uint64_t> quasi_random_order(std::span<const uint64_t> shard_samples,
+                                         const ShuffleOptions& shuffle, uint64_t epoch,
+                                         uint64_t total) {
+  std::vector<Block> blocks;
+  uint64_t first = 0;
+  for (uint64_t count : shard_samples) {
+    for (uint64_t done = 0; done < count; done += shuffle.block_samples) {
+      blocks.push_back({first + done, std::min(shuffle.block_samples, count - done)});
+    }
+    first += count;
+  }
+  internal::Rng block_rng(internal::combine_seed(shuffle.seed, epoch, kBlockOrderStream));
+  internal::shuffle_range(blocks.begin(), blocks.end(), block_rng);
+
+  std::vector<uint64_t> order;
+  order.reserve(total);
+  for (size_t w = 0; w < blocks.size(); w += shuffle.window_blocks) {
+    const size_t window_begin = order.size();
+    const size_t end = std::min(blocks.size(), w + shuffle.window_blocks);
+    for (size_t b = w; b < end; ++b) {
+      for (uint64_t i = 0; i < blocks[b].count; ++i) order.push_back(blocks[b].first + i);
+    }
+    internal::Rng window_rng(
+        internal::combine_seed(internal::combine_seed(shuffle.seed, epoch, kWindowStream), w));
+    internal::shuffle_range(order.begin() + static_cast<ptrdiff_t>(window_begin), order.end(),
+                            window_rng);
+  }
+  return order;
+}
+
+}  // namespace
+
+const char* shuffle_mode_name(ShuffleMode mode) {
+  switch (mode) {
+    case ShuffleMode::kNone:
+      return "none";
+    case ShuffleMode::kQuasiRandom:
+      return "quasi";
+    case ShuffleMode::kRandom:
+      return "random";
+  }
+  return "?";
+}
+
+Result<ShuffleMode> parse_shuffle_mode(const std::string& name) {
+  if (name == "none") return ShuffleMode::kNone;
+  if (name == "quasi") return ShuffleMode::kQuasiRandom;
+  if (name == "random") return ShuffleMode::kRandom;
+  return invalid_argument("unknown shuffle mode '" + name + "' (expected none, quasi or random)");
+}
+
+Status ShuffleOptions::validate() const {
+  if (block_samples == 0) return invalid_argument("shuffle block_samples must be at least 1");
+  if (window_blocks == 0) return invalid_argument("shuffle window_blocks must be at least 1");
+  return Status::ok();
+}
+
+Status PartitionOptions::validate() const {
+  if (batch_size == 0) return invalid_argument("batch_size must be at least 1");
+  if (world_size == 0) return invalid_argument("world_size must be at least 1");
+  if (rank >= world_size) {
+    return invalid_argument("rank " + std::to_string(rank) + " is not below world_size " +
+                            std::to_string(world_size));
+  }
+  return Status::ok();
+}
+
+std::vector<uint64_t> epoch_order(std::span<const uint64_t> shard_samples,
+                                  const ShuffleOptions& shuffle, uint64_t epoch) {
+  const uint64_t total = std::accumulate(shard_samples.begin(), shard_samples.end(), uint64_t{0});
+  if (shuffle.mode == ShuffleMode::kQuasiRandom) {
+    return quasi_random_order(shard_samples, shuffle, epoch, total);
+  }
+  std::vector<uint64_t> order(total);
+  std::iota(order.begin(), order.end(), uint64_t{0});
+  if (shuffle.mode == ShuffleMode::kRandom) {
+    internal::Rng rng(internal::combine_seed(shuffle.seed, epoch, kPermutationStream));
+    internal::shuffle_range(order.begin(), order.end(), rng);
+  }
+  return order;
+}
+
+RankPartition::RankPartition(std::shared_ptr<const std::vector<uint64_t>> order, uint64_t start,
+                             PartitionOptions options)
+    : order_(std::move(order)), options_(options) {
+  const uint64_t total = order_->size();
+  start_ = std::min(start, total);
+  const uint64_t step = options_.batch_size * options_.world_size;
+  const uint64_t remaining = total - start_;
+  full_steps_ = remaining / step;
+  tail_ = options_.drop_last ? 0 : remaining % step;
+  batch_count_ = count_batches(total, start_, options_);
+}
+
+uint64_t RankPartition::count_batches(uint64_t total, uint64_t start,
+                                      const PartitionOptions& options) {
+  const uint64_t step = options.batch_size * options.world_size;
+  const uint64_t remaining = total - std::min(start, total);
+  const bool tail = !options.drop_last && remaining % step != 0;
+  return remaining / step + (tail ? 1 : 0);
+}
+
+uint64_t RankPartition::batch(uint64_t j, std::vector<uint64_t>* out) const {
+  out->clear();
+  const std::vector<uint64_t>& order = *order_;
+  const uint64_t world = options_.world_size;
+  const uint64_t rank = options_.rank;
+  if (j < full_steps_) {
+    const uint64_t first = start_ + j * options_.batch_size * world + rank * options_.batch_size;
+    out->assign(order.begin() + static_cast<ptrdiff_t>(first),
+                order.begin() + static_cast<ptrdiff_t>(first + options_.batch_size));
+    return 0;
+  }
+  if (j != full_steps_ || tail_ == 0) return 0;
+  // The partial last step: rank r takes [r*t/W, (r+1)*t/W) of its t samples.
+  const uint64_t tail_first = start_ + full_steps_ * options_.batch_size * world;
+  const uint64_t begin = tail_first + rank * tail_ / world;
+  const uint64_t end = tail_first + (rank + 1) * tail_ / world;
+  out->assign(order.begin() + static_cast<ptrdiff_t>(begin),
+              order.begin() + static_cast<ptrdiff_t>(end));
+  if (!out->empty()) return 0;
+  out->push_back(order[rank % order.size()]);
+  return 1;
+}
+
+uint64_t RankPartition::position_after(uint64_t j) const {
+  if (j >= batch_count_)
+    return start_ + full_steps_ * options_.batch_size * options_.world_size +
+           (options_.drop_last ? 0 : tail_);
+  return start_ + j * options_.batch_size * options_.world_size;
+}
+
+}  // namespace zerowait

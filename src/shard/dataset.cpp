@@ -1,0 +1,135 @@
+#include "zerowait/shard/dataset.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "zerowait/shard/format.hpp"
+
+namespace zerowait {
+namespace fs = std::filesystem;
+namespace {
+
+bool is_shard_file(const std::string& name) {
+  return name.ends_with(format::kShardExtension) || name.ends_with(".tar");
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Dataset>> Dataset::open(const std::string& path, DatasetOptions options) {
+  std::shared_ptr<Dataset> ds(new Dataset());
+  ds->path_ = path;
+  ds->options_ = options;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) {
+    return not_found("dataset '" + path + "' does not exist");
+  }
+  std::string manifest_path;
+  if (fs::is_directory(st)) {
+    if (fs::exists(fs::path(path) / format::kManifestName)) {
+      manifest_path = (fs::path(path) / format::kManifestName).string();
+    } else {
+      // A directory of shards without a manifest (e.g. WebDataset tars): open each shard.
+      std::vector<std::string> shards;
+      for (const auto& entry : fs::directory_iterator(path, ec)) {
+        if (entry.is_regular_file() && is_shard_file(entry.path().filename().string())) {
+          shards.push_back(entry.path().string());
+        }
+      }
+      if (ec) return io_error("cannot list dataset directory '" + path + "': " + ec.message());
+      if (shards.empty()) {
+        return not_found("'" + path + "' holds no " + format::kManifestName + ", no " +
+                         format::kShardExtension + " and no .tar files: not a dataset");
+      }
+      std::sort(shards.begin(), shards.end());
+      ZW_RETURN_IF_ERROR(ds->add_shard_paths(shards, /*from_manifest=*/false));
+      return ds;
+    }
+  } else if (path.ends_with(".json")) {
+    manifest_path = path;
+  } else {
+    ZW_RETURN_IF_ERROR(ds->add_shard_paths({path}, /*from_manifest=*/false));
+    return ds;
+  }
+  ZW_ASSIGN_OR_RETURN(ds->manifest_, Manifest::load(manifest_path));
+  const fs::path base = fs::path(manifest_path).parent_path();
+  std::vector<std::string> shards;
+  for (const ManifestShard& s : ds->manifest_.shards) shards.push_back((base / s.path).string());
+  ZW_RETURN_IF_ERROR(ds->add_shard_paths(shards, /*from_manifest=*/true));
+  return ds;
+}
+
+Status Dataset::add_shard_paths(const std::vector<std::string>& paths, bool from_manifest) {
+  shard_paths_ = paths;
+  readers_.assign(paths.size(), nullptr);
+  first_index_.assign(1, 0);
+  if (from_manifest) {
+    // The manifest is the index of shards: nothing else is read until a shard is used.
+    for (const ManifestShard& s : manifest_.shards) {
+      first_index_.push_back(first_index_.back() + s.samples);
+    }
+    return Status::ok();
+  }
+  std::set<std::string> fields;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    ZW_ASSIGN_OR_RETURN(readers_[i], ShardReader::open_path(paths[i], options_.backend));
+    const ShardReader& r = *readers_[i];
+    for (const auto& n : r.index().names) fields.insert(n);
+    ManifestShard s;
+    s.path = paths[i];
+    s.samples = r.size();
+    s.bytes = r.source().size();
+    manifest_.shards.push_back(s);
+    manifest_.samples += s.samples;
+    manifest_.bytes += s.bytes;
+    manifest_.aligned = (r.flags() & format::kAligned) != 0;
+    first_index_.push_back(first_index_.back() + s.samples);
+  }
+  manifest_.fields.assign(fields.begin(), fields.end());
+  return Status::ok();
+}
+
+Result<SampleLocation> Dataset::locate(uint64_t global_index) const {
+  if (global_index >= size()) {
+    return invalid_argument("sample " + std::to_string(global_index) + " out of range: dataset '" +
+                            path_ + "' has " + std::to_string(size()) + " samples");
+  }
+  // first_index_ is sorted; the shard is the last one whose first index is <= global_index.
+  auto it = std::upper_bound(first_index_.begin(), first_index_.end(), global_index);
+  const size_t shard = static_cast<size_t>(it - first_index_.begin()) - 1;
+  return SampleLocation{shard, global_index - first_index_[shard]};
+}
+
+Result<std::shared_ptr<ShardReader>> Dataset::shard(size_t s) const {
+  if (s >= shard_paths_.size()) {
+    return invalid_argument("shard " + std::to_string(s) + " out of range: dataset '" + path_ +
+                            "' has " + std::to_string(shard_paths_.size()) + " shards");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (readers_[s]) return readers_[s];
+  ZW_ASSIGN_OR_RETURN(auto reader, ShardReader::open_path(shard_paths_[s], options_.backend));
+  const ManifestShard& expected = manifest_.shards[s];
+  if (reader->size() != expected.samples || reader->source().size() != expected.bytes) {
+    return corrupt("shard '" + shard_paths_[s] + "' has " + std::to_string(reader->size()) +
+                   " samples and " + std::to_string(reader->source().size()) +
+                   " bytes; the manifest says " + std::to_string(expected.samples) + " and " +
+                   std::to_string(expected.bytes) + ": the dataset was modified after packing");
+  }
+  if (!expected.checksum.empty() &&
+      format::checksum_hex(reader->index_checksum()) != expected.checksum) {
+    return corrupt("shard '" + shard_paths_[s] + "' has index checksum " +
+                   format::checksum_hex(reader->index_checksum()) + "; the manifest says " +
+                   expected.checksum + ": the shard was replaced after packing");
+  }
+  readers_[s] = reader;
+  return reader;
+}
+
+Result<Sample> Dataset::read(uint64_t global_index, const ReadOptions& options) const {
+  ZW_ASSIGN_OR_RETURN(SampleLocation loc, locate(global_index));
+  ZW_ASSIGN_OR_RETURN(auto reader, shard(loc.shard));
+  return reader->read_sample(loc.local, options);
+}
+
+}  // namespace zerowait

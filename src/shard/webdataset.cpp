@@ -1,0 +1,243 @@
+#include "zerowait/shard/webdataset.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+
+#include "common/endian.hpp"
+#include "common/file.hpp"
+#include "common/log.hpp"
+#include "shard/tar/tar_header.hpp"
+
+namespace zerowait {
+namespace {
+
+// Headers of small members are read a window at a time, so a shard of 10 kB images costs one
+// read per few headers; after a large member only a few blocks are read (its header, maybe pax or
+// long-name records), and skipped data is never read.
+constexpr size_t kWindowSize = 64 << 10;
+constexpr size_t kSmallWindowSize = 4 << 10;
+
+class SourceInput final : public internal::TarInput {
+ public:
+  explicit SourceInput(ByteSource& source) : source_(source), size_(source.size()) {}
+
+  Result<size_t> read(std::span<std::byte> dst) override {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(dst.size(), size_ - pos_));
+    if (n == 0) return size_t{0};
+    if (pos_ < window_offset_ || pos_ + n > window_offset_ + window_.size()) {
+      if (n >= kWindowSize) {
+        ZW_RETURN_IF_ERROR(source_.read_at(pos_, dst.first(n)));
+        pos_ += n;
+        return n;
+      }
+      const size_t window = std::max(n, after_large_skip_ ? kSmallWindowSize : kWindowSize);
+      window_.resize(static_cast<size_t>(std::min<uint64_t>(window, size_ - pos_)));
+      window_offset_ = pos_;
+      ZW_RETURN_IF_ERROR(source_.read_at(pos_, window_));
+    }
+    std::memcpy(dst.data(), window_.data() + (pos_ - window_offset_), n);
+    pos_ += n;
+    return n;
+  }
+
+  Result<uint64_t> skip(uint64_t n) override {
+    n = std::min(n, size_ - pos_);
+    pos_ += n;
+    after_large_skip_ = n > kWindowSize;
+    return n;
+  }
+
+  uint64_t position() const override { return pos_; }
+  std::optional<uint64_t> known_size() const override { return size_; }
+
+ private:
+  ByteSource& source_;
+  const uint64_t size_;
+  uint64_t pos_ = 0;
+  std::vector<std::byte> window_;
+  uint64_t window_offset_ = 0;
+  bool after_large_skip_ = false;
+};
+
+// Adds one sample per run of consecutive members with the same key.
+class IndexBuilder {
+ public:
+  void add(std::string_view key, std::string_view field, uint64_t offset, uint64_t size) {
+    if (!open_ || key != key_) {
+      finish();
+      open_ = true;
+      key_ = key;
+      first_field_ = index_.fields.size();
+    }
+    const uint32_t name_id = index_.intern_name(field);
+    for (size_t i = first_field_; i < index_.fields.size(); ++i) {
+      if (index_.fields[i].name_id == name_id) return;  // WebDataset keeps the first copy
+    }
+    index_.fields.push_back({name_id, offset, size});
+  }
+
+  format::ShardIndex finish_index() && {
+    finish();
+    return std::move(index_);
+  }
+
+ private:
+  void finish() {
+    if (!open_) return;
+    open_ = false;
+    const format::FieldEntry& first = index_.fields[first_field_];
+    const format::FieldEntry& last = index_.fields.back();
+    format::SampleEntry sample;
+    sample.offset = first.offset;
+    sample.size = last.offset + last.size - first.offset;
+    sample.first_field = first_field_;
+    sample.field_count = static_cast<uint32_t>(index_.fields.size() - first_field_);
+    sample.key_offset = index_.strings.size();
+    sample.key_size = static_cast<uint32_t>(key_.size());
+    index_.strings += key_;
+    index_.samples.push_back(sample);
+  }
+
+  format::ShardIndex index_;
+  bool open_ = false;
+  std::string key_;
+  size_t first_field_ = 0;
+};
+
+// Sidecar layout (little-endian): magic, version, reserved u32, tar size, tar mtime in ns, index
+// size, the serialized index, then the xxHash3 of every byte before it.
+constexpr char kSidecarMagic[8] = {'Z', 'W', 'T', 'A', 'R', 'I', 'X', '\0'};
+constexpr uint32_t kSidecarVersion = 1;
+constexpr size_t kSidecarHeaderSize = 40;
+
+// What the sidecar must match: the tar as it is now.
+struct TarIdentity {
+  uint64_t size = 0;
+  uint64_t mtime_ns = 0;
+  bool operator==(const TarIdentity&) const = default;
+};
+
+Result<TarIdentity> stat_tar(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return errno_status(errno, "cannot stat", path);
+  return TarIdentity{static_cast<uint64_t>(st.st_size),
+                     static_cast<uint64_t>(st.st_mtim.tv_sec) * 1'000'000'000ull +
+                         static_cast<uint64_t>(st.st_mtim.tv_nsec)};
+}
+
+std::string encode_sidecar(const TarIdentity& tar, const format::ShardIndex& index) {
+  const std::string index_bytes = index.serialize();
+  std::string out(kSidecarMagic, sizeof(kSidecarMagic));
+  internal::put_u32(out, kSidecarVersion);
+  internal::put_u32(out, 0);
+  internal::put_u64(out, tar.size);
+  internal::put_u64(out, tar.mtime_ns);
+  internal::put_u64(out, index_bytes.size());
+  out += index_bytes;
+  internal::put_u64(out, format::checksum(std::as_bytes(std::span(out))));
+  return out;
+}
+
+// Returns the cached index, or nothing when the sidecar is missing, stale or damaged: all three
+// only mean the index is built again.
+std::optional<format::ShardIndex> load_sidecar(const std::string& sidecar, const TarIdentity& tar,
+                                               const std::string& tar_name) {
+  auto file = internal::read_whole_file(sidecar);
+  if (!file.is_ok()) return std::nullopt;
+  const std::span<const std::byte> bytes = std::as_bytes(std::span(*file));
+  if (bytes.size() < kSidecarHeaderSize + 8 ||
+      std::memcmp(bytes.data(), kSidecarMagic, sizeof(kSidecarMagic)) != 0 ||
+      internal::get_u32(bytes.data() + 8) != kSidecarVersion) {
+    return std::nullopt;
+  }
+  const size_t body = bytes.size() - 8;
+  if (format::checksum(bytes.first(body)) != internal::get_u64(bytes.data() + body)) {
+    return std::nullopt;
+  }
+  const TarIdentity stored{internal::get_u64(bytes.data() + 16),
+                           internal::get_u64(bytes.data() + 24)};
+  if (stored != tar || internal::get_u64(bytes.data() + 32) != body - kSidecarHeaderSize) {
+    return std::nullopt;
+  }
+  auto index = format::ShardIndex::parse(
+      bytes.subspan(kSidecarHeaderSize, body - kSidecarHeaderSize), 0, tar.size, tar_name);
+  if (!index.is_ok()) return std::nullopt;
+  return std::move(*index);
+}
+
+}  // namespace
+
+bool split_sample_name(std::string_view path, std::string_view* key, std::string_view* field) {
+  const size_t slash = path.rfind('/');
+  const size_t base = slash == std::string_view::npos ? 0 : slash + 1;
+  const size_t dot = path.find('.', base);
+  // WebDataset's "^((?:.*/|)[^.]+)[.]([^/]*)$" needs a stem before the dot; an empty field is
+  // refused as well, since the index format has no empty field names.
+  if (dot == std::string_view::npos || dot == base || dot + 1 == path.size()) return false;
+  *key = path.substr(0, dot);
+  *field = path.substr(dot + 1);
+  return true;
+}
+
+bool is_safe_relative_path(std::string_view key) {
+  if (key.empty() || key.front() == '/' || key.find('\0') != std::string_view::npos) return false;
+  size_t start = 0;
+  for (;;) {
+    const size_t slash = key.find('/', start);
+    const std::string_view part = key.substr(start, slash - start);
+    if (part.empty() || part == "..") return false;
+    if (slash == std::string_view::npos) return true;
+    start = slash + 1;
+  }
+}
+
+Result<format::ShardIndex> build_tar_index(ByteSource& tar) {
+  tar.advise_sequential();
+  SourceInput input(tar);
+  internal::TarWalker walker(&input, tar.name());
+  IndexBuilder builder;
+  internal::TarMember member;
+  for (;;) {
+    ZW_ASSIGN_OR_RETURN(bool more, walker.next(&member));
+    if (!more) break;
+    std::string_view key, field;
+    if (!member.is_regular() || !split_sample_name(member.path, &key, &field)) continue;
+    builder.add(key, field, member.data_offset, member.size);
+  }
+  return std::move(builder).finish_index();
+}
+
+std::string tar_index_sidecar_path(const std::string& tar_path) { return tar_path + ".zwidx"; }
+
+Result<std::shared_ptr<ShardReader>> open_tar_shard(const std::string& tar_path,
+                                                    IoBackend backend) {
+  ZW_ASSIGN_OR_RETURN(TarIdentity before, stat_tar(tar_path));
+  ZW_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> opened, open_file_source(tar_path, backend));
+  std::shared_ptr<ByteSource> source = std::move(opened);
+  ZW_ASSIGN_OR_RETURN(TarIdentity after, stat_tar(tar_path));
+  // A tar that changes while it is opened is indexed, but its index is not cached.
+  const bool cacheable = before == after && after.size == source->size();
+
+  const std::string sidecar = tar_index_sidecar_path(tar_path);
+  std::optional<format::ShardIndex> index;
+  if (cacheable) index = load_sidecar(sidecar, after, source->name());
+  if (!index) {
+    ZW_ASSIGN_OR_RETURN(index, build_tar_index(*source));
+    // A read-only directory (or a full disk) only costs the cache: the index stays in memory.
+    if (cacheable) {
+      Status written = internal::write_file_atomic(sidecar, encode_sidecar(after, *index), false);
+      if (!written.is_ok()) {
+        internal::note_fallback("tar_index_not_cached",
+                                "tar indexes are kept in memory only (" + written.message() + ")");
+      }
+    }
+  }
+  return std::make_shared<ShardReader>(std::move(source), std::move(*index), format::kNoChecksums,
+                                       ShardKind::kTar);
+}
+
+}  // namespace zerowait

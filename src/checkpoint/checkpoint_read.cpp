@@ -21,7 +21,7 @@
 #include "common/thread_pool.hpp"
 #include "common/xxhash.hpp"
 #include "io/read_engine.hpp"
-#include "loader/arena_pool.hpp"
+#include "common/aligned_buffer.hpp"
 #include "zerowait/checkpoint/checkpointer.hpp"
 
 namespace zerowait {

@@ -20,7 +20,7 @@
 #include "common/cuda_host.hpp"
 #include "common/thread_pool.hpp"
 #include "common/xxhash.hpp"
-#include "loader/arena_pool.hpp"
+#include "common/aligned_buffer.hpp"
 
 namespace zerowait {
 

@@ -5,41 +5,15 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <vector>
 
+#include "common/aligned_buffer.hpp"
 #include "zerowait/common/status.hpp"
 
 namespace zerowait {
-
-namespace internal {
-
-// A page-aligned buffer that only grows. Contents are not kept when it grows.
-class AlignedBuffer {
- public:
-  AlignedBuffer() = default;
-  ~AlignedBuffer();
-  AlignedBuffer(const AlignedBuffer&) = delete;
-  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
-
-  // Makes capacity() >= bytes, with some room to spare up to `max_capacity`; new memory is
-  // pre-faulted (and pinned when `pin`). kResourceExhausted when the allocation fails.
-  Status reserve(size_t bytes, size_t max_capacity, bool pin);
-  std::byte* data() const { return data_; }
-  size_t capacity() const { return capacity_; }
-  bool pinned() const { return pinned_; }
-
- private:
-  void release();
-  std::byte* data_ = nullptr;
-  size_t capacity_ = 0;
-  bool pinned_ = false;
-};
-
-}  // namespace internal
 
 struct Arena {
   internal::AlignedBuffer read;  // coalesced shard bytes of one batch

@@ -1,0 +1,55 @@
+#include "common/aligned_buffer.hpp"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "common/cuda_host.hpp"
+
+namespace zerowait {
+
+namespace internal {
+
+namespace {
+constexpr size_t kPage = 4096;
+constexpr size_t kGrowthGranule = size_t{1} << 20;  // grow in whole MiB, so small growths are rare
+}  // namespace
+
+AlignedBuffer::~AlignedBuffer() { release(); }
+
+void AlignedBuffer::release() {
+  if (data_ == nullptr) return;
+  if (pinned_) unpin_host_memory(data_);
+  std::free(data_);
+  data_ = nullptr;
+  capacity_ = 0;
+  pinned_ = false;
+}
+
+Status AlignedBuffer::reserve(size_t bytes, size_t max_capacity, bool pin) {
+  if (bytes <= capacity_) return Status::ok();
+  release();
+  // A quarter more than asked: batches vary in size, and regrowing costs page faults.
+  size_t capacity = bytes + bytes / 4;
+  capacity = (capacity + kGrowthGranule - 1) / kGrowthGranule * kGrowthGranule;
+  capacity = std::max(bytes, std::min(capacity, max_capacity));
+  capacity = (capacity + kPage - 1) / kPage * kPage;  // aligned_alloc wants a multiple
+  void* memory = std::aligned_alloc(kPage, capacity);
+  if (memory == nullptr) {
+    return Status(ErrorCode::kResourceExhausted,
+                  "cannot allocate an aligned buffer of " + std::to_string(capacity) + " bytes");
+  }
+  madvise(memory, capacity, MADV_HUGEPAGE);  // fewer TLB misses on large arenas; only a hint
+  std::memset(memory, 0, capacity);          // pre-fault now, not while a batch is filled
+  data_ = static_cast<std::byte*>(memory);
+  capacity_ = capacity;
+  pinned_ = pin && pin_host_memory(data_, capacity_);
+  return Status::ok();
+}
+
+}  // namespace internal
+
+}  // namespace zerowait

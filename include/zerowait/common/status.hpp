@@ -26,7 +26,9 @@ enum class ErrorCode {
 // Returns a stable lower-case name ("corrupt", "io", ...) for messages and JSON.
 const char* error_code_name(ErrorCode code);
 
-// A success, or an error code with a message that names what failed, where, and why.
+// A success, or an error code with a message that names what failed, where, and why. A plain
+// value (copyable, no shared state). Only the front ends turn it into something else: the CLI
+// into "zerowait: error: ..." and an exit status, the Python bindings into exceptions.
 class [[nodiscard]] Status {
  public:
   Status() = default;

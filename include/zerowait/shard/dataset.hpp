@@ -25,7 +25,9 @@ struct SampleLocation {
   uint64_t local = 0;
 };
 
-// Thread-safe: shards open lazily on first use, under a lock, once each.
+// Thread-safe: every method may be called from many threads; shards open lazily on first use,
+// under a lock, once each, and stay open while the Dataset lives. Readers returned by shard()
+// are shared: they stay valid after the Dataset is gone. Errors name the manifest or shard file.
 class Dataset {
  public:
   // `path` is one of: a manifest.json; a directory holding one; a directory of .zws / .tar files

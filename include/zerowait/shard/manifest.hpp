@@ -17,6 +17,10 @@ struct ManifestShard {
   std::string checksum;   // the shard's index checksum (footer), 16 hex digits
 };
 
+// A plain value: no hidden state, safe to copy and to read from many threads; not synchronised
+// for concurrent modification. parse() and load() return kCorrupt (naming the file and the field)
+// or the shard entry for a document that is not a valid manifest, kUnsupported for an unknown
+// version.
 struct Manifest {
   static constexpr const char* kFormatName = "zerowait-dataset";
 

@@ -52,6 +52,10 @@ struct PackReport {
 // output. Shards are written under temporary names and renamed once complete; the manifest is
 // written last, so an interrupted pack never leaves a manifest pointing at partial shards.
 // A non-empty quarantine is not an error: the report lists it and quarantine.json records it.
+// Blocks: the calling thread is the writer (and runs `on_progress`); `threads` reader threads are
+// started and joined before it returns, also on error. Errors name the input or output file:
+// kInvalidArgument for options, kAlreadyExists for an existing dataset without `overwrite`,
+// kIo for reads and writes (a full disk), never a partially published dataset.
 Result<PackReport> pack(const PackOptions& options);
 
 }  // namespace zerowait

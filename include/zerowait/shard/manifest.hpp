@@ -18,8 +18,8 @@ struct ManifestShard {
 };
 
 // A plain value: no hidden state, safe to copy and to read from many threads; not synchronised
-// for concurrent modification. parse() and load() return kCorrupt (naming the file and the field)
-// or the shard entry for a document that is not a valid manifest, kUnsupported for an unknown
+// for concurrent modification. parse() and load() return kCorrupt for a document that is not a
+// valid manifest (naming the file and the field or shard entry), kUnsupported for an unknown
 // version.
 struct Manifest {
   static constexpr const char* kFormatName = "zerowait-dataset";

@@ -38,9 +38,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import pack_read  # noqa: E402  (cache dropping, fio output parsing, the table)
-from pack_read import MB, REPO, log  # noqa: E402
+import common
+from common import MB, log
 
 GiB = 1 << 30
 
@@ -86,16 +85,6 @@ def state_bytes(state):
     return sum(t.numel() * t.element_size() for t in tensors_of(state))
 
 
-def best_of(repeat, fn):
-    """Runs fn() `repeat` times; returns the result with the smallest first element."""
-    best = None
-    for _ in range(repeat):
-        result = fn()
-        if best is None or result[0] < best[0]:
-            best = result
-    return best
-
-
 # ---- references ------------------------------------------------------------------------------
 
 def time_memcpy(torch, state):
@@ -124,35 +113,196 @@ def time_torch_save(torch, state, path):
     return blocked, time.perf_counter() - start
 
 
-def fio(args):
-    out = pack_read.run(["fio", "--output-format=json", *args])
-    job = pack_read.parse_json_output(out, "fio")["jobs"][0]
-    if job.get("error"):
-        sys.exit(f"bench: fio reported error {job['error']}")
-    return job
-
-
 def fio_write(path, size):
     """Sequential 1 MiB buffered writes with an fsync at the end: seconds (job runtime, which
     includes the final fsync), bytes."""
-    job = fio(["--name=write", "--rw=write", "--bs=1M", "--ioengine=psync", "--end_fsync=1",
-               f"--size={size}", f"--filename={path}"])
+    job = common.run_fio(["--name=write", "--rw=write", "--bs=1M", "--ioengine=psync",
+                          "--end_fsync=1", f"--size={size}", f"--filename={path}"])
     return job["job_runtime"] / 1000.0, job["write"]["io_bytes"]
-
-
-def fio_read(path, direct):
-    job = fio(["--name=read", "--rw=read", "--bs=1M", "--ioengine=psync",
-               f"--direct={1 if direct else 0}", "--invalidate=0", "--readonly",
-               f"--filename={path}"])
-    return max(job["read"]["runtime"], 1) / 1000.0, job["read"]["io_bytes"]
 
 
 # ---- the run ---------------------------------------------------------------------------------
 
+class Run:
+    """What every part of the benchmark uses: torch and zerowait, the state, the work folder,
+    the page cache, the repeat count, and the table's rows, ratios and notes as they fill."""
+
+    def __init__(self, torch, zerowait, args, out, cache, state):
+        self.torch, self.zerowait, self.out, self.cache = torch, zerowait, out, cache
+        self.repeat = args.repeat
+        self.state = state
+        self.total = state_bytes(state)
+        self.rows, self.ratios, self.notes = [], [], []
+
+    def add_row(self, name, seconds, nbytes, cache_state="-"):
+        self.rows.append(common.table_row(name, cache_state, (seconds, nbytes, None)))
+
+    def judge(self, name, value, goal, higher_is_better):
+        self.ratios.append(common.ratio(name, value, goal, higher_is_better))
+
+    def best(self, fn):
+        """Runs fn() `repeat` times; returns the result with the smallest first element."""
+        best = None
+        for _ in range(self.repeat):
+            best = common.faster(best, fn())
+        return best
+
+    def cold(self, fn):
+        """fn() after the page cache is dropped: (seconds, fn's value)."""
+        self.cache.drop()
+        start = time.perf_counter()
+        value = fn()
+        return time.perf_counter() - start, value
+
+
+def measure_saves(run):
+    """1. Blocking time of a save against torch.save and memcpy; the background write against
+    fio. Returns the Checkpointer, the torch.save file and fio's file, for measure_restores."""
+    torch, state, total = run.torch, run.state, run.total
+    log("memcpy into touched memory")
+    memcpy_s, _ = run.best(lambda: time_memcpy(torch, state))
+    run.add_row("memcpy into touched memory (1 thread)", memcpy_s, total)
+
+    log("torch.save")
+    torch_path = run.out / "torch.pt"
+    torch_save_s, torch_save_fsync_s = run.best(lambda: time_torch_save(torch, state, torch_path))
+    run.add_row("torch.save (blocking)", torch_save_s, total)
+    run.add_row("torch.save + fsync", torch_save_fsync_s, total)
+
+    log("zerowait save (one warm-up save pre-faults the staging pool)")
+    ckpt = run.zerowait.Checkpointer(run.out / "zw", keep_last=1)
+    ckpt.save(0, state).wait()
+    block_s, write_s, bytes_written = None, None, None
+    for step in range(1, run.repeat + 1):
+        start = time.perf_counter()
+        handle = ckpt.save(step, state)
+        blocked = time.perf_counter() - start
+        result = handle.wait()
+        if block_s is None or blocked < block_s:
+            block_s = blocked
+        if write_s is None or result["write_s"] < write_s:
+            write_s, bytes_written = result["write_s"], result["bytes_written"]
+    run.add_row("zerowait save() (blocking)", block_s, total)
+    run.add_row("zerowait background write (hash+write+fsync)", write_s, bytes_written)
+
+    log("fio sequential write with fsync")
+    fio_path = run.out / "fio.dat"
+    fio_write_s, fio_write_bytes = run.best(lambda: fio_write(fio_path, total))
+    run.add_row("fio seq write 1 MiB + end_fsync", fio_write_s, fio_write_bytes)
+
+    run.judge("save() blocking / torch.save", block_s / torch_save_s, 0.1,
+              higher_is_better=False)
+    run.judge("save() blocking / memcpy (touched)", block_s / memcpy_s, 1.5,
+              higher_is_better=False)
+    run.judge("write MB/s / fio write+fsync MB/s",
+              (bytes_written / write_s) / (fio_write_bytes / fio_write_s), 0.85,
+              higher_is_better=True)
+    return ckpt, torch_path, fio_path
+
+
+def measure_restores(run, ckpt, torch_path, fio_path):
+    """2. Cold restores: torch.load, load(), load(into=) and fio's sequential reads of a file of
+    the state's size. Closes the Checkpointer and removes the files measure_saves left."""
+    total, latest = run.total, ckpt.latest()
+    log("cold torch.load")
+    torch_load_s, _ = run.best(lambda: run.cold(
+        lambda: run.torch.load(torch_path, weights_only=True)))
+    run.add_row("torch.load", torch_load_s, total, "cold")
+
+    log("cold zerowait load()")
+    load_s, _ = run.best(lambda: run.cold(lambda: ckpt.load(latest)))
+    run.add_row("zerowait load() into new tensors", load_s, total, "cold")
+
+    log("cold zerowait load(into=...)")
+    into_s, _ = run.best(lambda: run.cold(lambda: ckpt.load(latest, into=run.state)))
+    run.add_row("zerowait load(into=existing state)", into_s, total, "cold")
+
+    log("cold fio sequential reads")
+    fio_read_mbs = 0.0
+    for direct in (True, False):
+        # Best of fio's own runtimes, which leave out its set-up.
+        seconds, nbytes = run.best(
+            lambda: run.cold(lambda: common.fio_seq_read([str(fio_path)], direct))[1])
+        fio_read_mbs = max(fio_read_mbs, nbytes / seconds)
+        run.add_row(f"fio seq read 1 MiB psync {'O_DIRECT' if direct else 'buffered'}", seconds,
+                    nbytes, "cold")
+
+    run.judge("load() speed / torch.load speed", torch_load_s / load_s, 2.0,
+              higher_is_better=True)
+    run.judge("load(into=) MB/s / best fio seq read MB/s", (total / into_s) / fio_read_mbs, 0.85,
+              higher_is_better=True)
+    ckpt.close()
+    shutil.rmtree(ckpt.directory, ignore_errors=True)
+    torch_path.unlink(missing_ok=True)
+    fio_path.unlink(missing_ok=True)
+
+
+def measure_incremental(run):
+    """3. An incremental save after changing 10 % of the tensors, against the full save."""
+    log("incremental save")
+    inc = run.zerowait.Checkpointer(run.out / "inc", keep_last=2, incremental=True)
+    full = inc.save(1, run.state).wait()
+    tensors = list(tensors_of(run.state))
+    changed = random.Random(5).sample(range(len(tensors)), k=max(1, len(tensors) // 10))
+    changed_bytes = 0
+    for i in changed:
+        tensors[i].add_(1)
+        changed_bytes += tensors[i].numel() * tensors[i].element_size()
+    partial = inc.save(2, run.state).wait()
+    inc.close()
+    run.notes.append(f"incremental: {len(changed)} of {len(tensors)} tensors changed, "
+                     f"{changed_bytes / run.total:.1%} of the bytes; the save wrote "
+                     f"{partial['bytes_written'] / MB:.0f} MB of "
+                     f"{full['bytes_written'] / MB:.0f} MB, and referenced "
+                     f"{partial['tensors_referenced']} tensors")
+    run.judge("incremental bytes / full bytes (10% changed)",
+              partial["bytes_written"] / full["bytes_written"], 0.15, higher_is_better=False)
+    shutil.rmtree(inc.directory, ignore_errors=True)
+
+
+def measure_compression(run):
+    """4. Normally distributed bf16 weights with zstd, with and without byte grouping."""
+    torch = run.torch
+    log("bf16 compression")
+    gen = torch.Generator().manual_seed(3)
+    weights = (torch.randn(64 << 20, generator=gen) * 0.02).to(torch.bfloat16)
+    raw = weights.numel() * 2
+    stored = {}
+    for label, value in (("grouped", weights), ("plain", weights.view(torch.int16))):
+        ckpt = run.zerowait.Checkpointer(run.out / f"zstd-{label}", compression="zstd")
+        stored[label] = ckpt.save(1, {"w": value}).wait()["bytes_written"]
+        ckpt.close()
+        shutil.rmtree(ckpt.directory, ignore_errors=True)
+    run.notes.append(f"bf16 N(0, 0.02), {raw / MB:.0f} MB raw: zstd with byte grouping "
+                     f"{stored['grouped'] / MB:.1f} MB, without {stored['plain'] / MB:.1f} MB")
+    run.judge("bf16 zstd+byte grouping / raw", stored["grouped"] / raw, 0.85,
+              higher_is_better=False)
+
+
+def measure_small_tensors(run):
+    """5. For information: a state of many small tensors, where torch.load's per-record cost
+    shows."""
+    torch = run.torch
+    log("many small tensors: cold torch.load and load()")
+    small = {"model": {f"layers.{i}.weight": torch.randn(16384) for i in range(16000)}}
+    small_bytes = state_bytes(small)
+    small_path = run.out / "small.pt"
+    torch.save(small, small_path)
+    ckpt = run.zerowait.Checkpointer(run.out / "small")
+    ckpt.save(1, small).wait()
+    torch_s, _ = run.best(lambda: run.cold(lambda: torch.load(small_path, weights_only=True)))
+    zerowait_s, _ = run.best(lambda: run.cold(lambda: ckpt.load(1)))
+    run.add_row("torch.load, 16,000 x 64 KB tensors", torch_s, small_bytes, "cold")
+    run.add_row("zerowait load(), 16,000 x 64 KB tensors", zerowait_s, small_bytes, "cold")
+    run.notes.append(f"many small tensors (not judged): load() is {torch_s / zerowait_s:.2f}x "
+                     "as fast as torch.load")
+    ckpt.close()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--gib", type=float, default=2.1, help="size of the training state")
-    parser.add_argument("--out", default=str(REPO / "bench" / "out" / "checkpoint"),
+    parser.add_argument("--out", default=str(common.DEFAULT_OUT / "checkpoint"),
                         help="work directory (on the filesystem to measure)")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--repeat", type=int, default=2, help="runs per timed row (best kept)")
@@ -166,168 +316,27 @@ def main():
     out = Path(args.out)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    cache = pack_read.Cache(lambda: [str(p) for p in out.rglob("*") if p.is_file()])
+    cache = common.Cache(lambda: [str(p) for p in out.rglob("*") if p.is_file()])
     torch.set_num_threads(max(1, os.cpu_count() or 1))
 
     log(f"building a {args.gib:.1f} GiB state")
-    state = synthetic_state(torch, int(args.gib * GiB))
-    total = state_bytes(state)
-    ntensors = sum(1 for _ in tensors_of(state))
-    log(f"state: {ntensors} tensors, {total / GiB:.2f} GiB")
-    rows, ratios, notes = [], [], []
+    run = Run(torch, zerowait, args, out, cache, synthetic_state(torch, int(args.gib * GiB)))
+    ntensors = sum(1 for _ in tensors_of(run.state))
+    log(f"state: {ntensors} tensors, {run.total / GiB:.2f} GiB")
+    measure_restores(run, *measure_saves(run))
+    measure_incremental(run)
+    measure_compression(run)
+    measure_small_tensors(run)
 
-    def add_row(name, seconds, nbytes, cache_state="-"):
-        rows.append({"name": name, "cache": cache_state, "seconds": seconds, "bytes": nbytes,
-                     "mb_per_s": nbytes / seconds / MB, "samples_per_s": None})
-
-    # 1. Blocking time of a save.
-    log("memcpy into touched memory")
-    memcpy_s, _ = best_of(args.repeat, lambda: time_memcpy(torch, state))
-    add_row("memcpy into touched memory (1 thread)", memcpy_s, total)
-
-    log("torch.save")
-    torch_path = out / "torch.pt"
-    torch_save_s, torch_save_fsync_s = best_of(
-        args.repeat, lambda: time_torch_save(torch, state, torch_path))
-    add_row("torch.save (blocking)", torch_save_s, total)
-    add_row("torch.save + fsync", torch_save_fsync_s, total)
-
-    log("zerowait save (one warm-up save pre-faults the staging pool)")
-    ckpt_dir = out / "zw"
-    ckpt = zerowait.Checkpointer(ckpt_dir, keep_last=1)
-    ckpt.save(0, state).wait()
-    block_s, write_s, bytes_written = None, None, None
-    for step in range(1, args.repeat + 1):
-        start = time.perf_counter()
-        handle = ckpt.save(step, state)
-        blocked = time.perf_counter() - start
-        result = handle.wait()
-        if block_s is None or blocked < block_s:
-            block_s = blocked
-        if write_s is None or result["write_s"] < write_s:
-            write_s, bytes_written = result["write_s"], result["bytes_written"]
-    add_row("zerowait save() (blocking)", block_s, total)
-    add_row("zerowait background write (hash+write+fsync)", write_s, bytes_written)
-
-    log("fio sequential write with fsync")
-    fio_path = out / "fio.dat"
-    fio_write_s, fio_write_bytes = best_of(args.repeat, lambda: fio_write(fio_path, total))
-    add_row("fio seq write 1 MiB + end_fsync", fio_write_s, fio_write_bytes)
-
-    ratios.append(pack_read.ratio("save() blocking / torch.save", block_s / torch_save_s, 0.1,
-                                  higher_is_better=False))
-    ratios.append(pack_read.ratio("save() blocking / memcpy (touched)", block_s / memcpy_s, 1.5,
-                                  higher_is_better=False))
-    ratios.append(pack_read.ratio("write MB/s / fio write+fsync MB/s",
-                                  (bytes_written / write_s) / (fio_write_bytes / fio_write_s), 0.85,
-                                  higher_is_better=True))
-
-    # 2. Cold restores.
-    latest = ckpt.latest()
-
-    def cold(fn):
-        cache.drop()
-        start = time.perf_counter()
-        value = fn()
-        return time.perf_counter() - start, value
-
-    log("cold torch.load")
-    torch_load_s, _ = best_of(args.repeat, lambda: cold(
-        lambda: torch.load(torch_path, weights_only=True)))
-    add_row("torch.load", torch_load_s, total, "cold")
-
-    log("cold zerowait load()")
-    load_s, _ = best_of(args.repeat, lambda: cold(lambda: ckpt.load(latest)))
-    add_row("zerowait load() into new tensors", load_s, total, "cold")
-
-    log("cold zerowait load(into=...)")
-    into_s, _ = best_of(args.repeat, lambda: cold(lambda: ckpt.load(latest, into=state)))
-    add_row("zerowait load(into=existing state)", into_s, total, "cold")
-
-    log("cold fio sequential reads")
-    fio_read_rows = {}
-    for direct in (True, False):
-        seconds, nbytes = best_of(args.repeat, lambda: cold(lambda: fio_read(fio_path, direct))[1])
-        fio_read_rows[direct] = (seconds, nbytes)
-        add_row(f"fio seq read 1 MiB psync {'O_DIRECT' if direct else 'buffered'}", seconds,
-                nbytes, "cold")
-    fio_read_mbs = max(n / s for s, n in fio_read_rows.values())
-
-    ratios.append(pack_read.ratio("load() speed / torch.load speed", torch_load_s / load_s, 2.0,
-                                  higher_is_better=True))
-    ratios.append(pack_read.ratio("load(into=) MB/s / best fio seq read MB/s",
-                                  (total / into_s) / fio_read_mbs, 0.85, higher_is_better=True))
-    ckpt.wait()
-    del ckpt
-    shutil.rmtree(ckpt_dir, ignore_errors=True)
-    torch_path.unlink(missing_ok=True)
-    fio_path.unlink(missing_ok=True)
-
-    # 3. Incremental save after changing 10 % of the tensors.
-    log("incremental save")
-    inc = zerowait.Checkpointer(out / "inc", keep_last=2, incremental=True)
-    full = inc.save(1, state).wait()
-    tensors = list(tensors_of(state))
-    changed = random.Random(5).sample(range(len(tensors)), k=max(1, len(tensors) // 10))
-    changed_bytes = 0
-    for i in changed:
-        tensors[i].add_(1)
-        changed_bytes += tensors[i].numel() * tensors[i].element_size()
-    partial = inc.save(2, state).wait()
-    inc.wait()
-    inc_fraction = partial["bytes_written"] / full["bytes_written"]
-    notes.append(f"incremental: {len(changed)} of {len(tensors)} tensors changed, "
-                 f"{changed_bytes / total:.1%} of the bytes; the save wrote "
-                 f"{partial['bytes_written'] / MB:.0f} MB of {full['bytes_written'] / MB:.0f} MB, "
-                 f"and referenced {partial['tensors_referenced']} tensors")
-    ratios.append(pack_read.ratio("incremental bytes / full bytes (10% changed)", inc_fraction,
-                                  0.15, higher_is_better=False))
-    del inc
-    shutil.rmtree(out / "inc", ignore_errors=True)
-
-    # 4. bf16 weights with zstd, with and without byte grouping.
-    log("bf16 compression")
-    gen = torch.Generator().manual_seed(3)
-    weights = (torch.randn(64 << 20, generator=gen) * 0.02).to(torch.bfloat16)
-    raw = weights.numel() * 2
-    stored = {}
-    for label, value in (("grouped", weights), ("plain", weights.view(torch.int16))):
-        directory = out / f"zstd-{label}"
-        c = zerowait.Checkpointer(directory, compression="zstd")
-        stored[label] = c.save(1, {"w": value}).wait()["bytes_written"]
-        c.wait()
-        del c
-        shutil.rmtree(directory, ignore_errors=True)
-    notes.append(f"bf16 N(0, 0.02), {raw / MB:.0f} MB raw: zstd with byte grouping "
-                 f"{stored['grouped'] / MB:.1f} MB, without {stored['plain'] / MB:.1f} MB")
-    ratios.append(pack_read.ratio("bf16 zstd+byte grouping / raw", stored["grouped"] / raw, 0.85,
-                                  higher_is_better=False))
-
-    # 5. For information: a state of many small tensors, where torch.load's per-record cost shows.
-    log("many small tensors: cold torch.load and load()")
-    small = {"model": {f"layers.{i}.weight": torch.randn(16384) for i in range(16000)}}
-    small_bytes = state_bytes(small)
-    small_path = out / "small.pt"
-    torch.save(small, small_path)
-    small_ckpt = zerowait.Checkpointer(out / "small")
-    small_ckpt.save(1, small).wait()
-    small_torch_s, _ = best_of(args.repeat, lambda: cold(
-        lambda: torch.load(small_path, weights_only=True)))
-    small_zw_s, _ = best_of(args.repeat, lambda: cold(lambda: small_ckpt.load(1)))
-    add_row("torch.load, 16,000 x 64 KB tensors", small_torch_s, small_bytes, "cold")
-    add_row("zerowait load(), 16,000 x 64 KB tensors", small_zw_s, small_bytes, "cold")
-    notes.append(f"many small tensors (not judged): load() is {small_torch_s / small_zw_s:.2f}x "
-                 "as fast as torch.load")
-    del small, small_ckpt
-
-    notes.append(f"state: {ntensors} tensors, {total / GiB:.2f} GiB; torch {torch.__version__}; "
-                 f"page cache dropped with {cache.method}; best of {args.repeat} runs per row")
-    pack_read.print_table(rows, ratios, notes)
+    run.notes.append(f"state: {ntensors} tensors, {run.total / GiB:.2f} GiB; torch "
+                     f"{torch.__version__}; page cache dropped with {cache.method}; best of "
+                     f"{args.repeat} runs per row")
+    common.print_table(run.rows, run.ratios, run.notes)
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows, "ratios": ratios, "notes": notes},
-                                              indent=2))
+        Path(args.json).write_text(json.dumps(
+            {"rows": run.rows, "ratios": run.ratios, "notes": run.notes}, indent=2))
     shutil.rmtree(out, ignore_errors=True)
-    return 0 if all(r["result"] == "PASS" for r in ratios) else 1
+    return 0 if all(r["result"] == "PASS" for r in run.ratios) else 1
 
 
 if __name__ == "__main__":

@@ -68,20 +68,17 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-MB = 1e6
+import common
+
+MB = common.MB
 MIB = 1 << 20
 ROWS = "abcdef"
 TORCH_PAIR = ["torch==2.14.1", "torchvision==0.29.1"]
 REF_WARMUP_BATCHES = 2
 
-sys.path.insert(0, str(HERE))
-import pack_read  # noqa: E402  (shares the tree, cache dropping and the fio invocation)
-
 
 def log(message):
-    print(f"[loader-bench] {message}", file=sys.stderr, flush=True)
+    common.log(message, tag="loader-bench")
 
 
 # ==== child side: one row, one process ============================================================
@@ -279,7 +276,7 @@ def child_b(spec):
         warmup = zerowait_epoch(loader, 0, "warm-up")
         warm = zerowait_epoch(loader, 1, "warm")
         log(f"  dropping caches ({spec['cold_method']})")
-        pack_read.drop_page_cache(spec["cold_method"], spec["shard_files"])
+        common.drop_page_cache(spec["cold_method"], spec["shard_files"])
         cold = zerowait_epoch(loader, 2, "cold")
     finally:
         loader.close()
@@ -430,7 +427,7 @@ def ensure_torch(python, need_torchvision, allow_install):
 def prepare_shards(zerowait, tree, shards, params):
     """Packs the tree unless `shards` holds a complete dataset packed from these parameters."""
     stamp = shards.parent / f"{shards.name}.params.json"
-    if shards.is_dir() and stamp.is_file() and json.loads(stamp.read_text()) == params:
+    if common.stamp_matches(shards, stamp, params):
         out = subprocess.run([zerowait, "inspect", str(shards), "--json", "--shards"],
                              capture_output=True, text=True, check=False)
         if out.returncode == 0:
@@ -444,7 +441,7 @@ def prepare_shards(zerowait, tree, shards, params):
     log(f"packing {tree} into {shards}")
     stamp.unlink(missing_ok=True)
     shutil.rmtree(shards, ignore_errors=True)
-    pack_read.run([zerowait, "pack", str(tree), "-o", str(shards), "--imagefolder"])
+    common.run([zerowait, "pack", str(tree), "-o", str(shards), "--imagefolder"])
     stamp.write_text(json.dumps(params))
 
 
@@ -473,20 +470,13 @@ def make_row(key, name, cache, result, extra=None):
     return row
 
 
-def better(old, new):
-    """Best of repeats: the faster row."""
-    return new if old is None or new["seconds"] < old["seconds"] else old
-
-
 def ratio(name, value, goal, higher_is_better, note=""):
     if value is None:
         return {"name": name, "value": None, "goal": goal_text(goal, higher_is_better),
                 "result": "SKIP", "note": note}
     if goal is None:
         return {"name": name, "value": value, "goal": "-", "result": "info", "note": note}
-    passed = value >= goal if higher_is_better else value <= goal
-    return {"name": name, "value": value, "goal": goal_text(goal, higher_is_better),
-            "result": "PASS" if passed else "FAIL", "note": note}
+    return dict(common.ratio(name, value, goal, higher_is_better, goal_format="g"), note=note)
 
 
 def goal_text(goal, higher_is_better):
@@ -546,7 +536,7 @@ def main():
                "c = torchvision decode+crop, d = zerowait decode+crop, e = fio, "
                "f = emulated accelerator. See bench/README.md.")
     parser.add_argument("--files", type=int, default=20000, help="JPEG files in the tree")
-    parser.add_argument("--out", default=str(REPO / "bench" / "out"),
+    parser.add_argument("--out", default=str(common.DEFAULT_OUT),
                         help="work directory (tree and shards are reused when complete)")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--rows", default=",".join(ROWS),
@@ -564,10 +554,7 @@ def main():
                              ".venv/bin/python)")
     parser.add_argument("--no-install", action="store_true",
                         help="do not install torch+torchvision when torchvision is missing")
-    parser.add_argument("--classes", type=int, default=100)
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--min-bytes", type=int, default=10_000)
-    parser.add_argument("--max-bytes", type=int, default=60_000)
+    common.add_tree_options(parser)
     parser.add_argument("--strict", action="store_true",
                         help="exit 1 when a judged goal is missed or a row failed")
     parser.add_argument("--child", nargs=2, metavar=("ROW", "SPEC"), help=argparse.SUPPRESS)
@@ -584,10 +571,9 @@ def main():
 
     python = args.python
     if not python:
-        venv_python = REPO / ".venv" / "bin" / "python"
+        venv_python = common.REPO / ".venv" / "bin" / "python"
         python = str(venv_python) if venv_python.exists() else sys.executable
-    zerowait = pack_read.find_binary("ZEROWAIT", [".venv/bin/zerowait", "build/zerowait"],
-                                     "zerowait CLI")
+    zerowait = common.find_zerowait()
     if "e" in rows_wanted and shutil.which("fio") is None:
         sys.exit("bench: 'fio' is not installed (needed by row e; leave it out with --rows)")
     started = time.perf_counter()
@@ -605,17 +591,15 @@ def main():
             skipped["c"] = f"torchvision not importable: {reason}"
             log(f"row (c) skipped: {skipped['c']}")
 
-    tree = pack_read.generate_tree(zerowait, out, args)
-    tree_files = pack_read.regular_files(tree)
-    tree_size = sum(os.path.getsize(p) for p in tree_files)
+    tree = common.generate_tree(zerowait, out, args)
+    tree_files = common.regular_files(tree)
+    tree_size = common.total_bytes(tree_files)
     shards = out / f"shards-{args.files}"
-    params = {"files": args.files, "classes": args.classes, "seed": args.seed,
-              "min_bytes": args.min_bytes, "max_bytes": args.max_bytes}
     if any(r in rows_wanted for r in "bdef"):
-        prepare_shards(zerowait, tree, shards, params)
-    shard_files = sorted(str(p) for p in shards.glob("*.zws"))
-    shard_size = sum(os.path.getsize(p) for p in shard_files)
-    cache = pack_read.Cache(lambda: tree_files + shard_files)
+        prepare_shards(zerowait, tree, shards, common.tree_params(args))
+    shard_files = common.shard_paths(shards)
+    shard_size = common.total_bytes(shard_files)
+    cache = common.Cache(lambda: tree_files + shard_files)
 
     spec = {"tree": str(tree), "shards": str(shards), "shard_files": shard_files,
             "batch_size": args.batch_size, "memory_budget": args.memory_budget,
@@ -626,8 +610,9 @@ def main():
     failed = []
 
     def record(key, name, cache_state, result, extra=None):
-        best[(key, cache_state)] = better(best.get((key, cache_state)),
-                                          make_row(key[0], name, cache_state, result, extra))
+        best[(key, cache_state)] = common.faster(
+            best.get((key, cache_state)), make_row(key[0], name, cache_state, result, extra),
+            seconds=lambda row: row["seconds"])
 
     def child(row, label, **overrides):
         if row in skipped:
@@ -698,7 +683,7 @@ def main():
             for direct, key in ((False, "e_buffered"), (True, "e_direct")):
                 log(f"(e) cold{tag}: {NAMES[key]}")
                 cache.drop()
-                seconds, nbytes, _ = pack_read.read_fio(shards, direct=direct)
+                seconds, nbytes = common.fio_seq_read(shard_files, direct)
                 record(key, NAMES[key], "cold", {"seconds": seconds, "bytes": nbytes})
 
     # ---- the table ----
@@ -792,9 +777,8 @@ def main():
         notes.append("(a) list collate is judged (what users write for variable-sized samples); "
                      "the flat shared-memory collate is the cheapest a per-file DataLoader can "
                      "be and is shown for information")
-    if cache.method != "drop_caches":
-        notes.append("cold = files evicted with posix_fadvise(DONTNEED): drop_caches was not "
-                     "permitted; inode/dentry caches stayed warm (flatters per-file reads)")
+    if cache.note():
+        notes.append(cache.note())
     if any(r in rows_wanted for r in "bdf"):
         notes.append("(b) MB/s counts the payload bytes delivered (all raw fields); the shard "
                      f"files fio reads hold {(shard_size / tree_size - 1) * 100:.1f} % more "

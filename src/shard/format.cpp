@@ -1,25 +1,34 @@
 #include "zerowait/shard/format.hpp"
 
-#include "common/xxhash.hpp"
-
 #include <cstdio>
 #include <cstring>
 #include <limits>
 
 #include "common/endian.hpp"
+#include "common/xxhash.hpp"
 
 namespace zerowait::format {
 namespace {
 
 using internal::get_u32;
 using internal::get_u64;
-using internal::put_u32;
-using internal::put_u64;
+using internal::set_u32;
+using internal::set_u64;
 
-constexpr uint64_t kFooterChecksummedBytes = 48;  // footer bytes covered by its own checksum
+// Each structure's last field ends where the structure does: the offsets and sizes agree.
+static_assert(footer_at::kMagic + sizeof(kFooterMagic) == kFooterSize);
+static_assert(index_header_at::kStringsSize + 8 == kIndexHeaderSize);
+static_assert(sample_entry_at::kKeyOffset + 8 == kSampleEntrySize);
+static_assert(field_entry_at::kSize + 8 == kFieldEntrySize);
+static_assert(name_entry_at::kSize + 4 == kNameEntrySize);
+static_assert(header_at::kDataOffset + 8 == header_at::kEnd && header_at::kEnd <= kHeaderSize);
 
 bool magic_matches(const std::byte* p, const char (&magic)[8]) {
-  return std::memcmp(p, magic, 8) == 0;
+  return std::memcmp(p, magic, sizeof magic) == 0;
+}
+
+void put_magic(std::string& out, size_t offset, const char (&magic)[8]) {
+  out.replace(offset, sizeof magic, magic, sizeof magic);
 }
 
 std::string entry_error(const std::string& name, uint64_t i, const std::string& what) {
@@ -48,43 +57,47 @@ std::string checksum_hex(uint64_t value) {
 }
 
 std::string encode_header(uint32_t flags) {
-  std::string out(kHeaderMagic, 8);
-  put_u32(out, kVersion);
-  put_u32(out, flags);
-  put_u64(out, kHeaderSize);  // data offset
-  out.resize(kHeaderSize, '\0');
+  std::string out(kHeaderSize, '\0');
+  put_magic(out, header_at::kMagic, kHeaderMagic);
+  set_u32(out, header_at::kVersion, kVersion);
+  set_u32(out, header_at::kFlags, flags);
+  set_u64(out, header_at::kDataOffset, kHeaderSize);
   return out;
 }
 
 Status decode_header(std::span<const std::byte> bytes, uint32_t* flags, const std::string& name) {
-  if (bytes.size() < 24) return corrupt("shard '" + name + "': header shorter than 24 bytes");
-  if (!magic_matches(bytes.data(), kHeaderMagic)) {
-    return corrupt("'" + name + "' is not a zerowait shard: bad header magic at offset 0");
+  if (bytes.size() < header_at::kEnd) {
+    return corrupt("shard '" + name + "': header shorter than " + std::to_string(header_at::kEnd) +
+                   " bytes");
   }
-  uint32_t version = get_u32(bytes.data() + 8);
+  if (!magic_matches(bytes.data() + header_at::kMagic, kHeaderMagic)) {
+    return corrupt("'" + name + "' is not a zerowait shard: bad header magic at offset " +
+                   std::to_string(header_at::kMagic));
+  }
+  uint32_t version = get_u32(bytes.data() + header_at::kVersion);
   if (version != kVersion) {
-    return version_error(name, version, "header, offset 8");
+    return version_error(name, version, "header, offset " + std::to_string(header_at::kVersion));
   }
-  *flags = get_u32(bytes.data() + 12);
-  if (get_u64(bytes.data() + 16) != kHeaderSize) {
-    return corrupt("shard '" + name + "': header data offset (offset 16) is not " +
+  *flags = get_u32(bytes.data() + header_at::kFlags);
+  if (get_u64(bytes.data() + header_at::kDataOffset) != kHeaderSize) {
+    return corrupt("shard '" + name + "': header data offset (offset " +
+                   std::to_string(header_at::kDataOffset) + ") is not " +
                    std::to_string(kHeaderSize));
   }
   return Status::ok();
 }
 
 std::string encode_footer(const Footer& f) {
-  std::string out;
-  out.reserve(kFooterSize);
-  put_u64(out, f.index_offset);
-  put_u64(out, f.index_size);
-  put_u64(out, f.index_checksum);
-  put_u64(out, f.sample_count);
-  put_u64(out, f.data_offset);
-  put_u32(out, f.version);
-  put_u32(out, f.flags);
-  put_u64(out, XXH3_64bits(out.data(), kFooterChecksummedBytes));
-  out.append(kFooterMagic, 8);
+  std::string out(kFooterSize, '\0');
+  set_u64(out, footer_at::kIndexOffset, f.index_offset);
+  set_u64(out, footer_at::kIndexSize, f.index_size);
+  set_u64(out, footer_at::kIndexChecksum, f.index_checksum);
+  set_u64(out, footer_at::kSampleCount, f.sample_count);
+  set_u64(out, footer_at::kDataOffset, f.data_offset);
+  set_u32(out, footer_at::kVersion, f.version);
+  set_u32(out, footer_at::kFlags, f.flags);
+  set_u64(out, footer_at::kChecksum, XXH3_64bits(out.data(), footer_at::kChecksum));
+  put_magic(out, footer_at::kMagic, kFooterMagic);
   return out;
 }
 
@@ -92,28 +105,31 @@ Result<Footer> decode_footer(std::span<const std::byte> bytes, uint64_t file_siz
                              const std::string& name) {
   const uint64_t at = file_size - kFooterSize;  // for messages: absolute offset of the footer
   auto where = [&](uint64_t field) { return " (offset " + std::to_string(at + field) + ")"; };
-  if (bytes.size() != kFooterSize) return corrupt("shard '" + name + "': footer is not 64 bytes");
-  if (!magic_matches(bytes.data() + 56, kFooterMagic)) {
-    return corrupt("shard '" + name + "': bad footer magic" + where(56) +
+  if (bytes.size() != kFooterSize)
+    return corrupt("shard '" + name + "': footer is not " + std::to_string(kFooterSize) + " bytes");
+  if (!magic_matches(bytes.data() + footer_at::kMagic, kFooterMagic)) {
+    return corrupt("shard '" + name + "': bad footer magic" + where(footer_at::kMagic) +
                    ": not a zerowait shard, or truncated");
   }
   Footer f;
-  f.version = get_u32(bytes.data() + 40);
+  f.version = get_u32(bytes.data() + footer_at::kVersion);
   if (f.version != kVersion) {
-    return version_error(name, f.version, "footer, offset " + std::to_string(at + 40));
+    return version_error(name, f.version,
+                         "footer, offset " + std::to_string(at + footer_at::kVersion));
   }
-  if (get_u64(bytes.data() + 48) != XXH3_64bits(bytes.data(), kFooterChecksummedBytes)) {
-    return corrupt("shard '" + name + "': footer checksum mismatch" + where(48));
+  if (get_u64(bytes.data() + footer_at::kChecksum) !=
+      XXH3_64bits(bytes.data(), footer_at::kChecksum)) {
+    return corrupt("shard '" + name + "': footer checksum mismatch" + where(footer_at::kChecksum));
   }
-  f.index_offset = get_u64(bytes.data());
-  f.index_size = get_u64(bytes.data() + 8);
-  f.index_checksum = get_u64(bytes.data() + 16);
-  f.sample_count = get_u64(bytes.data() + 24);
-  f.data_offset = get_u64(bytes.data() + 32);
-  f.flags = get_u32(bytes.data() + 44);
+  f.index_offset = get_u64(bytes.data() + footer_at::kIndexOffset);
+  f.index_size = get_u64(bytes.data() + footer_at::kIndexSize);
+  f.index_checksum = get_u64(bytes.data() + footer_at::kIndexChecksum);
+  f.sample_count = get_u64(bytes.data() + footer_at::kSampleCount);
+  f.data_offset = get_u64(bytes.data() + footer_at::kDataOffset);
+  f.flags = get_u32(bytes.data() + footer_at::kFlags);
   if ((f.flags & ~kKnownFlags) != 0) {
     return unsupported("shard '" + name + "': unknown flags " + std::to_string(f.flags) +
-                       where(44));
+                       where(footer_at::kFlags));
   }
   if (f.data_offset != kHeaderSize || f.index_offset < f.data_offset ||
       !fits(f.index_offset, f.index_size, at)) {
@@ -135,36 +151,39 @@ uint32_t ShardIndex::intern_name(std::string_view name) {
 std::string ShardIndex::serialize() const {
   std::string names_blob;
   for (const auto& n : names) names_blob += n;
-  std::string out(kIndexMagic, 8);
-  out.reserve(kIndexHeaderSize + samples.size() * kSampleEntrySize +
-              fields.size() * kFieldEntrySize + names.size() * kNameEntrySize +
-              strings.size() + names_blob.size());
-  put_u64(out, samples.size());
-  put_u64(out, fields.size());
-  put_u32(out, static_cast<uint32_t>(names.size()));
-  put_u32(out, 0);
-  put_u64(out, strings.size() + names_blob.size());
+  // Entries are written in place at the offsets of format.hpp; reserved bytes stay zero.
+  std::string out(kIndexHeaderSize + samples.size() * kSampleEntrySize +
+                      fields.size() * kFieldEntrySize + names.size() * kNameEntrySize,
+                  '\0');
+  put_magic(out, index_header_at::kMagic, kIndexMagic);
+  set_u64(out, index_header_at::kSampleCount, samples.size());
+  set_u64(out, index_header_at::kFieldCount, fields.size());
+  set_u32(out, index_header_at::kNameCount, static_cast<uint32_t>(names.size()));
+  set_u64(out, index_header_at::kStringsSize, strings.size() + names_blob.size());
+  size_t at = kIndexHeaderSize;
   for (const SampleEntry& s : samples) {
-    put_u64(out, s.offset);
-    put_u64(out, s.size);
-    put_u64(out, s.checksum);
-    put_u64(out, s.first_field);
-    put_u32(out, s.field_count);
-    put_u32(out, s.key_size);
-    put_u64(out, s.key_offset);
+    set_u64(out, at + sample_entry_at::kOffset, s.offset);
+    set_u64(out, at + sample_entry_at::kSize, s.size);
+    set_u64(out, at + sample_entry_at::kChecksum, s.checksum);
+    set_u64(out, at + sample_entry_at::kFirstField, s.first_field);
+    set_u32(out, at + sample_entry_at::kFieldCount, s.field_count);
+    set_u32(out, at + sample_entry_at::kKeySize, s.key_size);
+    set_u64(out, at + sample_entry_at::kKeyOffset, s.key_offset);
+    at += kSampleEntrySize;
   }
   for (const FieldEntry& f : fields) {
-    put_u32(out, f.name_id);
-    put_u32(out, 0);
-    put_u64(out, f.offset);
-    put_u64(out, f.size);
+    set_u32(out, at + field_entry_at::kNameId, f.name_id);
+    set_u64(out, at + field_entry_at::kOffset, f.offset);
+    set_u64(out, at + field_entry_at::kSize, f.size);
+    at += kFieldEntrySize;
   }
   // Field names live in the string table after the keys.
   uint64_t name_offset = strings.size();
   for (const auto& n : names) {
-    put_u32(out, static_cast<uint32_t>(name_offset));
-    put_u32(out, static_cast<uint32_t>(n.size()));
+    set_u32(out, at + name_entry_at::kOffset, static_cast<uint32_t>(name_offset));
+    set_u32(out, at + name_entry_at::kSize, static_cast<uint32_t>(n.size()));
     name_offset += n.size();
+    at += kNameEntrySize;
   }
   out += strings;
   out += names_blob;
@@ -174,13 +193,13 @@ std::string ShardIndex::serialize() const {
 Result<ShardIndex> ShardIndex::parse(std::span<const std::byte> bytes, uint64_t data_begin,
                                      uint64_t data_end, const std::string& name) {
   const uint64_t n = bytes.size();
-  if (n < kIndexHeaderSize || !magic_matches(bytes.data(), kIndexMagic)) {
+  if (n < kIndexHeaderSize || !magic_matches(bytes.data() + index_header_at::kMagic, kIndexMagic)) {
     return corrupt("shard '" + name + "': index does not start with its magic");
   }
-  const uint64_t sample_count = get_u64(bytes.data() + 8);
-  const uint64_t field_count = get_u64(bytes.data() + 16);
-  const uint64_t name_count = get_u32(bytes.data() + 24);
-  const uint64_t strings_size = get_u64(bytes.data() + 32);
+  const uint64_t sample_count = get_u64(bytes.data() + index_header_at::kSampleCount);
+  const uint64_t field_count = get_u64(bytes.data() + index_header_at::kFieldCount);
+  const uint64_t name_count = get_u32(bytes.data() + index_header_at::kNameCount);
+  const uint64_t strings_size = get_u64(bytes.data() + index_header_at::kStringsSize);
   // Sizes are checked by division first so corrupt counts cannot overflow the sum.
   const uint64_t room = n - kIndexHeaderSize;
   if (sample_count > room / kSampleEntrySize || field_count > room / kFieldEntrySize ||
@@ -202,7 +221,8 @@ Result<ShardIndex> ShardIndex::parse(std::span<const std::byte> bytes, uint64_t 
 
   index.names.reserve(name_count);
   for (uint64_t i = 0; i < name_count; ++i, name_p += kNameEntrySize) {
-    uint64_t off = get_u32(name_p), size = get_u32(name_p + 4);
+    uint64_t off = get_u32(name_p + name_entry_at::kOffset);
+    uint64_t size = get_u32(name_p + name_entry_at::kSize);
     if (!fits(off, size, strings_size) || size == 0) {
       return corrupt("shard '" + name + "': field name " + std::to_string(i) +
                      " lies outside the string table");
@@ -212,30 +232,29 @@ Result<ShardIndex> ShardIndex::parse(std::span<const std::byte> bytes, uint64_t 
   index.fields.resize(field_count);
   for (uint64_t i = 0; i < field_count; ++i, field_p += kFieldEntrySize) {
     FieldEntry& f = index.fields[i];
-    f.name_id = get_u32(field_p);
-    f.offset = get_u64(field_p + 8);
-    f.size = get_u64(field_p + 16);
+    f.name_id = get_u32(field_p + field_entry_at::kNameId);
+    f.offset = get_u64(field_p + field_entry_at::kOffset);
+    f.size = get_u64(field_p + field_entry_at::kSize);
     if (f.name_id >= name_count) {
-      return corrupt("shard '" + name + "': field entry " + std::to_string(i) +
-                     " has name id " + std::to_string(f.name_id) + " of " +
-                     std::to_string(name_count));
+      return corrupt("shard '" + name + "': field entry " + std::to_string(i) + " has name id " +
+                     std::to_string(f.name_id) + " of " + std::to_string(name_count));
     }
   }
   index.samples.resize(sample_count);
   uint64_t next_field = 0;
   for (uint64_t i = 0; i < sample_count; ++i, p += kSampleEntrySize) {
     SampleEntry& s = index.samples[i];
-    s.offset = get_u64(p);
-    s.size = get_u64(p + 8);
-    s.checksum = get_u64(p + 16);
-    s.first_field = get_u64(p + 24);
-    s.field_count = get_u32(p + 32);
-    s.key_size = get_u32(p + 36);
-    s.key_offset = get_u64(p + 40);
+    s.offset = get_u64(p + sample_entry_at::kOffset);
+    s.size = get_u64(p + sample_entry_at::kSize);
+    s.checksum = get_u64(p + sample_entry_at::kChecksum);
+    s.first_field = get_u64(p + sample_entry_at::kFirstField);
+    s.field_count = get_u32(p + sample_entry_at::kFieldCount);
+    s.key_size = get_u32(p + sample_entry_at::kKeySize);
+    s.key_offset = get_u64(p + sample_entry_at::kKeyOffset);
     if (s.offset < data_begin || !fits(s.offset, s.size, data_end)) {
-      return corrupt(entry_error(name, i, "byte range [" + std::to_string(s.offset) + ", +" +
-                                              std::to_string(s.size) +
-                                              ") lies outside the data region"));
+      return corrupt(entry_error(name, i,
+                                 "byte range [" + std::to_string(s.offset) + ", +" +
+                                     std::to_string(s.size) + ") lies outside the data region"));
     }
     // Fields are stored in sample order, so each sample's fields follow the previous sample's.
     if (s.first_field != next_field || !fits(s.first_field, s.field_count, field_count)) {
@@ -247,8 +266,8 @@ Result<ShardIndex> ShardIndex::parse(std::span<const std::byte> bytes, uint64_t 
     }
     for (const FieldEntry& f : index.fields_of(i)) {
       if (f.offset < s.offset || !fits(f.offset, f.size, s.offset + s.size)) {
-        return corrupt(entry_error(name, i, "field '" + index.names[f.name_id] +
-                                                "' lies outside its sample's bytes"));
+        return corrupt(entry_error(
+            name, i, "field '" + index.names[f.name_id] + "' lies outside its sample's bytes"));
       }
     }
   }

@@ -34,7 +34,7 @@ Result<std::shared_ptr<ShardReader>> ShardReader::open(std::shared_ptr<ByteSourc
                    " bytes; a shard has at least " +
                    std::to_string(format::kHeaderSize + format::kFooterSize) + "): truncated?");
   }
-  std::byte header[24];
+  std::byte header[format::header_at::kEnd];
   std::byte footer_bytes[format::kFooterSize];
   ReadRequest requests[2] = {{0, header}, {size - format::kFooterSize, footer_bytes}};
   ZW_RETURN_IF_ERROR(source->read(requests, Deadline::none()));

@@ -26,13 +26,40 @@ inline constexpr char kHeaderMagic[8] = {'Z', 'W', 'S', 'H', 'A', 'R', 'D', '\0'
 inline constexpr char kIndexMagic[8] = {'Z', 'W', 'I', 'N', 'D', 'E', 'X', '\0'};
 inline constexpr char kFooterMagic[8] = {'Z', 'W', 'F', 'O', 'O', 'T', 'E', 'R'};
 
-inline constexpr uint64_t kAlignment = 4096;    // data region start, and samples with kAligned
-inline constexpr uint64_t kHeaderSize = 4096;   // the data region starts right after it
+inline constexpr uint64_t kAlignment = 4096;   // data region start, and samples with kAligned
+inline constexpr uint64_t kHeaderSize = 4096;  // the data region starts right after it
 inline constexpr uint64_t kFooterSize = 64;
 inline constexpr uint64_t kIndexHeaderSize = 40;
 inline constexpr uint64_t kSampleEntrySize = 48;
 inline constexpr uint64_t kFieldEntrySize = 24;
 inline constexpr uint64_t kNameEntrySize = 8;
+
+// Where each field sits inside its structure: the byte offsets of docs/format.md's tables. The
+// encoder, the decoder and tests that build shards by hand all use these.
+namespace header_at {
+inline constexpr uint64_t kMagic = 0, kVersion = 8, kFlags = 12, kDataOffset = 16;
+inline constexpr uint64_t kEnd = 24;  // what a reader decodes; the rest is reserved zeros
+}  // namespace header_at
+namespace footer_at {
+inline constexpr uint64_t kIndexOffset = 0, kIndexSize = 8, kIndexChecksum = 16;
+inline constexpr uint64_t kSampleCount = 24, kDataOffset = 32, kVersion = 40, kFlags = 44;
+inline constexpr uint64_t kChecksum = 48;  // covers footer bytes [0, kChecksum)
+inline constexpr uint64_t kMagic = 56;
+}  // namespace footer_at
+namespace index_header_at {
+inline constexpr uint64_t kMagic = 0, kSampleCount = 8, kFieldCount = 16, kNameCount = 24;
+inline constexpr uint64_t kStringsSize = 32;
+}  // namespace index_header_at
+namespace sample_entry_at {
+inline constexpr uint64_t kOffset = 0, kSize = 8, kChecksum = 16, kFirstField = 24;
+inline constexpr uint64_t kFieldCount = 32, kKeySize = 36, kKeyOffset = 40;
+}  // namespace sample_entry_at
+namespace field_entry_at {
+inline constexpr uint64_t kNameId = 0, kOffset = 8, kSize = 16;
+}  // namespace field_entry_at
+namespace name_entry_at {
+inline constexpr uint64_t kOffset = 0, kSize = 4;
+}  // namespace name_entry_at
 
 inline constexpr const char* kShardExtension = ".zws";
 inline constexpr const char* kManifestName = "manifest.json";
@@ -54,7 +81,7 @@ struct SampleEntry {
   uint64_t first_field = 0;  // index into ShardIndex::fields
   uint32_t field_count = 0;
   uint32_t key_size = 0;
-  uint64_t key_offset = 0;   // into ShardIndex::strings
+  uint64_t key_offset = 0;  // into ShardIndex::strings
 };
 
 // One field of a sample: a name id and an absolute byte range inside its sample's span.

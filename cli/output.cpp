@@ -31,10 +31,6 @@ int write_all(int fd, std::span<const std::byte> bytes) {
   return 0;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 namespace {
 std::string printf_string(const char* format, double value) {
   char buf[64];

@@ -14,10 +14,13 @@
 #include <utility>
 #include <vector>
 
+#include "common/clock.hpp"
 #include "zerowait/common/status.hpp"
 #include "zerowait/shard/dataset.hpp"
 
 namespace zerowait::cli {
+
+using internal::seconds_since;
 
 // Exit codes, documented in `zerowait --help`.
 inline constexpr int kExitOk = 0;
@@ -48,9 +51,6 @@ std::shared_ptr<Dataset> open_dataset(const std::string& path);
 // Writes all of `bytes` to `fd`, retrying short writes and EINTR. Returns 0, or the errno of the
 // write that failed (callers decide: EPIPE on stdout is not an error for `cat`).
 int write_all(int fd, std::span<const std::byte> bytes);
-
-// Seconds since `start` on the steady clock.
-double seconds_since(std::chrono::steady_clock::time_point start);
 
 // "0 B", "512 B", "1.5 KiB", "57.0 MiB", "2.00 GiB" (binary units, like the size options).
 std::string format_bytes(uint64_t bytes);

@@ -13,6 +13,7 @@
 
 #include "checkpoint/checkpoint_manifest.hpp"
 #include "commands.hpp"
+#include "common/file.hpp"
 #include "output.hpp"
 #include "progress_bar.hpp"
 #include "zerowait/checkpoint/checkpointer.hpp"
@@ -61,8 +62,8 @@ void require_committed(StorageTarget& target, const std::string& dir, uint64_t s
   const std::string name = step_directory(step);
   std::string message =
       "step " + std::to_string(step) + " is not a committed checkpoint in '" + dir + "'";
-  if (unwrap(target.exists(name + ".tmp"))) {
-    message += " (" + name + ".tmp is a save that did not commit)";
+  if (unwrap(target.exists(name + internal::kTempSuffix))) {
+    message += " (" + name + internal::kTempSuffix + " is a save that did not commit)";
   } else if (unwrap(target.is_directory(name))) {
     message += " (" + name + " was retired: it has no " + internal::kCommitRecordName + ")";
   }

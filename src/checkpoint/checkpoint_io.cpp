@@ -21,8 +21,8 @@ Status write_small_file(StorageTarget& target, const std::string& path, std::str
 Status publish_small_file(StorageTarget& target, const std::string& dir, const std::string& name,
                           std::string_view bytes) {
   const std::string prefix = dir.empty() ? "" : dir + "/";
-  ZW_RETURN_IF_ERROR(write_small_file(target, prefix + name + ".tmp", bytes));
-  ZW_RETURN_IF_ERROR(target.rename(prefix + name + ".tmp", prefix + name));
+  ZW_RETURN_IF_ERROR(write_small_file(target, prefix + name + kTempSuffix, bytes));
+  ZW_RETURN_IF_ERROR(target.rename(prefix + name + kTempSuffix, prefix + name));
   return target.sync_directory(dir);
 }
 
@@ -71,7 +71,7 @@ Status copy_verified(StorageTarget& from, const std::string& path, StorageTarget
 
 Status mirror_step(StorageTarget& from, StorageTarget& to, uint64_t step) {
   const std::string dir = step_directory(step);
-  const std::string tmp = dir + ".tmp";
+  const std::string tmp = dir + kTempSuffix;
   const std::string record_path = dir + "/" + kCommitRecordName;
   ZW_ASSIGN_OR_RETURN(bool mirrored, to.exists(record_path));
   if (mirrored) return Status::ok();
@@ -104,8 +104,8 @@ Status mirror_step(StorageTarget& from, StorageTarget& to, uint64_t step) {
       const std::string owner_dir = step_directory(owner);
       ZW_RETURN_IF_ERROR(to.create_directory(owner_dir));
       ZW_RETURN_IF_ERROR(
-          copy_verified(from, file.path, to, file.path + ".tmp", file.bytes, file.xxh3));
-      ZW_RETURN_IF_ERROR(to.rename(file.path + ".tmp", file.path));
+          copy_verified(from, file.path, to, file.path + kTempSuffix, file.bytes, file.xxh3));
+      ZW_RETURN_IF_ERROR(to.rename(file.path + kTempSuffix, file.path));
       ZW_RETURN_IF_ERROR(to.sync_directory(owner_dir));
     }
     manifests.emplace_back(entry.manifest, std::move(text));

@@ -6,6 +6,8 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "common/file.hpp"
+
 namespace zerowait::internal {
 namespace {
 
@@ -72,7 +74,7 @@ std::string data_file_name(uint32_t rank, uint32_t index, bool compressed) {
 
 std::optional<uint64_t> parse_step_directory(std::string_view name, bool* tmp) {
   constexpr std::string_view kPrefix = "step-";
-  constexpr std::string_view kTmp = ".tmp";
+  constexpr std::string_view kTmp = kTempSuffix;
   if (!name.starts_with(kPrefix)) return std::nullopt;
   name.remove_prefix(kPrefix.size());
   const bool is_tmp = name.ends_with(kTmp);

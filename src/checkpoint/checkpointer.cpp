@@ -17,14 +17,20 @@
 #include "checkpoint/checkpoint_manifest.hpp"
 #include "checkpoint/safetensors.hpp"
 #include "checkpoint/tensor_codec.hpp"
+#include "common/align.hpp"
+#include "common/clock.hpp"
 #include "common/cuda_host.hpp"
+#include "common/file.hpp"
 #include "common/thread_pool.hpp"
 #include "common/xxhash.hpp"
 #include "common/aligned_buffer.hpp"
 
 namespace zerowait {
 
+using internal::align_up;
+using internal::kTempSuffix;
 using internal::publish_small_file;
+using internal::seconds_since;
 using internal::write_small_file;
 using Clock = std::chrono::steady_clock;
 
@@ -35,14 +41,6 @@ constexpr uint64_t kWriteChunk = 8ull << 20;       // one write(2)
 constexpr uint64_t kWritebackEvery = 64ull << 20;  // start writeback this often
 constexpr uint64_t kStagingAlignment = 64;
 constexpr uint64_t kCompressChunk = 4ull << 20;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-uint64_t align_up(uint64_t value, uint64_t alignment) {
-  return (value + alignment - 1) / alignment * alignment;
-}
 
 bool is_floating_group_candidate(const TensorToSave& t) {
   return t.floating_point && t.element_size > 1;
@@ -239,7 +237,7 @@ Status PartWriter::write_part() {
   const CheckpointOptions& opt = state_.options;
   StorageTarget& target = *state_.target;
   const std::string final_dir = step_directory(job_.step);
-  tmp_dir_ = final_dir + ".tmp";
+  tmp_dir_ = final_dir + kTempSuffix;
 
   ZW_ASSIGN_OR_RETURN(bool committed, target.exists(final_dir + "/" + internal::kCommitRecordName));
   if (committed) {
@@ -370,7 +368,7 @@ Status finish_file(WritableFile& file, const FileStream& stream, const std::stri
 
 std::string tmp_path_of(const std::string& final_path) {
   const size_t slash = final_path.find('/');
-  return final_path.substr(0, slash) + ".tmp" + final_path.substr(slash);
+  return final_path.substr(0, slash) + kTempSuffix + final_path.substr(slash);
 }
 
 Status PartWriter::write_safetensors(const FilePlan& plan, StoredFile& out) {
@@ -467,7 +465,7 @@ namespace {
 // Best effort: the error being reported is the first one.
 void unpublish(StorageTarget& target, uint64_t step) {
   const std::string dir = step_directory(step);
-  if (!target.rename(dir, dir + ".tmp").is_ok()) return;
+  if (!target.rename(dir, dir + kTempSuffix).is_ok()) return;
   (void)target.sync_directory("");
   auto steps = list_steps(target);
   if (steps.is_ok() && !steps.value().empty()) {
@@ -480,7 +478,7 @@ void unpublish(StorageTarget& target, uint64_t step) {
 
 Status commit_step(StorageTarget& target, uint64_t step, uint32_t world_size) {
   const std::string dir = step_directory(step);
-  const std::string tmp = dir + ".tmp";
+  const std::string tmp = dir + kTempSuffix;
   internal::CommitRecord record;
   record.info.step = step;
   record.info.world_size = world_size;
@@ -537,8 +535,8 @@ Status wait_for_ranks(StorageTarget& target, uint64_t step, uint32_t rank, uint3
     if (rank == 0) {
       uint32_t present = 0;
       for (uint32_t r = 0; r < world_size; ++r) {
-        ZW_ASSIGN_OR_RETURN(bool there,
-                            target.exists(dir + ".tmp/" + internal::rank_manifest_name(r)));
+        ZW_ASSIGN_OR_RETURN(
+            bool there, target.exists(dir + kTempSuffix + "/" + internal::rank_manifest_name(r)));
         present += there ? 1 : 0;
       }
       if (present == world_size) return Status::ok();
@@ -552,9 +550,9 @@ Status wait_for_ranks(StorageTarget& target, uint64_t step, uint32_t rank, uint3
     } else {
       ZW_ASSIGN_OR_RETURN(bool committed, target.exists(dir + "/" + internal::kCommitRecordName));
       if (committed) return Status::ok();
-      ZW_ASSIGN_OR_RETURN(bool failed, target.exists(dir + ".tmp/FAILED"));
+      ZW_ASSIGN_OR_RETURN(bool failed, target.exists(dir + kTempSuffix + "/FAILED"));
       if (failed) {
-        auto why = target.read_file(dir + ".tmp/FAILED");
+        auto why = target.read_file(dir + kTempSuffix + "/FAILED");
         return Status(ErrorCode::kIo, "step " + std::to_string(step) +
                                           " was not committed: rank 0 failed: " +
                                           (why.is_ok() ? why.value() : std::string("?")));
@@ -626,7 +624,7 @@ void run_save(std::shared_ptr<Checkpointer::State> state, std::shared_ptr<SaveJo
       if (status.is_ok() && opt.rank == 0) status = commit_and_tidy(*state, job->step);
       if (!status.is_ok() && opt.rank == 0 && opt.world_size > 1) {
         // Tell the other ranks at once instead of letting them time out.
-        (void)write_small_file(*state->target, step_directory(job->step) + ".tmp/FAILED",
+        (void)write_small_file(*state->target, step_directory(job->step) + kTempSuffix + "/FAILED",
                                status.message());
       }
       committed = status.is_ok();

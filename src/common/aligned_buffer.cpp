@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/align.hpp"
 #include "common/cuda_host.hpp"
 
 namespace zerowait {
@@ -34,9 +35,9 @@ Status AlignedBuffer::reserve(size_t bytes, size_t max_capacity, bool pin) {
   release();
   // A quarter more than asked: batches vary in size, and regrowing costs page faults.
   size_t capacity = bytes + bytes / 4;
-  capacity = (capacity + kGrowthGranule - 1) / kGrowthGranule * kGrowthGranule;
+  capacity = align_up(capacity, kGrowthGranule);
   capacity = std::max(bytes, std::min(capacity, max_capacity));
-  capacity = (capacity + kPage - 1) / kPage * kPage;  // aligned_alloc wants a multiple
+  capacity = align_up(capacity, kPage);  // aligned_alloc wants a multiple
   void* memory = std::aligned_alloc(kPage, capacity);
   if (memory == nullptr) {
     return Status(ErrorCode::kResourceExhausted,

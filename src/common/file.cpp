@@ -123,7 +123,7 @@ Status write_file_atomic(const std::string& path, std::string_view bytes, bool s
   // pid + a process-wide counter: two threads writing the same path never share a temp file.
   static std::atomic<uint64_t> counter{0};
   const std::string tmp =
-      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+      path + kTempSuffix + "." + std::to_string(::getpid()) + "." + std::to_string(counter++);
   ZW_ASSIGN_OR_RETURN(File file, File::create(tmp));
   Status st = file.write_all(
       std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()));

@@ -64,6 +64,11 @@ Result<Buffer> read_whole_file(const std::string& path) {
       file.pread_exact(0, std::span<std::byte>(reinterpret_cast<std::byte*>(bytes.data()), size)));
   return bytes;
 }
+// The suffix of a file or directory written under a temporary name and then renamed into place
+// ("step-5.tmp", "latest.tmp"): one spelling, so the readers, gc and `ckpt ls` that look for
+// leftovers recognise what a writer leaves behind.
+inline constexpr char kTempSuffix[] = ".tmp";
+
 // Writes `path` atomically: a unique "<path>.tmp.<pid>.<n>", fsync (if `sync`), rename, fsync the
 // directory.
 Status write_file_atomic(const std::string& path, std::string_view bytes, bool sync = true);

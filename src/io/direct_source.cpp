@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/align.hpp"
 #include "common/log.hpp"
 #include "io/file_sources.hpp"
 #include "io/read_engine.hpp"
@@ -25,8 +26,6 @@ constexpr size_t kKeptBounceBytes = size_t{64} << 20;
 
 std::atomic<int> injected_open_error{0};
 
-uint64_t align_down(uint64_t x) { return x - x % kAlign; }
-uint64_t align_up(uint64_t x) { return align_down(x + kAlign - 1); }
 bool is_aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kAlign == 0; }
 
 // The calling thread's kAlign-aligned scratch memory, reused from call to call.
@@ -124,19 +123,19 @@ class DirectSource final : public ByteSource {
     size_t skip = 0;
     size_t direct_bytes = 0;
     if (r.offset % kAlign == 0 && is_aligned(r.dst.data())) {
-      direct_bytes = align_down(r.dst.size());
+      direct_bytes = align_down(r.dst.size(), kAlign);
       if (direct_bytes > 0)
         ranges->push_back({r.offset, r.dst.first(direct_bytes), direct_bytes, &r});
       if (direct_bytes == r.dst.size()) return;
       start += direct_bytes;
     } else {
-      start = align_down(r.offset);
+      start = align_down(r.offset, kAlign);
       skip = r.offset - start;
     }
     const size_t length = r.dst.size() - direct_bytes;
     // The blocks may reach past the end of the file; the read then stops there, after the
     // `skip + length` bytes that are needed.
-    const size_t block_bytes = align_up(skip + length);
+    const size_t block_bytes = align_up(skip + length, kAlign);
     bounced->push_back(
         {ranges->size(), *bounce_bytes, block_bytes, skip, length, r.dst.data() + direct_bytes});
     ranges->push_back({start, {}, skip + length, &r});

@@ -5,12 +5,14 @@
 #include <charconv>
 #include <cstring>
 
+#include "common/align.hpp"
 #include "common/random.hpp"
 
 namespace zerowait {
 
 namespace {
 
+using internal::align_up;
 using SteadyClock = std::chrono::steady_clock;
 
 // Reads of samples closer than this are merged into one read: reading a small gap costs less
@@ -20,10 +22,6 @@ constexpr uint64_t kMaxRangeBytes = 4 << 20;
 constexpr uint64_t kColumnAlignment = 64;
 // The loader's augmentation randomness stream (see sample_plan.cpp for the plan's streams).
 constexpr uint64_t kAugmentStream = 0x6175676d;  // "augm"
-
-uint64_t align_up(uint64_t value, uint64_t alignment) {
-  return (value + alignment - 1) / alignment * alignment;
-}
 
 // How many rows, and bytes of each raw field, a batch has (or has room for).
 struct Extent {

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.hpp"
 #include "loader/arena_pool.hpp"
 #include "loader/batch_builder.hpp"
 #include "zerowait/loader/loader.hpp"
@@ -28,10 +29,6 @@
 namespace zerowait {
 
 namespace internal {
-
-inline double seconds(std::chrono::nanoseconds d) {
-  return std::chrono::duration<double>(d).count();
-}
 
 // Makes the calling worker thread yield to the training loop's thread. SCHED_BATCH: a worker
 // woken by the consumer (an arena came back) does not preempt it, which otherwise costs the

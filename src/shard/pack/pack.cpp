@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "common/byte_buffer.hpp"
+#include "common/clock.hpp"
 #include "common/file.hpp"
 #include "shard/pack/image_check.hpp"
 #include "shard/pack/pack_plan.hpp"
@@ -370,7 +371,7 @@ Result<PackReport> pack(const PackOptions& options) {
   report.samples = manifest.samples;
   report.shards = manifest.shards.size();
   report.bytes_out = manifest.bytes;
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report.seconds = internal::seconds_since(start);
   return report;
 }
 

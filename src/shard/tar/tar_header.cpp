@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <array>
 
+#include "common/align.hpp"
+
 namespace zerowait::internal {
 namespace {
 
@@ -19,10 +21,6 @@ constexpr size_t kPrefixOffset = 345, kPrefixSize = 155;
 constexpr uint64_t kMaxNumber = uint64_t{1} << 62;
 // Bytes read or skipped per step when a member's data is consumed.
 constexpr uint64_t kDataChunk = 16 << 20;
-
-uint64_t round_up_block(uint64_t n) {
-  return (n + kTarBlockSize - 1) / kTarBlockSize * kTarBlockSize;
-}
 
 std::string_view field_string(const unsigned char* p, size_t size) {
   const char* s = reinterpret_cast<const char*>(p);
@@ -169,7 +167,7 @@ Status TarWalker::skip_record(uint64_t header_offset, uint64_t data_offset, uint
   current_.size = size;
   current_.header_offset = header_offset;
   current_.data_offset = data_offset;
-  return skip_to(data_offset + round_up_block(size));
+  return skip_to(data_offset + align_up(size, kTarBlockSize));
 }
 
 Result<std::string> TarWalker::read_metadata(uint64_t header_offset, uint64_t size) {
@@ -239,11 +237,11 @@ Result<bool> TarWalker::next(TarMember* member) {
     m.header_offset = first_header;
     m.data_offset = data_offset;
     const std::optional<uint64_t> end = input_->known_size();
-    if (end && (data_offset > *end || round_up_block(m.size) > *end - data_offset)) {
+    if (end && (data_offset > *end || align_up(m.size, kTarBlockSize) > *end - data_offset)) {
       return truncated(first_header, data_offset, m.size, *end);
     }
     current_ = m;
-    next_header_ = data_offset + round_up_block(m.size);
+    next_header_ = data_offset + align_up(m.size, kTarBlockSize);
     has_member_ = true;
     *member = std::move(m);
     return true;

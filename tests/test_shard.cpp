@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 
+#include "common/endian.hpp"
 #include "testing/testing.hpp"
 #include "zerowait/io/byte_source.hpp"
 #include "zerowait/shard/reader.hpp"
@@ -153,8 +154,7 @@ TEST(Shard, WriterRejectsBadInput) {
   std::vector<FieldData> slash = {{"a/b", bytes_of(v)}};
   EXPECT_EQ(writer->add_sample("k", slash).code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(writer->add_sample("", {}).code(), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(ShardWriter::create(dir / "missing/dir/w.zws").status().code(),
-            ErrorCode::kNotFound);
+  EXPECT_EQ(ShardWriter::create(dir / "missing/dir/w.zws").status().code(), ErrorCode::kNotFound);
 }
 
 TEST(Shard, DeterministicBytes) {
@@ -182,10 +182,10 @@ TEST(Shard, EveryFooterAndIndexByteCorrupted) {
   write_shard(dir / "x.zws", samples);
   const std::string original = testing::read_file(dir / "x.zws");
   auto reader = *ShardReader::open_path(dir / "x.zws");
-  const uint64_t index_offset = reader->index().samples.empty()
-                                    ? 4096
-                                    : reader->index().samples.back().offset +
-                                          reader->index().samples.back().size;
+  const uint64_t index_offset =
+      reader->index().samples.empty()
+          ? 4096
+          : reader->index().samples.back().offset + reader->index().samples.back().size;
   size_t errors = 0;
   for (size_t pos = index_offset; pos < original.size(); ++pos) {
     for (unsigned char flip : {0x01, 0x80, 0xff}) {
@@ -201,6 +201,282 @@ TEST(Shard, EveryFooterAndIndexByteCorrupted) {
     }
   }
   EXPECT_GT(errors, 0u);
+}
+
+// --- Structure rules under valid checksums --------------------------------------------------
+// Every corrupted byte above trips the index or footer checksum first. These tests break one
+// structure rule of docs/format.md at a time and re-seal the index and footer with the format's
+// own checksum and footer encoder, so the checksums pass and only the rule under test can reject
+// the shard.
+
+// A shard cut at its index: the bytes before it (header + data region), the index, the footer.
+struct ShardParts {
+  std::string before_index;
+  std::string index;
+  format::Footer footer;
+
+  // The file with `index` at its place and a footer re-sealed around it (index size, offset and
+  // checksum, footer checksum), exactly as the writer seals one.
+  std::string seal() const {
+    format::Footer f = footer;
+    f.index_offset = before_index.size();
+    f.index_size = index.size();
+    f.index_checksum = format::checksum(bytes_of(index));
+    return before_index + index + format::encode_footer(f);
+  }
+};
+
+ShardParts split_shard(const std::string& file) {
+  auto footer = format::decode_footer(bytes_of(file).last(format::kFooterSize), file.size(), "x");
+  EXPECT_TRUE(footer.is_ok()) << footer.status().to_string();
+  return {file.substr(0, footer->index_offset),
+          file.substr(footer->index_offset, footer->index_size), *footer};
+}
+
+// Three samples of two fields each ("cls" then "txt"): keys a/one, a/two, b/three.
+const std::vector<TestSample>& small_samples() {
+  static const std::vector<TestSample> samples = {{"a/one", {{"cls", "0"}, {"txt", "hello"}}},
+                                                  {"a/two", {{"cls", "1"}, {"txt", "world!!"}}},
+                                                  {"b/three", {{"cls", "2"}, {"txt", "x"}}}};
+  return samples;
+}
+
+// Byte positions of the index's entries, from the counts in its header.
+struct IndexLayout {
+  uint64_t samples = 0, fields = 0, names = 0;
+  explicit IndexLayout(const std::string& index) {
+    const auto* p = reinterpret_cast<const std::byte*>(index.data());
+    samples = internal::get_u64(p + format::index_header_at::kSampleCount);
+    fields = internal::get_u64(p + format::index_header_at::kFieldCount);
+    names = internal::get_u32(p + format::index_header_at::kNameCount);
+  }
+  static uint64_t sample(uint64_t i, uint64_t at) {
+    return format::kIndexHeaderSize + i * format::kSampleEntrySize + at;
+  }
+  uint64_t field(uint64_t i, uint64_t at) const {
+    return format::kIndexHeaderSize + samples * format::kSampleEntrySize +
+           i * format::kFieldEntrySize + at;
+  }
+  uint64_t name(uint64_t i, uint64_t at) const {
+    return field(fields, 0) + i * format::kNameEntrySize + at;
+  }
+  uint64_t strings() const { return name(names, 0); }
+};
+
+uint64_t get64(const std::string& s, uint64_t at) {
+  return internal::get_u64(reinterpret_cast<const std::byte*>(s.data()) + at);
+}
+
+class ShardStructure : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    write_shard(dir_ / "s.zws", small_samples());
+    original_ = testing::read_file(dir_ / "s.zws");
+    parts_ = split_shard(original_);
+    reader_ = *ShardReader::open_path(dir_ / "s.zws");
+  }
+
+  // Opens the re-sealed shard and reads every sample: the first error, which must be kCorrupt and
+  // name the shard and `expected`.
+  void expect_rejected(const ShardParts& parts, const std::string& expected,
+                       ErrorCode code = ErrorCode::kCorrupt) {
+    Status st = open_and_read_all(parts.seal());
+    ASSERT_FALSE(st.is_ok()) << "accepted; expected: " << expected;
+    EXPECT_EQ(st.code(), code) << st.to_string();
+    EXPECT_NE(st.message().find("shard 'mutated.zws'"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find(expected), std::string::npos)
+        << "message: " << st.message() << "\nexpected to contain: " << expected;
+    EXPECT_EQ(st.message().find("checksum"), std::string::npos) << st.message();
+  }
+  // The index with one 64-bit / 32-bit value replaced, re-sealed.
+  ShardParts with_u64(uint64_t at, uint64_t value) const {
+    ShardParts p = parts_;
+    internal::set_u64(p.index, at, value);
+    return p;
+  }
+  ShardParts with_u32(uint64_t at, uint32_t value) const {
+    ShardParts p = parts_;
+    internal::set_u32(p.index, at, value);
+    return p;
+  }
+  const format::SampleEntry& sample(uint64_t i) const { return reader_->index().samples[i]; }
+  const format::FieldEntry& field(uint64_t i) const { return reader_->index().fields[i]; }
+  uint64_t strings_size() const {
+    return get64(parts_.index, format::index_header_at::kStringsSize);
+  }
+
+  TempDir dir_;
+  std::string original_;
+  ShardParts parts_;
+  std::shared_ptr<ShardReader> reader_;
+};
+
+namespace field_entry_at = format::field_entry_at;
+namespace name_entry_at = format::name_entry_at;
+namespace sample_entry_at = format::sample_entry_at;
+
+TEST_F(ShardStructure, ResealingTheUnchangedIndexGivesTheWritersBytes) {
+  // The re-sealing is the writer's own: any rejection below is the broken rule, not the seal.
+  EXPECT_EQ(parts_.seal(), original_);
+  EXPECT_TRUE(open_and_read_all(parts_.seal()).is_ok());
+  const IndexLayout at(parts_.index);
+  EXPECT_EQ(at.samples, 3u);
+  EXPECT_EQ(at.fields, 6u);
+  EXPECT_EQ(at.names, 2u);
+  EXPECT_EQ(reader_->index().names, (std::vector<std::string>{"cls", "txt"}));
+}
+
+TEST_F(ShardStructure, IndexSizesMustAddUp) {
+  const uint64_t strings = strings_size();
+  const std::string sizes = std::to_string(parts_.index.size());
+  expect_rejected(with_u64(format::index_header_at::kStringsSize, strings + 1),
+                  "index counts (3 samples, 6 fields, 2 names, " + std::to_string(strings + 1) +
+                      " string bytes) do not add up to the index size " + sizes);
+  // A count so large that 48 * count overflows is caught before any multiplication.
+  expect_rejected(with_u64(format::index_header_at::kSampleCount, uint64_t{1} << 61),
+                  "index counts (2305843009213693952 samples, 6 fields");
+  expect_rejected(with_u32(format::index_header_at::kNameCount, 3),
+                  "index counts (3 samples, 6 fields, 3 names");
+  ShardParts bad_magic = parts_;
+  bad_magic.index[0] = 'X';
+  expect_rejected(bad_magic, "index does not start with its magic");
+}
+
+TEST_F(ShardStructure, SampleRangesMustLieInsideTheDataRegion) {
+  // Into the header.
+  expect_rejected(with_u64(IndexLayout::sample(0, sample_entry_at::kOffset), 4095),
+                  "index entry of sample 0: byte range [4095, +6) lies outside the data region");
+  // Past the data region's end (the index starts there).
+  const uint64_t data_end = parts_.before_index.size();
+  const uint64_t too_long = data_end - sample(2).offset + 1;
+  expect_rejected(with_u64(IndexLayout::sample(2, sample_entry_at::kSize), too_long),
+                  "index entry of sample 2: byte range [" + std::to_string(sample(2).offset) +
+                      ", +" + std::to_string(too_long) + ") lies outside the data region");
+  // offset + size wraps around 2^64.
+  expect_rejected(with_u64(IndexLayout::sample(1, sample_entry_at::kSize), ~uint64_t{0}),
+                  "index entry of sample 1: byte range [" + std::to_string(sample(1).offset) +
+                      ", +18446744073709551615) lies outside the data region");
+}
+
+TEST_F(ShardStructure, FieldListsMustFollowEachOtherInOrder) {
+  expect_rejected(with_u64(IndexLayout::sample(1, sample_entry_at::kFirstField), 0),
+                  "index entry of sample 1: field list is out of order or out of range");
+  expect_rejected(with_u32(IndexLayout::sample(2, sample_entry_at::kFieldCount), 3),
+                  "index entry of sample 2: field list is out of order or out of range");
+  expect_rejected(with_u32(IndexLayout::sample(2, sample_entry_at::kFieldCount), 1),
+                  "index has 1 field entries that belong to no sample");
+}
+
+TEST_F(ShardStructure, KeysMustLieInsideTheStringTable) {
+  expect_rejected(with_u64(IndexLayout::sample(1, sample_entry_at::kKeyOffset), strings_size()),
+                  "index entry of sample 1: key lies outside the string table");
+  expect_rejected(with_u32(IndexLayout::sample(0, sample_entry_at::kKeySize), 0),
+                  "index entry of sample 0: key lies outside the string table");
+}
+
+TEST_F(ShardStructure, FieldsMustLieInsideTheirSample) {
+  const IndexLayout at(parts_.index);
+  // Sample 1's first field ("cls") pointed at sample 0's bytes: inside the data region, but not
+  // inside its own sample.
+  expect_rejected(with_u64(at.field(2, field_entry_at::kOffset), sample(0).offset),
+                  "index entry of sample 1: field 'cls' lies outside its sample's bytes");
+  // Sample 1's "txt" one byte longer than the sample.
+  expect_rejected(with_u64(at.field(3, field_entry_at::kSize), field(3).size + 1),
+                  "index entry of sample 1: field 'txt' lies outside its sample's bytes");
+  expect_rejected(with_u64(at.field(5, field_entry_at::kOffset), ~uint64_t{0}),
+                  "index entry of sample 2: field 'txt' lies outside its sample's bytes");
+}
+
+TEST_F(ShardStructure, FieldNamesMustBeInTheirTableAndDistinct) {
+  const IndexLayout at(parts_.index);
+  expect_rejected(with_u32(at.field(4, field_entry_at::kNameId), 2),
+                  "field entry 4 has name id 2 of 2");
+  expect_rejected(with_u32(at.name(1, name_entry_at::kOffset), strings_size()),
+                  "field name 1 lies outside the string table");
+  expect_rejected(with_u32(at.name(0, name_entry_at::kSize), 0),
+                  "field name 0 lies outside the string table");
+  // Name 1 ("txt") spelled "t/t" in the string table.
+  ShardParts slash = parts_;
+  const uint64_t txt =
+      at.strings() + internal::get_u32(reinterpret_cast<const std::byte*>(
+                         parts_.index.data() + at.name(1, name_entry_at::kOffset)));
+  ASSERT_EQ(slash.index.substr(txt, 3), "txt");
+  slash.index[txt + 1] = '/';
+  expect_rejected(slash, "field name 1 ('t/t') contains '/'");
+  // Name 1 pointing at name 0's bytes: two names "cls".
+  ShardParts twice = parts_;
+  internal::set_u32(twice.index, at.name(1, name_entry_at::kOffset),
+                    internal::get_u32(reinterpret_cast<const std::byte*>(
+                        parts_.index.data() + at.name(0, name_entry_at::kOffset))));
+  expect_rejected(twice, "field name 1 ('cls') repeats field name 0");
+}
+
+TEST_F(ShardStructure, FooterMustAgreeWithHeaderAndIndex) {
+  ShardParts count = parts_;
+  count.footer.sample_count = 4;
+  expect_rejected(count, "footer says 4 samples, the index holds 3");
+
+  ShardParts flags = parts_;
+  flags.footer.flags = format::kAligned;
+  expect_rejected(flags, "header flags 0 differ from footer flags 1");
+
+  ShardParts unknown = parts_;
+  unknown.footer.flags = 1u << 4;
+  const uint64_t footer_at = original_.size() - format::kFooterSize;
+  expect_rejected(
+      unknown,
+      "unknown flags 16 (offset " + std::to_string(footer_at + format::footer_at::kFlags) + ")",
+      ErrorCode::kUnsupported);
+
+  ShardParts data_offset = parts_;
+  data_offset.footer.data_offset = 8192;
+  expect_rejected(data_offset, "footer data offset (offset " +
+                                   std::to_string(footer_at + format::footer_at::kDataOffset) +
+                                   ") is 8192, not 4096");
+}
+
+// The footer's index location, re-sealed: the footer checksum passes, the location does not.
+TEST_F(ShardStructure, IndexMustLieBetweenHeaderAndFooter) {
+  const uint64_t footer_at = original_.size() - format::kFooterSize;
+  for (auto [offset, size] : {std::pair<uint64_t, uint64_t>{100, parts_.index.size()},
+                              {parts_.footer.index_offset, parts_.index.size() + 1},
+                              {parts_.footer.index_offset, ~uint64_t{0}}}) {
+    format::Footer f = parts_.footer;
+    f.index_offset = offset;
+    f.index_size = size;
+    const std::string file = parts_.before_index + parts_.index + format::encode_footer(f);
+    Status st = open_and_read_all(file);
+    EXPECT_EQ(st.code(), ErrorCode::kCorrupt) << st.to_string();
+    EXPECT_NE(st.message().find("shard 'mutated.zws': footer points at index [" +
+                                std::to_string(offset) + ", +" + std::to_string(size) +
+                                "), which is not between the header (ends at 4096) and the "
+                                "footer (at " +
+                                std::to_string(footer_at) + ")"),
+              std::string::npos)
+        << st.message();
+  }
+}
+
+TEST(ShardStructureAligned, SamplesMustBeAlignedInAnAlignedShard) {
+  TempDir dir;
+  write_shard(dir / "a.zws", small_samples(), {.align_samples = true});
+  ShardParts parts = split_shard(testing::read_file(dir / "a.zws"));
+  const IndexLayout at(parts.index);
+  // Sample 1 and both its fields moved one byte on (into the zero padding after it): every other
+  // rule still holds, only the alignment does not.
+  for (uint64_t pos :
+       {IndexLayout::sample(1, sample_entry_at::kOffset), at.field(2, field_entry_at::kOffset),
+        at.field(3, field_entry_at::kOffset)}) {
+    internal::set_u64(parts.index, pos, get64(parts.index, pos) + 1);
+  }
+  // The checksum of the moved sample's bytes is not what this test is about: verify=false.
+  auto reader = ShardReader::open(make_memory_source("mutated.zws", bytes_of(parts.seal())));
+  ASSERT_FALSE(reader.is_ok());
+  EXPECT_EQ(reader.status().code(), ErrorCode::kCorrupt);
+  EXPECT_NE(reader.status().message().find(
+                "shard 'mutated.zws': sample 1 is not 4 KiB aligned in an aligned shard"),
+            std::string::npos)
+      << reader.status().message();
 }
 
 TEST(Shard, DataCorruptionNamesSample) {

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <unordered_map>
 
 #include "common/endian.hpp"
 #include "common/xxhash.hpp"
@@ -131,11 +132,15 @@ Result<Footer> decode_footer(std::span<const std::byte> bytes, uint64_t file_siz
     return unsupported("shard '" + name + "': unknown flags " + std::to_string(f.flags) +
                        where(footer_at::kFlags));
   }
-  if (f.data_offset != kHeaderSize || f.index_offset < f.data_offset ||
-      !fits(f.index_offset, f.index_size, at)) {
+  if (f.data_offset != kHeaderSize) {
+    return corrupt("shard '" + name + "': footer data offset" + where(footer_at::kDataOffset) +
+                   " is " + std::to_string(f.data_offset) + ", not " + std::to_string(kHeaderSize));
+  }
+  if (f.index_offset < f.data_offset || !fits(f.index_offset, f.index_size, at)) {
     return corrupt("shard '" + name + "': footer points at index [" +
                    std::to_string(f.index_offset) + ", +" + std::to_string(f.index_size) +
-                   ") outside the file (size " + std::to_string(file_size) + ")");
+                   "), which is not between the header (ends at " + std::to_string(kHeaderSize) +
+                   ") and the footer (at " + std::to_string(at) + ")");
   }
   return f;
 }
@@ -220,6 +225,9 @@ Result<ShardIndex> ShardIndex::parse(std::span<const std::byte> bytes, uint64_t 
   index.strings.assign(strings_p, strings_size);
 
   index.names.reserve(name_count);
+  // Names become column names and file name extensions (`unpack`): a '/' or a name given twice
+  // would make two fields of a sample indistinguishable, or one field a path.
+  std::unordered_map<std::string_view, uint64_t> name_ids;
   for (uint64_t i = 0; i < name_count; ++i, name_p += kNameEntrySize) {
     uint64_t off = get_u32(name_p + name_entry_at::kOffset);
     uint64_t size = get_u32(name_p + name_entry_at::kSize);
@@ -227,7 +235,18 @@ Result<ShardIndex> ShardIndex::parse(std::span<const std::byte> bytes, uint64_t 
       return corrupt("shard '" + name + "': field name " + std::to_string(i) +
                      " lies outside the string table");
     }
-    index.names.emplace_back(strings_p + off, size);
+    const std::string_view field_name(strings_p + off, size);
+    if (field_name.find('/') != std::string_view::npos) {
+      return corrupt("shard '" + name + "': field name " + std::to_string(i) + " ('" +
+                     std::string(field_name) + "') contains '/'");
+    }
+    auto [first, fresh] = name_ids.emplace(field_name, i);
+    if (!fresh) {
+      return corrupt("shard '" + name + "': field name " + std::to_string(i) + " ('" +
+                     std::string(field_name) + "') repeats field name " +
+                     std::to_string(first->second));
+    }
+    index.names.emplace_back(field_name);
   }
   index.fields.resize(field_count);
   for (uint64_t i = 0; i < field_count; ++i, field_p += kFieldEntrySize) {

@@ -101,6 +101,31 @@ void expect_reads_match(ByteSource& source, const std::string& content,
   }
 }
 
+// The open flags of this process's descriptor for `path` (from /proc/self/fdinfo), or -1 when it
+// holds none: how a test sees whether a source really opened its file with O_DIRECT.
+int open_flags_of(const std::string& path) {
+  for (const auto& entry : fs::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    if (fs::read_symlink(entry.path(), ec) != path || ec) continue;
+    const std::string info =
+        testing::read_file("/proc/self/fdinfo/" + entry.path().filename().string());
+    const size_t at = info.find("flags:");
+    if (at != std::string::npos)
+      return static_cast<int>(std::stol(info.substr(at + 6), nullptr, 8));
+  }
+  return -1;
+}
+
+// Whether the filesystem holding `path` accepts O_DIRECT, and if not, why.
+std::string o_direct_unsupported_reason(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+  if (fd >= 0) {
+    ::close(fd);
+    return "";
+  }
+  return "open(O_DIRECT) of " + path + " fails: " + std::strerror(errno);
+}
+
 std::string backend_test_name(const ::testing::TestParamInfo<IoBackend>& info) {
   return io_backend_name(info.param);
 }
@@ -109,11 +134,25 @@ class AllBackends : public ::testing::TestWithParam<IoBackend> {
  protected:
   void SetUp() override {
     // Not a multiple of the block size: the last block is partial.
+    // A backend that is not there would be replaced by pread, and the test would pass without
+    // testing it: skip, saying why.
+    if (GetParam() == IoBackend::kIoUring && !io_uring_available()) {
+      GTEST_SKIP() << "io_uring is not available here: " << io_uring_unavailable_reason();
+    }
     content_ = testing::random_bytes(3 * 1024 * 1024 + 1234, 7);
     testing::write_file(path_, content_);
+    if (GetParam() == IoBackend::kDirect) {
+      const std::string why = o_direct_unsupported_reason(path_);
+      if (!why.empty()) GTEST_SKIP() << "no O_DIRECT here: " << why;
+    }
+    const uint64_t direct_fallbacks = internal::fallback_count("direct");
     auto source = open_file_source(path_, GetParam());
     ASSERT_TRUE(source.is_ok()) << source.status().to_string();
     source_ = std::move(source).value();
+    if (GetParam() == IoBackend::kDirect) {
+      EXPECT_EQ(internal::fallback_count("direct"), direct_fallbacks);
+      EXPECT_NE(open_flags_of(path_) & O_DIRECT, 0) << "the direct source reads buffered";
+    }
   }
 
   TempDir dir_;
@@ -313,16 +352,20 @@ TEST_F(HangingFifo, TheThreadsRingStillWorksAfterACancel) {
 // The engines beneath the sources, asked for ranges the file does not have (as after a
 // truncation): short reads are kCorrupt naming path and offset, except an O_DIRECT final block,
 // which may end early.
-class Engines : public ::testing::Test {
+class Engines : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
+    if (use_io_uring() && !io_uring_available()) {
+      GTEST_SKIP() << "io_uring is not available here: " << io_uring_unavailable_reason();
+    }
     testing::write_file(path_, content_);
     auto file = internal::File::open_read(path_);
     ASSERT_TRUE(file.is_ok());
     file_ = std::move(file).value();
   }
-  Status read(std::span<const internal::RangeRead> ranges, bool use_io_uring, bool direct) {
-    if (!use_io_uring) return internal::pread_read(file_, ranges, Deadline::none(), direct);
+  bool use_io_uring() const { return GetParam(); }
+  Status read(std::span<const internal::RangeRead> ranges, bool direct) {
+    if (!use_io_uring()) return internal::pread_read(file_, ranges, Deadline::none(), direct);
     return internal::read_ranges(file_, ranges, Deadline::none(), direct);
   }
 
@@ -332,29 +375,28 @@ class Engines : public ::testing::Test {
   internal::File file_;
 };
 
-TEST_F(Engines, AFileEndingInsideARangeIsAShortRead) {
-  for (bool use_io_uring : {false, true}) {
-    if (use_io_uring && !io_uring_available()) continue;
-    std::vector<std::byte> buffer(3000);
-    std::vector<internal::RangeRead> ranges = {{0, buffer, 100}, {9000, buffer, buffer.size()}};
-    Status status = read(ranges, use_io_uring, false);
-    EXPECT_EQ(status.code(), ErrorCode::kCorrupt) << status.to_string();
-    EXPECT_NE(status.message().find("short read of '" + path_ + "' at offset 10000: needs 2000"),
-              std::string::npos)
-        << status.message();
-  }
+TEST_P(Engines, AFileEndingInsideARangeIsAShortRead) {
+  std::vector<std::byte> buffer(3000);
+  std::vector<internal::RangeRead> ranges = {{0, buffer, 100}, {9000, buffer, buffer.size()}};
+  Status status = read(ranges, false);
+  EXPECT_EQ(status.code(), ErrorCode::kCorrupt) << status.to_string();
+  EXPECT_NE(status.message().find("short read of '" + path_ + "' at offset 10000: needs 2000"),
+            std::string::npos)
+      << status.message();
 }
 
-TEST_F(Engines, AFinalBlockMayEndEarlyWhenOnlyItsStartIsNeeded) {
-  for (bool use_io_uring : {false, true}) {
-    if (use_io_uring && !io_uring_available()) continue;
-    AlignedMemory buffer(8192);
-    std::vector<internal::RangeRead> ranges = {{8192, {buffer.get(), 8192}, 100}};
-    Status status = read(ranges, use_io_uring, true);
-    ASSERT_TRUE(status.is_ok()) << status.to_string();
-    EXPECT_EQ(std::memcmp(buffer.get(), content_.data() + 8192, 10000 - 8192), 0);
-  }
+TEST_P(Engines, AFinalBlockMayEndEarlyWhenOnlyItsStartIsNeeded) {
+  AlignedMemory buffer(8192);
+  std::vector<internal::RangeRead> ranges = {{8192, {buffer.get(), 8192}, 100}};
+  Status status = read(ranges, true);
+  ASSERT_TRUE(status.is_ok()) << status.to_string();
+  EXPECT_EQ(std::memcmp(buffer.get(), content_.data() + 8192, 10000 - 8192), 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(PreadAndIoUring, Engines, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "io_uring" : "pread");
+                         });
 
 // A directory in /dev/shm (tmpfs), removed with its contents.
 class ShmDir {
@@ -387,6 +429,7 @@ TEST(DirectSource, ReadsCorrectlyOnTmpfsWithOrWithoutODirect) {
   auto source = open_file_source(path, IoBackend::kDirect);
   ASSERT_TRUE(source.is_ok()) << source.status().to_string();
   EXPECT_EQ(internal::fallback_count("direct"), fallbacks + (has_o_direct ? 0 : 1));
+  EXPECT_EQ((open_flags_of(path) & O_DIRECT) != 0, has_o_direct);
   expect_reads_match(**source, content, make_ranges(content.size(), 200, 12));
 }
 
@@ -400,6 +443,9 @@ TEST(DirectSource, AFilesystemWithoutODirectFallsBackToBufferedReads) {
   internal::fail_direct_open_for_testing(0);
   ASSERT_TRUE(source.is_ok()) << source.status().to_string();
   EXPECT_EQ(internal::fallback_count("direct"), fallbacks + 1);
+  const int flags = open_flags_of(dir / "f");
+  ASSERT_GE(flags, 0) << "the source holds no descriptor of " << dir / "f";
+  EXPECT_EQ(flags & O_DIRECT, 0);
   expect_reads_match(**source, content, make_ranges(content.size(), 100, 14));
 }
 
@@ -419,8 +465,11 @@ TEST(DirectSource, AReadLargerThanTheBounceBufferAThreadKeepsWorks) {
   TempDir dir;
   const std::string content = testing::random_bytes(80 * 1024 * 1024 + 7, 15);
   testing::write_file(dir / "big", content);
+  const std::string why = o_direct_unsupported_reason(dir / "big");
+  if (!why.empty()) GTEST_SKIP() << "no O_DIRECT here: " << why;
   auto source = open_file_source(dir / "big", IoBackend::kDirect);
   ASSERT_TRUE(source.is_ok()) << source.status().to_string();
+  EXPECT_NE(open_flags_of(dir / "big") & O_DIRECT, 0) << "the direct source reads buffered";
   // 70 MiB through the bounce buffer in one call (more than a thread keeps), then small reads.
   expect_reads_match(**source, content, {{1, 70 * 1024 * 1024, 3}});
   expect_reads_match(**source, content, make_ranges(content.size(), 50, 16));

@@ -8,8 +8,8 @@
 
 #include "testing/testing.hpp"
 #include "zerowait/shard/dataset.hpp"
-#include "zerowait/shard/pack.hpp"
 #include "zerowait/shard/format.hpp"
+#include "zerowait/shard/pack.hpp"
 
 namespace zerowait {
 namespace {
@@ -118,8 +118,8 @@ TEST(Pack, DeterministicAcrossThreadCounts) {
     testing::write_file(dir / ("src/d" + std::to_string(i % 7) + "/f" + std::to_string(i) + ".bin"),
                         testing::random_bytes(i * 37 % 5000, i));
   }
-  PackOptions a{.sources = {dir / "src"}, .out_dir = dir / "a", .shard_size = 64 << 10,
-                .threads = 1};
+  PackOptions a{
+      .sources = {dir / "src"}, .out_dir = dir / "a", .shard_size = 64 << 10, .threads = 1};
   PackOptions b = a;
   b.out_dir = dir / "b";
   b.threads = 4;
@@ -187,6 +187,57 @@ TEST(Pack, TarAndTarGzSources) {
   EXPECT_EQ(all["other/000"]["cls"], "3");
 }
 
+// Tar member names come from the data: one that escapes the output (`..`, absolute) must never
+// become a key, and a key or field that repeats must not shadow what was packed first. Each is
+// quarantined with its reason; everything else is packed.
+TEST(Pack, UnsafeTarNamesAndDuplicateKeysAreQuarantined) {
+  TempDir dir;
+  testing::write_file(dir / "tree/ok/0001.txt", "first");
+  testing::write_file(dir / "tree/ok/0001.cls", "1");
+  testing::write_file(dir / "tree/x/evil.txt", "escaped");
+  testing::write_file(dir / "tree/x/evil.cls", "2");
+  testing::write_file(dir / "tree/ok2/0002.txt", "second");
+  testing::write_file(dir / "again/ok/0001.txt", "a later copy");
+  auto tar = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), "/bin/tar");
+    testing::CommandResult r = testing::run_command(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  };
+  // -P keeps the names as the transform writes them: "../evil.txt", "/abs/evil.txt".
+  tar({"-P", "-cf", dir / "dotdot.tar", "-C", dir / "tree", "--transform", "s,^x/,../,",
+       "ok/0001.txt", "ok/0001.cls", "x/evil.txt", "x/evil.cls"});
+  tar({"-P", "-cf", dir / "absolute.tar", "-C", dir / "tree", "--transform", "s,^x/,/abs/,",
+       "x/evil.txt"});
+  // The same member twice in one sample: a repeated field.
+  tar({"-cf", dir / "repeat.tar", "-C", dir / "tree", "ok2/0002.txt"});
+  tar({"-rf", dir / "repeat.tar", "-C", dir / "tree", "ok2/0002.txt"});
+
+  auto report = pack(
+      {.sources = {dir / "dotdot.tar", dir / "absolute.tar", dir / "again", dir / "repeat.tar"},
+       .out_dir = dir / "out"});
+  ASSERT_TRUE(report.is_ok()) << report.status().to_string();
+  std::map<std::string, std::string> reasons;  // path -> reason
+  for (const auto& q : report->quarantined) reasons[q.path] = q.reason;
+  const std::string unsafe = "unsafe member name (absolute or contains '..')";
+  EXPECT_EQ(reasons,
+            (std::map<std::string, std::string>{
+                {dir / "dotdot.tar:../evil.txt", unsafe},
+                {dir / "dotdot.tar:../evil.cls", unsafe},
+                {dir / "absolute.tar:/abs/evil.txt", unsafe},
+                {dir / "again/ok/0001.txt",
+                 "duplicate sample key 'ok/0001' (already packed from an earlier file "
+                 "or source)"},
+                {dir / "repeat.tar:ok2/0002.txt", "duplicate field 'txt' in sample 'ok2/0002'"}}));
+  // What was packed first stays; nothing quarantined was written.
+  auto all = read_all(dir / "out");
+  EXPECT_EQ(all,
+            (std::map<std::string, std::map<std::string, std::string>>{
+                {"ok/0001", {{"txt", "first"}, {"cls", "1"}}}, {"ok2/0002", {{"txt", "second"}}}}));
+  const std::string q = testing::read_file(dir / "out/quarantine.json");
+  EXPECT_NE(q.find("\"count\": 5"), std::string::npos) << q;
+  EXPECT_NE(q.find("dotdot.tar:../evil.txt"), std::string::npos) << q;
+}
+
 TEST(Pack, RefusesExistingDatasetUnlessOverwrite) {
   TempDir dir;
   testing::write_file(dir / "src/a.txt", "a");
@@ -204,22 +255,26 @@ TEST(Pack, RefusesExistingDatasetUnlessOverwrite) {
 TEST(Pack, InterruptedPackLeavesNoManifest) {
   TempDir dir;
   for (int i = 0; i < 300; ++i) {
-    testing::write_file(dir / ("src/f" + std::to_string(i) + ".bin"), testing::random_bytes(20000, i));
+    testing::write_file(dir / ("src/f" + std::to_string(i) + ".bin"),
+                        testing::random_bytes(20000, i));
   }
   for (const char* crash_after : {"1", "100000", "3000000", "5900000"}) {
     for (bool existing : {false, true}) {
       const std::string out = dir / ("out-" + std::string(crash_after) + (existing ? "-e" : ""));
       if (existing) {
-        ASSERT_EQ(testing::run_cli({"pack", dir / "src", "-o", out, "--shard-size", "1M"}).exit_code, 0);
+        ASSERT_EQ(
+            testing::run_cli({"pack", dir / "src", "-o", out, "--shard-size", "1M"}).exit_code, 0);
       }
-      auto r = testing::run_cli({"pack", dir / "src", "-o", out, "--shard-size", "1M", "--overwrite"},
-                                {std::string("ZEROWAIT_FAULT_EXIT_AFTER_WRITE_BYTES=") + crash_after});
+      auto r =
+          testing::run_cli({"pack", dir / "src", "-o", out, "--shard-size", "1M", "--overwrite"},
+                           {std::string("ZEROWAIT_FAULT_EXIT_AFTER_WRITE_BYTES=") + crash_after});
       ASSERT_EQ(r.exit_code, 86) << r.err;
       EXPECT_FALSE(fs::exists(out + "/manifest.json")) << out;
       auto ds = Dataset::open(out);
       EXPECT_FALSE(ds.is_ok() && (*ds)->size() > 0 && (*ds)->manifest().shards.size() > 0 &&
                    fs::exists(out + "/manifest.json"));
-      auto redo = testing::run_cli({"pack", dir / "src", "-o", out, "--shard-size", "1M", "--overwrite"});
+      auto redo =
+          testing::run_cli({"pack", dir / "src", "-o", out, "--shard-size", "1M", "--overwrite"});
       ASSERT_EQ(redo.exit_code, 0) << redo.err;
       EXPECT_EQ(read_all(out).size(), 300u);
     }

@@ -4,6 +4,7 @@
 // copies, writes, waits or reads releases the GIL.
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <optional>
 
 #include "common.hpp"
@@ -11,6 +12,14 @@
 
 namespace zerowait {
 namespace {
+
+std::chrono::nanoseconds seconds(double s) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(s));
+}
+
+double default_read_timeout_s() {
+  return std::chrono::duration<double>(kDefaultReadTimeout).count();
+}
 
 std::shared_ptr<StorageTarget> local_target(py::handle directory) {
   return make_local_directory_target(fs_path(directory));
@@ -77,13 +86,14 @@ class CheckpointReader {
   }
   py::dict manifest() const { return manifest_dict(manifest_); }
   void read(const std::vector<std::tuple<size_t, uintptr_t, bool>>& reads, unsigned threads,
-            bool direct, bool verify) {
+            bool direct, bool verify, double read_timeout_s) {
     std::vector<TensorRead> targets;
     for (const auto& [index, address, fresh] : reads) {
       targets.push_back({index, reinterpret_cast<std::byte*>(address), fresh});
     }
     throw_if_error(without_gil([&] {
-      return read_tensors(*target_, manifest_, targets, RestoreOptions{threads, direct, verify});
+      return read_tensors(*target_, manifest_, targets,
+                          RestoreOptions{threads, direct, verify, seconds(read_timeout_s)});
     }));
   }
 
@@ -185,7 +195,8 @@ void bind_checkpoint(py::module_& m) {
            py::arg("rank") = 0)
       .def("manifest", &CheckpointReader::manifest)
       .def("read", &CheckpointReader::read, py::arg("reads"), py::arg("threads") = 0,
-           py::arg("direct") = true, py::arg("verify") = true);
+           py::arg("direct") = true, py::arg("verify") = true,
+           py::arg("read_timeout_s") = default_read_timeout_s());
 
   m.def("_ckpt_list_steps", [](py::handle directory) {
     auto target = local_target(directory);

@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "testing/checkpoint_state.hpp"
 #include "testing/testing.hpp"
 #include "zerowait/checkpoint/checkpointer.hpp"
 
@@ -22,78 +23,10 @@ namespace {
 using testing::TempDir;
 namespace fs = std::filesystem;
 
-// A training-like state whose bytes are a function of (step, tensor, changed set): what a test
-// saves it can recompute to check what it reads.
-struct State {
-  std::vector<std::string> names;
-  std::vector<std::vector<float>> values;
-
-  static State make(const std::vector<size_t>& sizes) {
-    State s;
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      s.names.push_back("/model/layer." + std::to_string(i) + ".weight");
-      s.values.emplace_back(sizes[i]);
-    }
-    return s;
-  }
-  void fill(size_t tensor, uint64_t version) {
-    std::vector<float>& v = values[tensor];
-    for (size_t j = 0; j < v.size(); ++j) {
-      v[j] = static_cast<float>((version * 2654435761u + tensor * 40503u + j) % 100003) * 0.5f;
-    }
-  }
-  void fill_all(uint64_t version) {
-    for (size_t i = 0; i < values.size(); ++i) fill(i, version);
-  }
-  SaveRequest request(uint64_t step) const {
-    SaveRequest r;
-    r.step = step;
-    r.structure_json = "{\"step\": " + std::to_string(step) + "}";
-    for (size_t i = 0; i < values.size(); ++i) {
-      r.tensors.push_back({names[i],
-                           "F32",
-                           {static_cast<int64_t>(values[i].size())},
-                           4,
-                           true,
-                           values[i].data(),
-                           values[i].size() * sizeof(float)});
-    }
-    return r;
-  }
-};
-
-std::vector<std::vector<float>> read_all(StorageTarget& target, uint64_t step, uint32_t rank = 0,
-                                         RestoreOptions options = {}) {
-  auto manifest = read_rank_manifest(target, step, rank);
-  EXPECT_TRUE(manifest.is_ok()) << manifest.status().to_string();
-  if (!manifest.is_ok()) return {};
-  std::vector<std::vector<float>> out;
-  std::vector<TensorRead> reads;
-  for (size_t i = 0; i < manifest.value().tensors.size(); ++i) {
-    out.emplace_back(manifest.value().tensors[i].nbytes / sizeof(float));
-  }
-  for (size_t i = 0; i < out.size(); ++i) {
-    reads.push_back({i, reinterpret_cast<std::byte*>(out[i].data()), /*fresh=*/true});
-  }
-  Status s = read_tensors(target, manifest.value(), reads, options);
-  EXPECT_TRUE(s.is_ok()) << s.to_string();
-  return out;
-}
-
-SaveResult save_and_wait(Checkpointer& cp, const SaveRequest& request) {
-  auto handle = cp.save(request);
-  EXPECT_TRUE(handle.is_ok()) << handle.status().to_string();
-  auto result = handle.value()->wait();
-  EXPECT_TRUE(result.is_ok()) << result.status().to_string();
-  return result.is_ok() ? result.value() : SaveResult{};
-}
-
-std::unique_ptr<Checkpointer> open_or_die(std::shared_ptr<StorageTarget> target,
-                                          CheckpointOptions options = {}) {
-  auto cp = Checkpointer::open(std::move(target), options);
-  EXPECT_TRUE(cp.is_ok()) << cp.status().to_string();
-  return std::move(cp).value();
-}
+using State = testing::TrainingState;
+using testing::open_or_die;
+using testing::read_all;
+using testing::save_and_wait;
 
 TEST(Checkpoint, RoundTripsAcrossFilesBackendsAndCompression) {
   for (bool compressed : {false, true}) {

@@ -1,5 +1,6 @@
-// The local directory target on real temporary directories, and the fault-injecting wrapper that
-// the checkpoint tests use to see the order of operations and to fail one of them.
+// The storage targets: the contract every target keeps (on a real temporary directory and in
+// memory), what only a local directory does, and the fault-injecting wrapper that the checkpoint
+// tests use to see the order of operations and to fail one of them.
 #include <gtest/gtest.h>
 
 #include <cerrno>
@@ -61,20 +62,36 @@ TEST(LocalDirectoryTarget, WritesAtOffsetsSyncsAndCloses) {
   EXPECT_TRUE(*target->is_directory("step_1"));
   EXPECT_FALSE(*target->exists("step_2"));
   EXPECT_FALSE(*target->is_directory("step_2"));
-  EXPECT_EQ(*target->local_path("step_1/shards/a.bin"), fs::path(dir / "step_1/shards/a.bin"));
 }
 
-TEST(LocalDirectoryTarget, CreateTruncatesAnExistingFile) {
+// The contract every target keeps, shown on a local directory and on memory: what the
+// checkpoint engine relies on, whatever the storage.
+class StorageTargetContract : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "local") {
+      target = make_local_directory_target(dir.path());
+      root = dir.path();
+    } else {
+      target = make_memory_target("contract");
+      root = "memory:contract";
+    }
+  }
   TempDir dir;
-  auto target = make_local_directory_target(dir.path());
+  std::shared_ptr<StorageTarget> target;
+  std::string root;  // what errors name
+};
+
+INSTANTIATE_TEST_SUITE_P(Targets, StorageTargetContract, ::testing::Values("local", "memory"),
+                         [](const auto& info) { return info.param; });
+
+TEST_P(StorageTargetContract, CreateTruncatesAnExistingFile) {
   write_through(*target, "pointer", "a long first version");
   write_through(*target, "pointer", "short");
   EXPECT_EQ(*target->read_file("pointer"), "short");
 }
 
-TEST(LocalDirectoryTarget, RenameReplacesAFile) {
-  TempDir dir;
-  auto target = make_local_directory_target(dir.path());
+TEST_P(StorageTargetContract, RenameReplacesAFile) {
   write_through(*target, "latest.tmp", "step_2");
   write_through(*target, "latest", "step_1");
   ASSERT_TRUE(target->rename("latest.tmp", "latest").is_ok());
@@ -82,9 +99,7 @@ TEST(LocalDirectoryTarget, RenameReplacesAFile) {
   EXPECT_FALSE(*target->exists("latest.tmp"));
 }
 
-TEST(LocalDirectoryTarget, PublishesADirectoryButNeverOntoAnExistingOne) {
-  TempDir dir;
-  auto target = make_local_directory_target(dir.path());
+TEST_P(StorageTargetContract, PublishesADirectoryButNeverOntoAnExistingOne) {
   write_through(*target, "step_1.tmp/a.bin", "new");
   ASSERT_TRUE(target->rename("step_1.tmp", "step_1").is_ok());
   EXPECT_EQ(*target->read_file("step_1/a.bin"), "new");
@@ -95,7 +110,7 @@ TEST(LocalDirectoryTarget, PublishesADirectoryButNeverOntoAnExistingOne) {
   write_through(*target, "step_2.tmp/a.bin", "again");
   Status st = target->rename("step_2.tmp", "step_2");
   EXPECT_EQ(st.code(), ErrorCode::kAlreadyExists) << st.to_string();
-  EXPECT_TRUE(contains(st.message(), dir / "step_2")) << st.message();
+  EXPECT_TRUE(contains(st.message(), root + "/step_2")) << st.message();
   EXPECT_TRUE(*target->exists("step_2.tmp/a.bin")) << "the source stays in place";
 
   write_through(*target, "step_3.tmp/a.bin", "third");
@@ -104,9 +119,7 @@ TEST(LocalDirectoryTarget, PublishesADirectoryButNeverOntoAnExistingOne) {
   EXPECT_EQ(*target->read_file("step_1/a.bin"), "new");
 }
 
-TEST(LocalDirectoryTarget, ListsSortedNames) {
-  TempDir dir;
-  auto target = make_local_directory_target(dir.path());
+TEST_P(StorageTargetContract, ListsSortedNames) {
   for (const char* name : {"step_10", "step_2", "latest", "step_1"}) {
     ASSERT_TRUE(target->create_directory(name).is_ok());
   }
@@ -117,10 +130,8 @@ TEST(LocalDirectoryTarget, ListsSortedNames) {
   EXPECT_TRUE(target->list("step_1")->empty());
 }
 
-TEST(LocalDirectoryTarget, MissingPathsAreNotFoundAndNamed) {
-  TempDir dir;
-  auto target = make_local_directory_target(dir.path());
-  const std::string missing = dir / "nope/x";
+TEST_P(StorageTargetContract, MissingPathsAreNotFoundAndNamed) {
+  const std::string missing = root + "/nope/x";
 
   auto listed = target->list("nope/x");
   EXPECT_EQ(listed.status().code(), ErrorCode::kNotFound);
@@ -147,21 +158,46 @@ TEST(LocalDirectoryTarget, MissingPathsAreNotFoundAndNamed) {
   EXPECT_TRUE(contains(synced.message(), missing)) << synced.message();
 }
 
-TEST(LocalDirectoryTarget, RemovesFilesAndTreesAndMissingOnesAreFine) {
-  TempDir dir;
-  auto target = make_local_directory_target(dir.path());
+TEST_P(StorageTargetContract, RemovesFilesAndTreesAndMissingOnesAreFine) {
   write_through(*target, "step_1/shards/a.bin", "a");
   write_through(*target, "step_1/manifest.json", "{}");
   write_through(*target, "latest", "step_1");
 
   ASSERT_TRUE(target->remove_file("latest").is_ok());
-  EXPECT_FALSE(fs::exists(dir / "latest"));
+  EXPECT_FALSE(*target->exists("latest"));
   EXPECT_TRUE(target->remove_file("latest").is_ok());
 
   ASSERT_TRUE(target->remove_all("step_1").is_ok());
-  EXPECT_FALSE(fs::exists(dir / "step_1"));
+  EXPECT_FALSE(*target->exists("step_1"));
   EXPECT_TRUE(target->remove_all("step_1").is_ok());
-  EXPECT_TRUE(fs::exists(dir.path())) << "the root stays";
+  EXPECT_TRUE(*target->is_directory("")) << "the root stays";
+}
+
+TEST_P(StorageTargetContract, ReadsRangesWithDeadlinesAndNamesTheFile) {
+  write_through(*target, "step_1/a.bin", "0123456789");
+  EXPECT_EQ(target->describe(), root);
+  for (IoBackend backend : {IoBackend::kPread, IoBackend::kIoUring, IoBackend::kDirect}) {
+    SCOPED_TRACE(io_backend_name(backend));
+    auto source = target->open_for_read("step_1/a.bin", backend);
+    ASSERT_TRUE(source.is_ok()) << source.status().to_string();
+    EXPECT_EQ((*source)->name(), root + "/step_1/a.bin");
+    EXPECT_EQ((*source)->size(), 10u);
+    std::string got(4, '\0');
+    ASSERT_TRUE((*source)
+                    ->read_at(3, std::as_writable_bytes(std::span(got)),
+                              Deadline::after(std::chrono::seconds(10)))
+                    .is_ok());
+    EXPECT_EQ(got, "3456");
+    Status past = (*source)->read_at(8, std::as_writable_bytes(std::span(got)));
+    EXPECT_EQ(past.code(), ErrorCode::kCorrupt) << past.to_string();
+    EXPECT_TRUE(contains(past.message(), root + "/step_1/a.bin")) << past.message();
+  }
+  auto missing = target->open_for_read("step_1/b.bin", IoBackend::kPread);
+  EXPECT_EQ(missing.status().code(), ErrorCode::kNotFound);
+  EXPECT_TRUE(contains(missing.status().message(), root + "/step_1/b.bin"))
+      << missing.status().message();
+  EXPECT_EQ(target->open_for_read("../x", IoBackend::kPread).status().code(),
+            ErrorCode::kInvalidArgument);
 }
 
 TEST(LocalDirectoryTarget, RejectsPathsThatLeaveTheRoot) {
@@ -179,7 +215,8 @@ TEST(LocalDirectoryTarget, RejectsPathsThatLeaveTheRoot) {
     EXPECT_EQ(target->create_file(bad).status().code(), ErrorCode::kInvalidArgument);
     EXPECT_EQ(target->remove_all(bad).code(), ErrorCode::kInvalidArgument);
     EXPECT_EQ(target->rename("x", bad).code(), ErrorCode::kInvalidArgument);
-    EXPECT_FALSE(target->local_path(bad).has_value());
+    EXPECT_EQ(target->open_for_read(bad, IoBackend::kPread).status().code(),
+              ErrorCode::kInvalidArgument);
   }
   EXPECT_EQ(testing::read_file(dir / "outside"), "keep me");
   // ".." only as a whole component: these are ordinary names.
@@ -240,7 +277,6 @@ TEST(FaultInjectingTarget, RecordsMutatingOperationsInOrder) {
   target.clear_operations();
   EXPECT_TRUE(target.operations().empty());
   EXPECT_EQ(target.describe(), dir.path());
-  EXPECT_EQ(*target.local_path("x"), fs::path(dir / "x"));
 }
 
 TEST(FaultInjectingTarget, FailsTheChosenFileOperationWithoutDoingIt) {

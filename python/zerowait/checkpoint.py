@@ -26,7 +26,8 @@ from zerowait.loader import _default_rank_world
 
 # Errors after which another copy of a step (the mirror) or an older step is worth trying; any
 # other error is the caller's or a bug, and is raised at once.
-_UNREADABLE = (_core.CorruptDataError, _core.ZerowaitNotFoundError, _core.ZerowaitIOError)
+_UNREADABLE = (_core.CorruptDataError, _core.ZerowaitNotFoundError, _core.ZerowaitIOError,
+               _core.DeadlineExceededError)
 
 
 class SaveHandle:
@@ -96,6 +97,10 @@ class Checkpointer:
       (only for checkpoints you trust).
     - ``direct_reads``: ``load()`` reads with O_DIRECT where the filesystem allows it, so a
       restore neither goes through nor evicts the page cache; False reads through it.
+    - ``read_timeout``: seconds one read of ``load()`` (a span of at most 16 MiB) may take
+      before it is abandoned and reported as ``DeadlineExceededError`` naming the file and
+      offset, so a hung disk or mount never hangs the job (None: the engine's 60 s). A step
+      that times out is treated like a damaged one: the mirror or an older step is tried.
 
     Not thread-safe: call save() and load() from one thread. Use as a context manager, or call
     :meth:`close`, so the last saves finish before the process ends (an open Checkpointer also
@@ -118,6 +123,7 @@ class Checkpointer:
         allow_pickle: bool = False,
         commit_timeout: float = 600.0,
         direct_reads: bool = True,
+        read_timeout: Optional[float] = None,
     ) -> None:
         if rank is None or world_size is None:
             default_rank, default_world = _default_rank_world()
@@ -131,6 +137,10 @@ class Checkpointer:
         self.loaded_step: Optional[int] = None  # the step the last load() returned
         self._threads = threads
         self._direct_reads = direct_reads
+        if read_timeout is not None and not read_timeout > 0:
+            raise ValueError(f"read_timeout must be a positive number of seconds or None, not "
+                             f"{read_timeout!r}")
+        self._read_timeout = {} if read_timeout is None else {"read_timeout_s": read_timeout}
         dist = _initialised_distributed() if world_size > 1 else None
         if dist is not None and (rank, world_size) != (dist.get_rank(), dist.get_world_size()):
             raise ValueError(
@@ -303,7 +313,8 @@ class Checkpointer:
         manifest = reader.manifest()
         restore = _Restore(manifest, f"step {step} in {root}", self.allow_pickle)
         state = restore.decode_state(into)
-        reader.read(restore.reads, threads=self._threads, direct=self._direct_reads)
+        reader.read(restore.reads, threads=self._threads, direct=self._direct_reads,
+                    **self._read_timeout)
         return restore.finish(state, map_location)
 
     def __repr__(self) -> str:

@@ -1,5 +1,6 @@
 #include "checkpoint/checkpoint_io.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "checkpoint/checkpoint_manifest.hpp"
@@ -8,6 +9,21 @@
 #include "zerowait/checkpoint/checkpointer.hpp"
 
 namespace zerowait::internal {
+
+Result<std::string> join_target_path(const std::string& root, const std::string& path) {
+  bool valid = path.empty() || path.front() != '/';
+  for (size_t start = 0; valid && start <= path.size();) {
+    size_t end = std::min(path.find('/', start), path.size());
+    valid = path.compare(start, end - start, "..") != 0;
+    start = end + 1;
+  }
+  if (!valid) {
+    return invalid_argument("invalid path '" + path + "' in " + root +
+                            ": it must be relative, without '..'");
+  }
+  if (path.empty()) return root;
+  return root.ends_with('/') ? root + path : root + "/" + path;
+}
 
 Status write_small_file(StorageTarget& target, const std::string& path, std::string_view bytes) {
   ZW_ASSIGN_OR_RETURN(auto file, target.create_file(path));
@@ -31,18 +47,18 @@ Status size_mismatch(const std::string& path, uint64_t actual, uint64_t expected
                  std::to_string(expected) + " (truncated or replaced)");
 }
 
-Result<uint64_t> stream_file(
-    const std::string& path, uint64_t expected_bytes,
+Result<uint64_t> stream_source(
+    ByteSource& source, uint64_t expected_bytes, std::chrono::nanoseconds read_timeout,
     const std::function<Status(uint64_t offset, std::span<const std::byte> piece)>& each) {
-  ZW_ASSIGN_OR_RETURN(File file, File::open_read(path));
-  ZW_ASSIGN_OR_RETURN(uint64_t size, file.size());
-  if (size != expected_bytes) return size_mismatch(path, size, expected_bytes);
+  const uint64_t size = source.size();
+  if (size != expected_bytes) return size_mismatch(source.name(), size, expected_bytes);
   constexpr uint64_t kChunk = 8ull << 20;
   std::vector<std::byte> buffer(std::min(kChunk, std::max<uint64_t>(size, 1)));
   Xxh3Stream hash;
+  source.advise_sequential();
   for (uint64_t off = 0; off < size; off += kChunk) {
     std::span<std::byte> piece(buffer.data(), std::min(kChunk, size - off));
-    ZW_RETURN_IF_ERROR(file.pread_exact(off, piece));
+    ZW_RETURN_IF_ERROR(source.read_at(off, piece, Deadline::after(read_timeout)));
     hash.update(piece.data(), piece.size());
     ZW_RETURN_IF_ERROR(each(off, piece));
   }
@@ -51,18 +67,16 @@ Result<uint64_t> stream_file(
 
 Status copy_verified(StorageTarget& from, const std::string& path, StorageTarget& to,
                      const std::string& to_path, uint64_t expected_bytes, uint64_t expected_xxh3) {
-  auto local = from.local_path(path);
-  if (!local) {
-    return unsupported("copying from " + from.describe() + " needs a local directory source");
-  }
+  ZW_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source,
+                      from.open_for_read(path, IoBackend::kPread));
   ZW_ASSIGN_OR_RETURN(auto out, to.create_file(to_path));
-  auto digest = stream_file(local->string(), expected_bytes,
-                            [&](uint64_t offset, std::span<const std::byte> piece) {
-                              return out->write_at(offset, piece);
-                            });
+  auto digest = stream_source(*source, expected_bytes, kDefaultReadTimeout,
+                              [&](uint64_t offset, std::span<const std::byte> piece) {
+                                return out->write_at(offset, piece);
+                              });
   if (!digest.is_ok()) return digest.status().with_context("not copied");
   if (digest.value() != expected_xxh3) {
-    return corrupt("'" + local->string() + "' does not match its checksum (xxh3 " +
+    return corrupt("'" + source->name() + "' does not match its checksum (xxh3 " +
                    hex64(digest.value()) + ", manifest " + hex64(expected_xxh3) + "); not copied");
   }
   ZW_RETURN_IF_ERROR(out->sync());

@@ -1,6 +1,7 @@
 // File operations the checkpoint engine builds its commit protocol from, on any StorageTarget.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -11,6 +12,11 @@
 
 namespace zerowait::internal {
 
+// `root` + "/" + `path` (`root` for ""): the full name of a target's file, for the target's own
+// calls and every error. kInvalidArgument, naming both, for a path that is absolute or contains
+// "..": it could leave the root.
+Result<std::string> join_target_path(const std::string& root, const std::string& path);
+
 // create → write → fsync → close.
 Status write_small_file(StorageTarget& target, const std::string& path, std::string_view bytes);
 // Makes `dir/name` appear whole or not at all: "name.tmp", fsync, rename, fsync of `dir`.
@@ -18,14 +24,15 @@ Status publish_small_file(StorageTarget& target, const std::string& dir, const s
                           std::string_view bytes);
 // kCorrupt "'<path>' is N bytes, its manifest says M (truncated or replaced)".
 Status size_mismatch(const std::string& path, uint64_t actual, uint64_t expected);
-// Reads local file `path`, which its manifest says is `expected_bytes` long (else
-// size_mismatch), in 8 MiB pieces, giving each to `each` with its offset; returns the xxh3 of
-// the whole file.
-Result<uint64_t> stream_file(
-    const std::string& path, uint64_t expected_bytes,
+// Reads `source`, which its manifest says is `expected_bytes` long (else size_mismatch), in
+// 8 MiB pieces, each read within `read_timeout`, giving each piece to `each` with its offset;
+// returns the xxh3 of the whole file.
+Result<uint64_t> stream_source(
+    ByteSource& source, uint64_t expected_bytes, std::chrono::nanoseconds read_timeout,
     const std::function<Status(uint64_t offset, std::span<const std::byte> piece)>& each);
-// Copies `path` from one target to another (same relative path, written to `to_path`), hashing
-// the bytes on the way: kCorrupt, naming the source, when they do not hash to `expected_xxh3`
+// Copies `path` from one target to another (same relative path, written to `to_path`) through
+// their StorageTarget reads and writes, each read within kDefaultReadTimeout, hashing the bytes
+// on the way: kCorrupt, naming the source, when they do not hash to `expected_xxh3`
 // or are not `expected_bytes` long. The copy is fsynced and closed.
 Status copy_verified(StorageTarget& from, const std::string& path, StorageTarget& to,
                      const std::string& to_path, uint64_t expected_bytes, uint64_t expected_xxh3);

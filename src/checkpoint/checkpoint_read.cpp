@@ -1,12 +1,9 @@
 // The read side of checkpoints: listing committed steps, reading manifests, parallel verified
 // restore, verification of whole steps, and garbage collection.
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -16,12 +13,11 @@
 #include "checkpoint/checkpoint_manifest.hpp"
 #include "checkpoint/safetensors.hpp"
 #include "checkpoint/tensor_codec.hpp"
+#include "common/aligned_buffer.hpp"
 #include "common/file.hpp"
 #include "common/log.hpp"
 #include "common/thread_pool.hpp"
 #include "common/xxhash.hpp"
-#include "io/read_engine.hpp"
-#include "common/aligned_buffer.hpp"
 #include "zerowait/checkpoint/checkpointer.hpp"
 
 namespace zerowait {
@@ -137,26 +133,6 @@ Result<std::vector<RankManifest>> read_rank_manifests(StorageTarget& target, uin
 
 namespace {
 
-struct OpenFile {
-  internal::File file;
-  bool direct = false;
-};
-
-// Opens `path` for reading, with O_DIRECT when asked and the filesystem allows it.
-Result<OpenFile> open_for_restore(const std::string& path, bool direct) {
-  if (direct) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
-    if (fd >= 0) return OpenFile{internal::File(fd, path), true};
-    if (errno != EINVAL) return errno_status(errno, "cannot open", path);
-    internal::note_fallback("checkpoint-direct-read",
-                            "the filesystem of '" + path +
-                                "' does not support O_DIRECT; checkpoints are read through the "
-                                "page cache");
-  }
-  ZW_ASSIGN_OR_RETURN(internal::File file, internal::File::open_read(path));
-  return OpenFile{std::move(file), false};
-}
-
 // One unit of reading work: a span of one file, feeding parts of one or more tensors.
 struct ReadTask {
   size_t file = 0;
@@ -189,12 +165,15 @@ class Restore {
   Status tensor_done(size_t read, const std::byte* copy = nullptr);
   const StoredTensor& tensor(size_t read) const { return manifest_.tensors[reads_[read].index]; }
 
+  // Each read gets the whole timeout: a read that stalls is reported, one that is slow is not.
+  Deadline deadline() const { return Deadline::after(options_.read_timeout); }
+
   StorageTarget& target_;
   const RankManifest& manifest_;
   std::span<const TensorRead> reads_;
   RestoreOptions options_;
   std::vector<std::string> file_paths_;  // relative
-  std::vector<OpenFile> files_;
+  std::vector<std::unique_ptr<ByteSource>> files_;
   std::vector<size_t> file_of_read_;
   std::vector<ReadTask> tasks_;
   std::unique_ptr<std::atomic<uint64_t>[]> remaining_;  // bytes of each read still to arrive
@@ -212,21 +191,18 @@ Status Restore::open_files() {
     file_of_read_.push_back(it->second);
   }
   for (const std::string& rel : file_paths_) {
-    auto local = target_.local_path(rel);
-    if (!local)
-      return unsupported("reading tensors from " + target_.describe() + " needs a local path");
     // Compressed frames are read whole at any offset: through the page cache.
     const bool raw =
         std::none_of(manifest_.tensors.begin(), manifest_.tensors.end(),
                      [&](const StoredTensor& t) { return t.file == rel && t.codec != "none"; });
-    ZW_ASSIGN_OR_RETURN(OpenFile f, open_for_restore(local->string(), options_.direct && raw));
-    ZW_ASSIGN_OR_RETURN(uint64_t size, f.file.size());
+    const IoBackend backend = options_.direct && raw ? IoBackend::kDirect : IoBackend::kIoUring;
+    ZW_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source, target_.open_for_read(rel, backend));
     for (const StoredFile& sf : manifest_.files) {
-      if (sf.path == rel && sf.bytes != size) {
-        return internal::size_mismatch(local->string(), size, sf.bytes);
+      if (sf.path == rel && sf.bytes != source->size()) {
+        return internal::size_mismatch(source->name(), source->size(), sf.bytes);
       }
     }
-    files_.push_back(std::move(f));
+    files_.push_back(std::move(source));
   }
   return Status::ok();
 }
@@ -269,20 +245,17 @@ void Restore::plan_tasks() {
   }
 }
 
-// Appends reads of `dst.size()` bytes at file `offset` into `dst`, cut into kReadRange pieces
-// that are in flight together; the first `needed` bytes must arrive (an O_DIRECT read of the last
-// block gets what the file has).
-void add_ranges(std::vector<internal::RangeRead>& ranges, uint64_t offset, std::span<std::byte> dst,
-                uint64_t needed) {
+// Appends reads of `dst` from file `offset` on, cut into kReadRange pieces that are in flight
+// together.
+void add_requests(std::vector<ReadRequest>& requests, uint64_t offset, std::span<std::byte> dst) {
   for (uint64_t off = 0; off < dst.size(); off += kReadRange) {
-    const uint64_t n = std::min<uint64_t>(kReadRange, dst.size() - off);
-    const uint64_t min = off >= needed ? 0 : std::min(n, needed - off);
-    ranges.push_back({offset + off, dst.subspan(off, n), min, nullptr});
+    requests.push_back(
+        {offset + off, dst.subspan(off, std::min<uint64_t>(kReadRange, dst.size() - off))});
   }
 }
 
 Status Restore::run_task(const ReadTask& task) {
-  const OpenFile& open = files_[task.file];
+  ByteSource& source = *files_[task.file];
   if (task.chunk >= 0) {
     // A compressed chunk: read its frame, decompress straight into the tensor.
     const ReadTask::Part& part = task.parts[0];
@@ -290,7 +263,7 @@ Status Restore::run_task(const ReadTask& task) {
     thread_local std::vector<std::byte> frame;
     thread_local std::vector<std::byte> scratch;
     frame.resize(task.length);
-    ZW_RETURN_IF_ERROR(open.file.pread_exact(task.offset, frame));
+    ZW_RETURN_IF_ERROR(source.read_at(task.offset, frame, deadline()));
     internal::CodecOptions codec{0, t.group_bytes, t.chunk_bytes};
     ZW_RETURN_IF_ERROR(internal::decompress_chunk(
         frame, codec, std::span<std::byte>(reads_[part.read].dst + part.in_tensor, part.bytes),
@@ -299,15 +272,14 @@ Status Restore::run_task(const ReadTask& task) {
     if (remaining_[part.read].fetch_sub(part.bytes) == part.bytes) return tensor_done(part.read);
     return Status::ok();
   }
-  std::vector<internal::RangeRead> ranges;
-  if (!open.direct) {
-    // Through the page cache: straight into each tensor, no bounce copy.
+  std::vector<ReadRequest> requests;
+  if (!source.bypasses_page_cache()) {
+    // Through the page cache (or memory): straight into each tensor, no bounce copy.
     for (const ReadTask::Part& part : task.parts) {
-      add_ranges(ranges, task.offset + part.in_task,
-                 std::span<std::byte>(reads_[part.read].dst + part.in_tensor, part.bytes),
-                 part.bytes);
+      add_requests(requests, task.offset + part.in_task,
+                   std::span<std::byte>(reads_[part.read].dst + part.in_tensor, part.bytes));
     }
-    ZW_RETURN_IF_ERROR(internal::read_ranges(open.file, ranges, Deadline::none(), false));
+    ZW_RETURN_IF_ERROR(source.read(requests, deadline()));
   } else {
     // O_DIRECT: aligned reads into a bounce buffer, then copies into the tensors.
     const uint64_t begin = task.offset / kDirectIoAlignment * kDirectIoAlignment;
@@ -315,9 +287,11 @@ Status Restore::run_task(const ReadTask& task) {
                          kDirectIoAlignment;
     thread_local internal::AlignedBuffer bounce;
     ZW_RETURN_IF_ERROR(bounce.reserve(end - begin, kReadPiece + 2 * kDirectIoAlignment, false));
-    add_ranges(ranges, begin, std::span<std::byte>(bounce.data(), end - begin),
-               task.offset + task.length - begin);
-    ZW_RETURN_IF_ERROR(internal::read_ranges(open.file, ranges, Deadline::none(), true));
+    // The blocks around the task, but not past the end of the file: the last block's read gets
+    // what the file has (and a task that reaches past the end is a short read).
+    const uint64_t stop = std::max(task.offset + task.length, std::min(end, source.size()));
+    add_requests(requests, begin, std::span<std::byte>(bounce.data(), stop - begin));
+    ZW_RETURN_IF_ERROR(source.read(requests, deadline()));
     const std::byte* span = bounce.data() + (task.offset - begin);
     for (const ReadTask::Part& part : task.parts) {
       std::memcpy(reads_[part.read].dst + part.in_tensor, span + part.in_task, part.bytes);
@@ -342,8 +316,7 @@ Status Restore::tensor_done(size_t read, const std::byte* copy) {
   const StoredTensor& t = tensor(read);
   const uint64_t digest = XXH3_64bits(copy != nullptr ? copy : reads_[read].dst, t.nbytes);
   if (digest == t.xxh3) return Status::ok();
-  auto local = target_.local_path(t.file);
-  return corrupt("tensor '" + t.name + "' in '" + (local ? local->string() : t.file) +
+  return corrupt("tensor '" + t.name + "' in '" + files_[file_of_read_[read]]->name() +
                  "' (offset " + std::to_string(t.offset) + ", " + std::to_string(t.stored_bytes) +
                  " bytes) does not match its checksum (xxh3 " + hex64(digest) + ", manifest " +
                  hex64(t.xxh3) + "): the file is damaged");
@@ -387,14 +360,16 @@ Status read_tensors(StorageTarget& target, const RankManifest& manifest,
 namespace {
 
 // Checks that a safetensors file's own header describes what the manifest says it holds.
-Status check_safetensors_header(const std::string& local, const StoredFile& file,
-                                const RankManifest& manifest) {
-  ZW_ASSIGN_OR_RETURN(internal::File f, internal::File::open_read(local));
+Status check_safetensors_header(ByteSource& source, const StoredFile& file,
+                                const RankManifest& manifest, std::chrono::nanoseconds timeout) {
+  const std::string& local = source.name();
   std::string first8(8, '\0');
-  ZW_RETURN_IF_ERROR(f.pread_exact(0, std::as_writable_bytes(std::span(first8))));
+  ZW_RETURN_IF_ERROR(
+      source.read_at(0, std::as_writable_bytes(std::span(first8)), Deadline::after(timeout)));
   ZW_ASSIGN_OR_RETURN(uint64_t length, internal::safetensors::header_length(first8, local));
   std::string prefix(8 + length, '\0');
-  ZW_RETURN_IF_ERROR(f.pread_exact(0, std::as_writable_bytes(std::span(prefix))));
+  ZW_RETURN_IF_ERROR(
+      source.read_at(0, std::as_writable_bytes(std::span(prefix)), Deadline::after(timeout)));
   ZW_ASSIGN_OR_RETURN(auto header, internal::safetensors::decode_header(prefix, file.bytes, local));
   std::map<std::string, const internal::safetensors::TensorEntry*> entries;
   for (const auto& e : header.tensors) entries[e.name] = &e;
@@ -414,7 +389,8 @@ Status check_safetensors_header(const std::string& local, const StoredFile& file
 }  // namespace
 
 Result<VerifyReport> verify_step(StorageTarget& target, uint64_t step, unsigned threads,
-                                 const std::function<void(uint64_t)>& progress) {
+                                 const std::function<void(uint64_t)>& progress,
+                                 std::chrono::nanoseconds read_timeout) {
   ZW_ASSIGN_OR_RETURN(auto record, read_commit_record(target, step));
   VerifyReport report;
   report.step = step;
@@ -441,20 +417,20 @@ Result<VerifyReport> verify_step(StorageTarget& target, uint64_t step, unsigned 
   internal::ThreadPool pool(read_threads(threads) - 1);
   pool.parallel_for(checks.size(), [&](size_t i) {
     Check& check = checks[i];
-    auto local = target.local_path(check.file->path);
-    if (!local) {
-      check.problem = "cannot verify '" + check.file->path + "' on " + target.describe();
+    auto source = target.open_for_read(check.file->path, IoBackend::kPread);
+    if (!source.is_ok()) {
+      check.problem = source.status().message();
       return;
     }
     // Through the page cache: verification reads each byte once.
-    auto digest = internal::stream_file(local->string(), check.file->bytes,
-                                        [&](uint64_t, std::span<const std::byte> piece) {
-                                          if (progress) {
-                                            std::lock_guard<std::mutex> lock(progress_mutex);
-                                            progress(piece.size());
-                                          }
-                                          return Status::ok();
-                                        });
+    auto digest = internal::stream_source(*source.value(), check.file->bytes, read_timeout,
+                                          [&](uint64_t, std::span<const std::byte> piece) {
+                                            if (progress) {
+                                              std::lock_guard<std::mutex> lock(progress_mutex);
+                                              progress(piece.size());
+                                            }
+                                            return Status::ok();
+                                          });
     if (!digest.is_ok()) {
       check.problem = digest.status().message();
       return;
@@ -468,16 +444,17 @@ Result<VerifyReport> verify_step(StorageTarget& target, uint64_t step, unsigned 
         std::vector<std::byte> scratch(tensor.nbytes);
         TensorRead read{t, scratch.data(), false};
         Status s = read_tensors(target, *check.manifest, std::span(&read, 1),
-                                RestoreOptions{1, false, true});
+                                RestoreOptions{1, false, true, read_timeout});
         if (!s.is_ok()) bad.push_back(s.message());
       }
-      check.problem = "'" + local->string() + "' does not match its checksum (xxh3 " +
+      check.problem = "'" + source.value()->name() + "' does not match its checksum (xxh3 " +
                       hex64(digest.value()) + ", manifest " + hex64(check.file->xxh3) + ")";
       for (const std::string& b : bad) check.problem += "; " + b;
       return;
     }
     if (check.file->container == "safetensors") {
-      Status s = check_safetensors_header(local->string(), *check.file, *check.manifest);
+      Status s =
+          check_safetensors_header(*source.value(), *check.file, *check.manifest, read_timeout);
       if (!s.is_ok()) check.problem = s.message();
     }
   });

@@ -6,27 +6,17 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <system_error>
 
+#include "checkpoint/checkpoint_io.hpp"
 #include "common/file.hpp"
 #include "common/log.hpp"
+#include "io/file_sources.hpp"
 
 namespace zerowait {
 namespace {
-
-// True for a path relative to the root that cannot leave it.
-bool is_valid_relative_path(const std::string& path) {
-  if (!path.empty() && path.front() == '/') return false;
-  size_t start = 0;
-  while (start <= path.size()) {
-    size_t end = path.find('/', start);
-    if (end == std::string::npos) end = path.size();
-    if (path.compare(start, end - start, "..") == 0) return false;
-    start = end + 1;
-  }
-  return true;
-}
 
 class LocalWritableFile : public WritableFile {
  public:
@@ -141,19 +131,15 @@ class LocalDirectoryTarget : public StorageTarget {
     return Status::ok();
   }
 
-  std::optional<std::filesystem::path> local_path(const std::string& path) const override {
-    // An invalid path has no place under the root; callers go through the checked operations.
-    if (!is_valid_relative_path(path)) return std::nullopt;
-    return path.empty() ? root_ : root_ / path;
+  Result<std::unique_ptr<ByteSource>> open_for_read(const std::string& path,
+                                                    IoBackend backend) override {
+    ZW_ASSIGN_OR_RETURN(std::string full, full_path(path));
+    return open_file_source(full, backend);
   }
 
  private:
   Result<std::string> full_path(const std::string& path) const {
-    if (!is_valid_relative_path(path)) {
-      return invalid_argument("invalid path '" + path + "' in " + describe() +
-                              ": it must be relative, without '..'");
-    }
-    return path.empty() ? root_.string() : (root_ / path).string();
+    return internal::join_target_path(root_.string(), path);
   }
 
   // The file type bits of `full`, or nullopt when it does not exist.
@@ -217,6 +203,88 @@ class FaultInjectingFile : public WritableFile {
 
 }  // namespace
 
+struct FaultInjectingTarget::ReadFaults {
+  std::mutex mutex;
+  std::condition_variable released_cv;
+  bool released = false;
+  ReadFaultRule rule;
+};
+
+namespace {
+
+// Wraps the inner target's source and applies the rule's fault to each request.
+class FaultInjectingSource final : public ByteSource {
+ public:
+  FaultInjectingSource(std::unique_ptr<ByteSource> inner, std::string path,
+                       std::shared_ptr<FaultInjectingTarget::ReadFaults> faults)
+      : inner_(std::move(inner)), path_(std::move(path)), faults_(std::move(faults)) {}
+
+  const std::string& name() const override { return inner_->name(); }
+  uint64_t size() const override { return inner_->size(); }
+  bool bypasses_page_cache() const override { return inner_->bypasses_page_cache(); }
+  void advise_sequential() override { inner_->advise_sequential(); }
+  void prefetch(uint64_t offset, uint64_t length) override { inner_->prefetch(offset, length); }
+
+  Status read(std::span<const ReadRequest> requests, Deadline deadline) override {
+    FaultInjectingTarget::ReadFaultRule rule;
+    {
+      std::lock_guard<std::mutex> lock(faults_->mutex);
+      rule = faults_->rule;
+    }
+    if (!rule) return inner_->read(requests, deadline);
+    std::vector<ReadFault> faults;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const ReadRequest& r = requests[i];
+      const ReadFault fault = rule(path_, r.offset, r.dst.size());
+      faults.push_back(fault);
+      switch (fault.kind) {
+        case ReadFault::Kind::kError:
+          return errno_status(fault.error, "cannot read (injected fault)", name(),
+                              static_cast<long long>(r.offset));
+        case ReadFault::Kind::kShortRead: {
+          const uint64_t half = r.dst.size() / 2;
+          ZW_RETURN_IF_ERROR(inner_->read_at(r.offset, r.dst.first(half), deadline));
+          return internal::short_read_status(name(), r.offset + half, r.dst.size() - half);
+        }
+        case ReadFault::Kind::kStall:
+          stall(deadline);
+          return internal::deadline_status(name(), r.offset, requests.size() - i);
+        case ReadFault::Kind::kNone:
+        case ReadFault::Kind::kFlipByte:
+          break;
+      }
+    }
+    ZW_RETURN_IF_ERROR(inner_->read(requests, deadline));
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const ReadRequest& r = requests[i];
+      const uint64_t at = faults[i].flip_offset;
+      if (faults[i].kind == ReadFault::Kind::kFlipByte && at >= r.offset &&
+          at - r.offset < r.dst.size()) {
+        r.dst[at - r.offset] ^= std::byte{0xff};
+      }
+    }
+    return Status::ok();
+  }
+
+ private:
+  // Hangs like a read the storage never answers, until `deadline` or a release.
+  void stall(Deadline deadline) {
+    std::unique_lock<std::mutex> lock(faults_->mutex);
+    const auto released = [&] { return faults_->released; };
+    if (deadline.at == Clock::time_point::max()) {
+      faults_->released_cv.wait(lock, released);
+    } else {
+      faults_->released_cv.wait_until(lock, deadline.at, released);
+    }
+  }
+
+  std::unique_ptr<ByteSource> inner_;
+  std::string path_;
+  std::shared_ptr<FaultInjectingTarget::ReadFaults> faults_;
+};
+
+}  // namespace
+
 std::shared_ptr<StorageTarget> make_local_directory_target(const std::filesystem::path& root) {
   std::filesystem::path absolute = std::filesystem::absolute(root).lexically_normal();
   // "/ckpt/" normalises to "/ckpt/"; messages read better without the trailing separator.
@@ -225,7 +293,23 @@ std::shared_ptr<StorageTarget> make_local_directory_target(const std::filesystem
 }
 
 FaultInjectingTarget::FaultInjectingTarget(std::shared_ptr<StorageTarget> inner)
-    : inner_(std::move(inner)) {}
+    : inner_(std::move(inner)), read_faults_(std::make_shared<ReadFaults>()) {}
+
+// A source may outlive its target: no read of it stays stalled on a rule nobody can change.
+FaultInjectingTarget::~FaultInjectingTarget() { release_stalled_reads(); }
+
+void FaultInjectingTarget::set_read_fault_rule(ReadFaultRule rule) {
+  std::lock_guard<std::mutex> lock(read_faults_->mutex);
+  read_faults_->rule = std::move(rule);
+}
+
+void FaultInjectingTarget::release_stalled_reads() {
+  {
+    std::lock_guard<std::mutex> lock(read_faults_->mutex);
+    read_faults_->released = true;
+  }
+  read_faults_->released_cv.notify_all();
+}
 
 void FaultInjectingTarget::set_fault_rule(FaultRule rule) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -300,6 +384,13 @@ Result<uint64_t> FaultInjectingTarget::file_size(const std::string& path) {
   return inner_->file_size(path);
 }
 
+Result<std::unique_ptr<ByteSource>> FaultInjectingTarget::open_for_read(const std::string& path,
+                                                                        IoBackend backend) {
+  ZW_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> inner, inner_->open_for_read(path, backend));
+  return std::unique_ptr<ByteSource>(
+      new FaultInjectingSource(std::move(inner), path, read_faults_));
+}
+
 Status FaultInjectingTarget::remove_file(const std::string& path) {
   ZW_RETURN_IF_ERROR(record({"remove", path}));
   return inner_->remove_file(path);
@@ -308,11 +399,6 @@ Status FaultInjectingTarget::remove_file(const std::string& path) {
 Status FaultInjectingTarget::remove_all(const std::string& path) {
   ZW_RETURN_IF_ERROR(record({"remove-all", path}));
   return inner_->remove_all(path);
-}
-
-std::optional<std::filesystem::path> FaultInjectingTarget::local_path(
-    const std::string& path) const {
-  return inner_->local_path(path);
 }
 
 }  // namespace zerowait

@@ -81,6 +81,7 @@ class DirectSource final : public ByteSource {
       : file_(std::move(file)), size_(size), use_io_uring_(use_io_uring) {}
   const std::string& name() const override { return file_.path(); }
   uint64_t size() const override { return size_; }
+  bool bypasses_page_cache() const override { return true; }
 
   // advise_sequential() and prefetch() stay no-ops: they would only fill the page cache that
   // these reads bypass.

@@ -8,6 +8,7 @@
 // fields: docs/checkpoint.md.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -174,10 +175,16 @@ struct TensorRead {
   bool fresh = false;
 };
 
+// How long one read of a restore, a verification or a mirror copy (at most 16 MiB, one ranged
+// read of the storage target) may take before it is reported as kDeadlineExceeded, naming the
+// file and offset, instead of waited for.
+inline constexpr std::chrono::seconds kDefaultReadTimeout{60};
+
 struct RestoreOptions {
   unsigned threads = 0;  // 0: two per CPU, at least 4 (each alternates reading and copying)
-  bool direct = true;    // O_DIRECT where the filesystem allows it
+  bool direct = true;    // O_DIRECT where the target is a filesystem that allows it
   bool verify = true;    // check every tensor's xxh3 while reading
+  std::chrono::nanoseconds read_timeout = kDefaultReadTimeout;  // per read, see above
 };
 
 class Checkpointer {
@@ -226,7 +233,11 @@ Result<StepInfo> read_step_info(StorageTarget& target, uint64_t step);
 Result<RankManifest> read_rank_manifest(StorageTarget& target, uint64_t step, uint32_t rank);
 // Every rank's manifest of committed step N, rank 0 first (the first error, if any).
 Result<std::vector<RankManifest>> read_rank_manifests(StorageTarget& target, uint64_t step);
-// Reads tensors of `manifest` into memory, verifying checksums; kCorrupt names the file and tensor.
+// Reads tensors of `manifest` into memory through the target's ranged reads (open_for_read),
+// in parallel, verifying checksums. Errors name the file and offset: kCorrupt for a checksum
+// mismatch (and the tensor) or a short read, kIo for a failed read, kDeadlineExceeded for a read
+// that took longer than options.read_timeout. After an error the destinations hold a mix of old
+// and new bytes.
 Status read_tensors(StorageTarget& target, const RankManifest& manifest,
                     std::span<const TensorRead> reads, const RestoreOptions& options = {});
 
@@ -237,9 +248,12 @@ struct VerifyReport {
   uint64_t tensors = 0;
   std::vector<std::string> problems;  // empty: the step is intact
 };
-// Reads every file of every rank of step N and checks sizes, headers and checksums.
+// Reads every file of every rank of step N through the target's ranged reads (each within
+// `read_timeout`) and checks sizes, headers and checksums. `progress` gets the bytes read, from
+// several threads (one at a time).
 Result<VerifyReport> verify_step(StorageTarget& target, uint64_t step, unsigned threads = 0,
-                                 const std::function<void(uint64_t bytes)>& progress = {});
+                                 const std::function<void(uint64_t bytes)>& progress = {},
+                                 std::chrono::nanoseconds read_timeout = kDefaultReadTimeout);
 
 struct GcReport {
   std::vector<std::string> removed;  // paths relative to the root

@@ -81,6 +81,11 @@ class ByteSource {
   // Convenience: one range.
   Status read_at(uint64_t offset, std::span<std::byte> dst, Deadline deadline = Deadline::none());
 
+  // True when reads bypass the page cache (O_DIRECT in effect, after any fallback): a caller
+  // that reads large ranges then does best with offsets, lengths and buffers aligned to
+  // kDirectIoAlignment. Other sources take any range straight into the caller's buffer.
+  virtual bool bypasses_page_cache() const { return false; }
+
   // Tells the kernel the access will be sequential (readahead); a no-op where meaningless.
   virtual void advise_sequential() {}
   // Hints that [offset, offset + length) will be read soon, so its I/O can start in the

@@ -1,0 +1,228 @@
+// The read side of checkpoints through the storage-target seam: a checkpoint written to a local
+// directory is restored, verified and mirrored through a target with no local path, and every
+// kind of failing read (EIO, a short read, a stall, a flipped byte) is reported naming the file
+// and offset, within its deadline.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <thread>
+
+#include "checkpoint/checkpoint_io.hpp"
+#include "testing/checkpoint_state.hpp"
+#include "testing/testing.hpp"
+#include "zerowait/checkpoint/checkpointer.hpp"
+
+namespace zerowait {
+namespace {
+
+using testing::read_all;
+using testing::save_and_wait;
+using testing::TempDir;
+using testing::TrainingState;
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// Saves `state` as steps 1 and 2 (several files, one tensor larger than a read piece) into
+// `dir`, with or without compression; the state holds step 2's values afterwards.
+void save_two_steps(const std::string& dir, TrainingState& state, bool compressed) {
+  CheckpointOptions options;
+  options.max_file_bytes = 1 << 20;
+  options.compression = compressed ? Compression::kZstd : Compression::kNone;
+  auto cp = testing::open_or_die(make_local_directory_target(dir), options);
+  state.fill_all(1);
+  save_and_wait(*cp, state.request(1));
+  state.fill_all(2);
+  save_and_wait(*cp, state.request(2));
+  ASSERT_TRUE(cp->wait_all().is_ok());
+}
+
+TEST(CheckpointRestore, RestoresVerifiesAndMirrorsThroughATargetWithNoLocalPath) {
+  for (bool compressed : {false, true}) {
+    SCOPED_TRACE(compressed ? "zstd" : "uncompressed");
+    TempDir dir;
+    TrainingState state = TrainingState::make({0, 3, 1000, 300000, 5 << 20});
+    save_two_steps(dir.path(), state, compressed);
+
+    // The directory's bytes, on a target that has nothing but the StorageTarget interface.
+    auto memory = make_memory_target("primary");
+    testing::copy_directory_into(dir.path(), *memory);
+    ASSERT_EQ(list_steps(*memory).value(), (std::vector<uint64_t>{1, 2}));
+    for (bool direct : {true, false}) {
+      EXPECT_EQ(read_all(*memory, 2, 0, RestoreOptions{0, direct, true}), state.values);
+    }
+    auto report = verify_step(*memory, 2);
+    ASSERT_TRUE(report.is_ok()) << report.status().to_string();
+    EXPECT_TRUE(report.value().problems.empty()) << report.value().problems[0];
+    EXPECT_EQ(report.value().tensors, state.values.size());
+    EXPECT_GT(report.value().files, 1u);
+
+    // Mirrored from memory into another memory target and into a local directory: both read
+    // back tensor for tensor and verify.
+    auto memory_mirror = make_memory_target("mirror");
+    TempDir mirror_dir;
+    auto local_mirror = make_local_directory_target(mirror_dir.path());
+    for (StorageTarget* mirror : {memory_mirror.get(), local_mirror.get()}) {
+      SCOPED_TRACE(mirror->describe());
+      ASSERT_TRUE(internal::mirror_step(*memory, *mirror, 2).is_ok());
+      EXPECT_EQ(list_steps(*mirror).value(), std::vector<uint64_t>{2});
+      EXPECT_EQ(read_all(*mirror, 2), state.values);
+      EXPECT_TRUE(verify_step(*mirror, 2).value().problems.empty());
+    }
+  }
+}
+
+TEST(CheckpointRestore, ACheckpointerMirrorsIntoATargetWithNoLocalPath) {
+  TempDir dir;
+  auto mirror = make_memory_target("mirror");
+  CheckpointOptions options;
+  options.mirror = mirror;
+  options.incremental = true;
+  auto cp = testing::open_or_die(make_local_directory_target(dir.path()), options);
+  TrainingState state = TrainingState::make({1000, 2000, 3000});
+  for (uint64_t step = 1; step <= 3; ++step) {
+    state.fill(step % 3, step);
+    save_and_wait(*cp, state.request(step));
+  }
+  ASSERT_TRUE(cp->wait_all().is_ok());
+  EXPECT_EQ(list_steps(*mirror).value(), (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_EQ(read_all(*mirror, 3), state.values);
+  EXPECT_TRUE(verify_step(*mirror, 3).value().problems.empty());
+}
+
+// A step saved in a local directory, read through a FaultInjectingTarget whose rule faults the
+// read that covers one byte of the largest tensor.
+class ReadFaultTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    state_.fill_all(1);
+    auto cp = testing::open_or_die(make_local_directory_target(dir_.path()));
+    save_and_wait(*cp, state_.request(1));
+    faulty_ = std::make_shared<FaultInjectingTarget>(make_local_directory_target(dir_.path()));
+    manifest_ = read_rank_manifest(*faulty_, 1, 0).value();
+    tensor_ = manifest_.tensors[1];
+    target_byte_ = tensor_.offset + tensor_.nbytes / 2;
+  }
+
+  // Faults the read of the tensor's file that covers its middle byte with `kind`; remembers the
+  // offset of the faulted request.
+  void inject(ReadFault::Kind kind) {
+    faulty_->set_read_fault_rule(
+        [this, kind](const std::string& path, uint64_t offset, uint64_t length) {
+          if (path != tensor_.file || target_byte_ < offset || target_byte_ >= offset + length) {
+            return ReadFault{};
+          }
+          faulted_offset_ = offset;
+          faulted_length_ = length;
+          return ReadFault{kind, EIO, target_byte_};
+        });
+  }
+
+  // Restores every tensor with a short deadline, returning the status.
+  Status restore() {
+    std::vector<std::vector<float>> out;
+    std::vector<TensorRead> reads;
+    for (size_t i = 0; i < manifest_.tensors.size(); ++i) {
+      out.emplace_back(manifest_.tensors[i].nbytes / sizeof(float));
+    }
+    for (size_t i = 0; i < out.size(); ++i) {
+      reads.push_back({i, reinterpret_cast<std::byte*>(out[i].data())});
+    }
+    RestoreOptions options{0, GetParam(), true, kDeadline};
+    return read_tensors(*faulty_, manifest_, reads, options);
+  }
+
+  static constexpr std::chrono::milliseconds kDeadline{300};
+  TempDir dir_;
+  TrainingState state_ = TrainingState::make({1000, 3 << 20, 5000});
+  std::shared_ptr<FaultInjectingTarget> faulty_;
+  RankManifest manifest_;
+  StoredTensor tensor_;
+  uint64_t target_byte_ = 0;
+  std::atomic<uint64_t> faulted_offset_{~0ull};
+  std::atomic<uint64_t> faulted_length_{0};
+};
+
+INSTANTIATE_TEST_SUITE_P(Reads, ReadFaultTest, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "direct" : "page_cache"; });
+
+TEST_P(ReadFaultTest, EveryFaultNamesTheFileAndOffsetWithinItsDeadline) {
+  const std::string file = dir_ / tensor_.file;
+  struct Case {
+    ReadFault::Kind kind;
+    const char* name;
+    ErrorCode code;
+  };
+  for (const Case& c : {Case{ReadFault::Kind::kError, "EIO", ErrorCode::kIo},
+                        Case{ReadFault::Kind::kShortRead, "short read", ErrorCode::kCorrupt},
+                        Case{ReadFault::Kind::kStall, "stall", ErrorCode::kDeadlineExceeded},
+                        Case{ReadFault::Kind::kFlipByte, "flipped byte", ErrorCode::kCorrupt}}) {
+    SCOPED_TRACE(c.name);
+    inject(c.kind);
+    const auto start = std::chrono::steady_clock::now();
+    Status s = restore();
+    const auto took = std::chrono::steady_clock::now() - start;
+    std::cout << "  " << c.name << " (" << (GetParam() ? "direct" : "page cache")
+              << "): " << s.to_string() << "\n";
+    ASSERT_EQ(s.code(), c.code) << s.to_string();
+    EXPECT_TRUE(contains(s.message(), file)) << s.message();
+    ASSERT_NE(faulted_offset_.load(), ~0ull) << "the rule never matched a read";
+    // A corrupt tensor is named with its own offset, a failed read with the read's, a short
+    // read with where the bytes ran out (half-way through the read).
+    uint64_t offset = faulted_offset_.load();
+    if (c.kind == ReadFault::Kind::kFlipByte) offset = tensor_.offset;
+    if (c.kind == ReadFault::Kind::kShortRead) offset += faulted_length_.load() / 2;
+    EXPECT_TRUE(contains(s.message(), "offset " + std::to_string(offset))) << s.message();
+    if (c.kind == ReadFault::Kind::kFlipByte) {
+      EXPECT_TRUE(contains(s.message(), tensor_.name)) << s.message();
+    }
+    // Bounded by the restore's own deadline, not the 60 s default nor forever.
+    EXPECT_LT(took, kDefaultReadTimeout / 2);
+    faulted_offset_ = ~0ull;
+  }
+  faulty_->set_read_fault_rule(nullptr);
+  EXPECT_TRUE(restore().is_ok());
+}
+
+TEST_P(ReadFaultTest, VerifyAndTheMirrorCopyReportAFailingRead) {
+  inject(ReadFault::Kind::kError);
+  auto report = verify_step(*faulty_, 1);
+  ASSERT_TRUE(report.is_ok()) << report.status().to_string();
+  ASSERT_EQ(report.value().problems.size(), 1u);
+  EXPECT_TRUE(contains(report.value().problems[0], dir_ / tensor_.file))
+      << report.value().problems[0];
+
+  inject(ReadFault::Kind::kFlipByte);
+  auto mirror = make_memory_target("mirror");
+  Status mirrored = internal::mirror_step(*faulty_, *mirror, 1);
+  EXPECT_EQ(mirrored.code(), ErrorCode::kCorrupt) << mirrored.to_string();
+  EXPECT_TRUE(contains(mirrored.message(), dir_ / tensor_.file)) << mirrored.message();
+  EXPECT_TRUE(list_steps(*mirror).value().empty()) << "a damaged copy is not mirrored";
+}
+
+TEST(CheckpointRestore, AStalledReadWithoutADeadlineEndsWhenReleased) {
+  TempDir dir;
+  testing::write_file(dir / "f", std::string(100, 'x'));
+  FaultInjectingTarget faulty(make_local_directory_target(dir.path()));
+  faulty.set_read_fault_rule(
+      [](const std::string&, uint64_t, uint64_t) { return ReadFault{ReadFault::Kind::kStall}; });
+  auto source = faulty.open_for_read("f", IoBackend::kPread);
+  ASSERT_TRUE(source.is_ok());
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    faulty.release_stalled_reads();
+  });
+  std::vector<std::byte> buffer(10);
+  Status s = (*source)->read_at(20, buffer);
+  release.join();
+  EXPECT_EQ(s.code(), ErrorCode::kDeadlineExceeded) << s.to_string();
+  EXPECT_TRUE(contains(s.message(), dir / "f")) << s.message();
+}
+
+}  // namespace
+}  // namespace zerowait

@@ -1,0 +1,40 @@
+// Helpers shared by the checkpoint tests: a training-like state whose bytes a test can
+// recompute, saving and reading it back through the public API, and copying a checkpoint
+// directory into another storage target.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zerowait/checkpoint/checkpointer.hpp"
+
+namespace zerowait::testing {
+
+// Tensors whose bytes are a function of (version, tensor): what a test saves it can recompute
+// to check what it reads.
+struct TrainingState {
+  std::vector<std::string> names;  // "/model/layer.<i>.weight"
+  std::vector<std::vector<float>> values;
+
+  static TrainingState make(const std::vector<size_t>& sizes);  // floats per tensor
+  void fill(size_t tensor, uint64_t version);
+  void fill_all(uint64_t version);
+  SaveRequest request(uint64_t step) const;  // F32 tensors; the data stays owned by this state
+};
+
+// Every tensor of rank `rank`'s part of `step`, read with read_tensors (a failure is a test
+// failure and returns what was read so far).
+std::vector<std::vector<float>> read_all(StorageTarget& target, uint64_t step, uint32_t rank = 0,
+                                         RestoreOptions options = {});
+SaveResult save_and_wait(Checkpointer& cp, const SaveRequest& request);
+std::unique_ptr<Checkpointer> open_or_die(std::shared_ptr<StorageTarget> target,
+                                          CheckpointOptions options = {});
+
+// Copies every directory and file under local directory `dir` into `target` (same relative
+// paths) with plain file reads and the target's writes: how a test puts a checkpoint written to
+// a directory onto a target with no local path.
+void copy_directory_into(const std::string& dir, StorageTarget& target);
+
+}  // namespace zerowait::testing

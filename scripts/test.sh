@@ -98,22 +98,26 @@ fuzz_tests() {
     echo "no fuzz_* binaries were built in build-fuzz/" >&2
     return 1
   }
+  # Real shards and tars as seeds, written by this build's CLI (tests/fuzz/make_seeds.sh).
+  rm -rf build-fuzz/seeds
+  tests/fuzz/make_seeds.sh build-fuzz/zerowait build-fuzz/seeds
   for fuzzer in "${fuzzers[@]}"; do
     name="$(basename "$fuzzer")"
     corpus="build-fuzz/corpus/$name"
-    seeds="tests/fuzz/corpus/$name"
+    seeds="build-fuzz/seeds/$name"
     log="build-fuzz/$name.log"
-    mkdir -p "$corpus"
+    mkdir -p "$corpus" "$seeds"
     echo "$name: ${FUZZ_SECONDS} s (log: $log)"
-    # New inputs go into the first corpus directory; checked-in seeds, if any, are read too.
+    # New inputs go into the first corpus directory; the seeds are read too. -max_len leaves room
+    # for a seed shard or tar (a few KB) to grow: libFuzzer's default would be the largest seed.
     if ! "$fuzzer" -max_total_time="$FUZZ_SECONDS" -timeout=10 -rss_limit_mb=2048 \
-      -artifact_prefix="build-fuzz/$name-" "$corpus" $([[ -d "$seeds" ]] && echo "$seeds") \
-      >"$log" 2>&1; then
+      -max_len=65536 -artifact_prefix="build-fuzz/$name-" "$corpus" "$seeds" >"$log" 2>&1; then
       tail -n 60 "$log" >&2
       echo "$name found a crash; the input is saved as build-fuzz/$name-*" >&2
       return 1
     fi
-    grep -E '^Done [0-9]+ runs' "$log" || tail -n 1 "$log"
+    # fuzz_shard also says how many inputs got past the checksums into ShardIndex::parse.
+    grep -E '^Done [0-9]+ runs|^fuzz_shard: ' "$log" || tail -n 1 "$log"
   done
 }
 

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 
+import numpy as np
+
 import zerowait
+from helpers import read_tree
 
 
 def run(cli, *args):
@@ -52,3 +56,90 @@ def test_cli_error_names_the_missing_path(cli, tmp_path):
     result = run(cli, "inspect", missing)
     assert result.returncode == 1
     assert str(missing) in result.stderr
+
+
+def corrupt_copy(image_tree, root):
+    """A copy of image_tree in which three JPEGs are damaged: two cut short (both pack modes
+    quarantine them) and one whose entropy-coded data lost 200 bytes mid-scan (its markers are
+    intact: only a full decode, `--verify-images`, finds it). Returns (cut, damaged) paths."""
+    shutil.copytree(image_tree, root)
+    jpegs = sorted(root.rglob("*.jpg"))
+    cut = jpegs[1:3]
+    for path in cut:
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    damaged = jpegs[5]
+    data = damaged.read_bytes()
+    sos = data.index(b"\xff\xda")
+    scan = sos + 2 + int.from_bytes(data[sos + 2:sos + 4], "big")
+    middle = scan + (len(data) - scan) // 2
+    damaged.write_bytes(data[:middle] + data[middle + 200:])
+    return cut, damaged
+
+
+def quarantined(out) -> dict:
+    """quarantine.json as path -> reason."""
+    report = json.loads((out / "quarantine.json").read_text())
+    assert report["count"] == len(report["entries"])
+    return {entry["path"]: entry["reason"] for entry in report["entries"]}
+
+
+def test_pack_verify_images_quarantines_what_only_a_decode_finds(cli, image_tree, tmp_path):
+    cut, damaged = corrupt_copy(image_tree, tmp_path / "src")
+    structure = run(cli, "pack", tmp_path / "src", "-o", tmp_path / "structure", "--imagefolder",
+                    "--no-sync")
+    assert structure.returncode == 3, structure.stderr
+    assert set(quarantined(tmp_path / "structure")) == {str(p) for p in cut}
+    # The damaged JPEG passed the structure check and was packed.
+    assert len(zerowait.Dataset(tmp_path / "structure")) == 48 - 2
+
+    decoded = run(cli, "pack", tmp_path / "src", "-o", tmp_path / "decoded", "--imagefolder",
+                  "--verify-images", "--no-sync")
+    assert decoded.returncode == 3, decoded.stderr
+    reasons = quarantined(tmp_path / "decoded")
+    assert set(reasons) == {str(p) for p in [*cut, damaged]}
+    assert "JPEG decode failed" in reasons[str(damaged)]
+    ds = zerowait.Dataset(tmp_path / "decoded")
+    assert len(ds) == 48 - 3
+    assert damaged.relative_to(tmp_path / "src").with_suffix("").as_posix() not in {
+        ds.key(i) for i in range(len(ds))}
+
+
+def test_pack_writes_the_same_bytes_with_1_and_8_threads(cli, image_tree, tmp_path):
+    """Loading and checking run on N threads; the shards, manifest and quarantine report must
+    not depend on N, quarantined files included."""
+    corrupt_copy(image_tree, tmp_path / "src")
+    outputs = []
+    for threads in (1, 8):
+        out = tmp_path / f"threads-{threads}"
+        result = run(cli, "pack", tmp_path / "src", "-o", out, "--imagefolder", "--verify-images",
+                     "--threads", threads, "--shard-size", "16K", "--no-sync")
+        assert result.returncode == 3, result.stderr
+        outputs.append(read_tree(out))
+    one, eight = outputs
+    assert len([name for name in one if name.endswith(".zws")]) > 3
+    assert one.keys() == eight.keys()
+    for name in one:
+        assert one[name] == eight[name], f"{name} differs between 1 and 8 threads"
+
+
+def test_ckpt_gc_keep_every_keeps_milestones_besides_the_newest(cli, tmp_path):
+    root = tmp_path / "ckpt"
+    with zerowait.Checkpointer(root) as checkpointer:
+        for step in (5, 10, 15, 20, 25, 30, 35):
+            checkpointer.save(step, {"w": np.full(1000, step, dtype=np.float32)}, blocking=True)
+    result = run(cli, "ckpt", "gc", root, "--keep-last", "1", "--keep-every", "10", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["retired_steps"] == [5, 15, 25]
+    assert report["kept_steps"] == [10, 20, 30, 35]
+    assert report["bytes_freed"] > 0
+    listing = json.loads(run(cli, "ckpt", "ls", root, "--json").stdout)
+    assert [s["step"] for s in listing["steps"]] == [10, 20, 30, 35]
+    assert run(cli, "ckpt", "verify", root).returncode == 0
+    with zerowait.Checkpointer(root) as checkpointer:
+        for step in (10, 20, 30, 35):
+            assert (checkpointer.load(step)["w"] == step).all()
+    # Without --keep-every the same retention keeps only the newest.
+    report = json.loads(run(cli, "ckpt", "gc", root, "--keep-last", "1", "--json").stdout)
+    assert report["retired_steps"] == [10, 20, 30] and report["kept_steps"] == [35]

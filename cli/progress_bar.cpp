@@ -50,7 +50,7 @@ void ProgressBar::update(uint64_t items_done, uint64_t items_total, uint64_t byt
   if (drawn_ && now - last_draw_ < kRedrawInterval) return;
   last_draw_ = now;
   drawn_ = true;
-  std::string line = render(std::chrono::duration<double>(now - start_).count());
+  std::string line = render(internal::seconds(now - start_));
   // Stay one column short of the edge: a full-width line makes some terminals wrap.
   line.resize(std::min(line.size(), terminal_columns() - 1));
   write_stderr("\r" + line + "\033[K");

@@ -178,7 +178,7 @@ struct Loader::Impl {
     }
     if (totals.batches < tuned_batches + 32) return;
     const auto now = SteadyClock::now();
-    const double window = std::chrono::duration<double>(now - tuned_at).count();
+    const double window = seconds(now - tuned_at);
     const double waited = totals.wait_s - tuned_wait_s;
     tuned_batches = totals.batches;
     tuned_wait_s = totals.wait_s;

@@ -76,7 +76,7 @@ py::dict manifest_dict(const RankManifest& m) {
 using TensorTuple =
     std::tuple<std::string, std::string, std::vector<int64_t>, uint32_t, bool, uintptr_t, uint64_t>;
 
-// Reads one rank's part of a committed step; holds the validated manifest between calls.
+// One rank's validated manifest of a committed step (tests and tools look inside steps with it).
 class CheckpointReader {
  public:
   CheckpointReader(py::handle directory, uint64_t step, uint32_t rank)
@@ -85,22 +85,65 @@ class CheckpointReader {
         value_or_throw(without_gil([&] { return read_rank_manifest(*target_, step, rank); }));
   }
   py::dict manifest() const { return manifest_dict(manifest_); }
-  void read(const std::vector<std::tuple<size_t, uintptr_t, bool>>& reads, unsigned threads,
-            bool direct, bool verify, double read_timeout_s) {
-    std::vector<TensorRead> targets;
-    for (const auto& [index, address, fresh] : reads) {
-      targets.push_back({index, reinterpret_cast<std::byte*>(address), fresh});
-    }
-    throw_if_error(without_gil([&] {
-      return read_tensors(*target_, manifest_, targets,
-                          RestoreOptions{threads, direct, verify, seconds(read_timeout_s)});
-    }));
-  }
 
  private:
   std::shared_ptr<StorageTarget> target_;
   RankManifest manifest_;
 };
+
+// restore_newest() for Checkpointer.load(): `plan(manifest, step, tier)` (Python, under the GIL)
+// allocates the tensors of the copy being tried and returns their reads; `on_skip(step, tier,
+// listed, message, next_step, next_tier)` is told of each copy given up, in order. The reads run
+// without the GIL. A Python exception from either callback ends the restore and is re-raised.
+py::dict restore_newest_py(py::handle directory, py::object mirror, std::optional<uint64_t> step,
+                           uint32_t rank, bool fallback, py::function plan, py::function on_skip,
+                           unsigned threads, bool direct, double read_timeout_s) {
+  auto primary = local_target(directory);
+  std::shared_ptr<StorageTarget> mirror_target;
+  if (!mirror.is_none()) mirror_target = local_target(mirror);
+  std::exception_ptr raised;
+  RestoreNewestOptions options;
+  options.step = step;
+  options.rank = rank;
+  options.fallback = fallback;
+  options.on_skip = [&](const SkippedCopy& skipped, uint64_t next_step, Tier next_tier) {
+    if (raised) return;
+    py::gil_scoped_acquire gil;
+    try {
+      on_skip(skipped.step, tier_name(skipped.tier), skipped.listed, skipped.why.message(),
+              next_step, tier_name(next_tier));
+    } catch (...) {
+      raised = std::current_exception();
+    }
+  };
+  const RestoreOptions read{threads, direct, true, seconds(read_timeout_s)};
+  auto restored = without_gil([&] {
+    return restore_newest(*primary, mirror_target.get(), options, [&](const StepCopy& copy) {
+      if (raised) return Status(ErrorCode::kCancelled, "a Python callback raised");
+      std::vector<TensorRead> reads;
+      {
+        py::gil_scoped_acquire gil;
+        try {
+          py::object planned = plan(manifest_dict(*copy.manifest), copy.step, tier_name(copy.tier));
+          for (const auto& [index, address, fresh] :
+               planned.cast<std::vector<std::tuple<size_t, uintptr_t, bool>>>()) {
+            reads.push_back({index, reinterpret_cast<std::byte*>(address), fresh});
+          }
+        } catch (...) {
+          raised = std::current_exception();
+          return Status(ErrorCode::kCancelled, "a Python callback raised");
+        }
+      }
+      return read_tensors(*copy.target, *copy.manifest, reads, read);
+    });
+  });
+  if (raised) std::rethrow_exception(raised);
+  const RestoredStep r = value_or_throw(std::move(restored));
+  py::dict d;
+  d["step"] = r.step;
+  d["tier"] = tier_name(r.tier);
+  return d;
+}
 
 }  // namespace
 
@@ -193,11 +236,12 @@ void bind_checkpoint(py::module_& m) {
   py::class_<CheckpointReader>(m, "_CheckpointReader")
       .def(py::init<py::handle, uint64_t, uint32_t>(), py::arg("directory"), py::arg("step"),
            py::arg("rank") = 0)
-      .def("manifest", &CheckpointReader::manifest)
-      .def("read", &CheckpointReader::read, py::arg("reads"), py::arg("threads") = 0,
-           py::arg("direct") = true, py::arg("verify") = true,
-           py::arg("read_timeout_s") = default_read_timeout_s());
+      .def("manifest", &CheckpointReader::manifest);
 
+  m.def("_ckpt_restore_newest", &restore_newest_py, py::arg("directory"), py::arg("mirror"),
+        py::arg("step"), py::arg("rank"), py::arg("fallback"), py::arg("plan"), py::arg("on_skip"),
+        py::kw_only(), py::arg("threads") = 0, py::arg("direct") = true,
+        py::arg("read_timeout_s") = default_read_timeout_s());
   m.def("_ckpt_list_steps", [](py::handle directory) {
     auto target = local_target(directory);
     return value_or_throw(without_gil([&] { return list_steps(*target); }));

@@ -1,7 +1,8 @@
 // The read side of checkpoints through the storage-target seam: a checkpoint written to a local
-// directory is restored, verified and mirrored through a target with no local path, and every
-// kind of failing read (EIO, a short read, a stall, a flipped byte) is reported naming the file
-// and offset, within its deadline.
+// directory is restored, verified and mirrored through a target with no local path; every kind
+// of failing read (EIO, a short read, a stall, a flipped byte) is reported naming the file and
+// offset, within its deadline; and restore_newest() falls back from a damaged, missing or
+// stalled copy to the mirror's copy, then to older steps.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -222,6 +223,166 @@ TEST(CheckpointRestore, AStalledReadWithoutADeadlineEndsWhenReleased) {
   release.join();
   EXPECT_EQ(s.code(), ErrorCode::kDeadlineExceeded) << s.to_string();
   EXPECT_TRUE(contains(s.message(), dir / "f")) << s.message();
+}
+
+// Steps 1..3 of a state saved to a local directory with a mirror; step N's tensors hold version
+// N. restore() runs restore_newest and reads every tensor of the copy it settles on.
+class RestoreNewestTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    local_ = make_local_directory_target(local_dir_.path());
+    mirror_ = make_local_directory_target(mirror_dir_.path());
+    CheckpointOptions options;
+    options.mirror = mirror_;
+    auto cp = testing::open_or_die(local_, options);
+    for (uint64_t step = 1; step <= 3; ++step) {
+      state_.fill_all(step);
+      save_and_wait(*cp, state_.request(step));
+    }
+    ASSERT_TRUE(cp->wait_all().is_ok());
+  }
+
+  // The values step `step` was saved with.
+  std::vector<std::vector<float>> saved(uint64_t step) {
+    TrainingState expected = TrainingState::make({1000, 3 << 20});
+    expected.fill_all(step);
+    return expected.values;
+  }
+
+  // Inverts one byte of the second tensor of `step` in the tier at `dir`.
+  void damage(const TempDir& dir, uint64_t step) {
+    const std::string file = dir / (step_directory(step) + "/rank-00000-00000.safetensors");
+    std::string bytes = testing::read_file(file);
+    bytes[bytes.size() - 1000] ^= 0x20;
+    testing::write_file(file, bytes);
+  }
+
+  Result<RestoredStep> restore(StorageTarget& primary, StorageTarget* mirror,
+                               RestoreNewestOptions options, RestoreOptions read = {}) {
+    restored_.clear();
+    return restore_newest(primary, mirror, options, [&](const StepCopy& copy) {
+      restored_.clear();
+      std::vector<TensorRead> reads;
+      for (const StoredTensor& t : copy.manifest->tensors) {
+        restored_.emplace_back(t.nbytes / sizeof(float));
+      }
+      for (size_t i = 0; i < restored_.size(); ++i) {
+        reads.push_back({i, reinterpret_cast<std::byte*>(restored_[i].data())});
+      }
+      return read_tensors(*copy.target, *copy.manifest, reads, read);
+    });
+  }
+
+  TempDir local_dir_;
+  TempDir mirror_dir_;
+  std::shared_ptr<StorageTarget> local_;
+  std::shared_ptr<StorageTarget> mirror_;
+  TrainingState state_ = TrainingState::make({1000, 3 << 20});
+  std::vector<std::vector<float>> restored_;
+};
+
+TEST_F(RestoreNewestTest, ReadsTheNewestPrimaryCopyWhenItIsIntact) {
+  auto r = restore(*local_, mirror_.get(), {});
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r.value().step, 3u);
+  EXPECT_EQ(r.value().tier, Tier::kPrimary);
+  EXPECT_TRUE(r.value().skipped.empty());
+  EXPECT_EQ(restored_, saved(3));
+}
+
+TEST_F(RestoreNewestTest, ADamagedPrimaryCopyIsReadFromTheMirrorThenAnOlderStep) {
+  damage(local_dir_, 3);
+  std::vector<std::string> told;
+  RestoreNewestOptions options;
+  options.on_skip = [&](const SkippedCopy& s, uint64_t next_step, Tier next_tier) {
+    told.push_back(std::to_string(s.step) + " " + tier_name(s.tier) + " -> " +
+                   std::to_string(next_step) + " " + tier_name(next_tier));
+  };
+  auto r = restore(*local_, mirror_.get(), options);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r.value().step, 3u);
+  EXPECT_EQ(r.value().tier, Tier::kMirror);
+  EXPECT_EQ(restored_, saved(3));
+  ASSERT_EQ(r.value().skipped.size(), 1u);
+  const SkippedCopy& skipped = r.value().skipped[0];
+  EXPECT_EQ(skipped.why.code(), ErrorCode::kCorrupt);
+  EXPECT_TRUE(contains(skipped.why.message(), local_dir_ / "step-3/rank-00000-00000.safetensors"))
+      << skipped.why.message();
+  EXPECT_TRUE(contains(skipped.why.message(), "/model/layer.1.weight")) << skipped.why.message();
+  EXPECT_EQ(told, std::vector<std::string>{"3 primary -> 3 mirror"});
+
+  // Both copies of step 3 damaged: step 2's primary copy, each skip said in order.
+  damage(mirror_dir_, 3);
+  told.clear();
+  r = restore(*local_, mirror_.get(), options);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r.value().step, 2u);
+  EXPECT_EQ(r.value().tier, Tier::kPrimary);
+  EXPECT_EQ(restored_, saved(2));
+  EXPECT_EQ(told, (std::vector<std::string>{"3 primary -> 3 mirror", "3 mirror -> 2 primary"}));
+
+  // Asked for by number, or without fallback: no older step, the last copy's error.
+  RestoreNewestOptions exact;
+  exact.step = 3;
+  r = restore(*local_, mirror_.get(), exact);
+  EXPECT_EQ(r.status().code(), ErrorCode::kCorrupt);
+  EXPECT_TRUE(contains(r.status().message(), mirror_dir_.path())) << r.status().to_string();
+  RestoreNewestOptions newest_only;
+  newest_only.fallback = false;
+  EXPECT_EQ(restore(*local_, mirror_.get(), newest_only).status().code(), ErrorCode::kCorrupt);
+}
+
+TEST_F(RestoreNewestTest, AStepOnlyTheMirrorHoldsIsReadThere) {
+  ASSERT_TRUE(local_->remove_all("step-3").is_ok());
+  auto r = restore(*local_, mirror_.get(), {});
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r.value().step, 3u);
+  EXPECT_EQ(r.value().tier, Tier::kMirror);
+  ASSERT_EQ(r.value().skipped.size(), 1u);
+  EXPECT_FALSE(r.value().skipped[0].listed);
+  EXPECT_EQ(r.value().skipped[0].why.code(), ErrorCode::kNotFound);
+  EXPECT_EQ(restored_, saved(3));
+  // Without a mirror the newest local step is step 2.
+  r = restore(*local_, nullptr, {});
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r.value().step, 2u);
+  EXPECT_TRUE(r.value().skipped.empty());
+}
+
+TEST_F(RestoreNewestTest, AStalledPrimaryReadFallsBackToTheMirrorWithinItsDeadline) {
+  FaultInjectingTarget stalling(local_);
+  stalling.set_read_fault_rule([](const std::string& path, uint64_t, uint64_t) {
+    return ReadFault{path.starts_with("step-3/") ? ReadFault::Kind::kStall
+                                                 : ReadFault::Kind::kNone};
+  });
+  RestoreOptions read;
+  read.read_timeout = std::chrono::milliseconds(200);
+  auto r = restore(stalling, mirror_.get(), {}, read);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r.value().tier, Tier::kMirror);
+  EXPECT_EQ(restored_, saved(3));
+  ASSERT_EQ(r.value().skipped.size(), 1u);
+  EXPECT_EQ(r.value().skipped[0].why.code(), ErrorCode::kDeadlineExceeded);
+  EXPECT_TRUE(contains(r.value().skipped[0].why.message(), local_dir_ / "step-3/"))
+      << r.value().skipped[0].why.message();
+}
+
+TEST_F(RestoreNewestTest, ACallerErrorIsReturnedAtOnceAndNothingIsFoundInEmptyTiers) {
+  int calls = 0;
+  auto r = restore_newest(*local_, mirror_.get(), {}, [&](const StepCopy&) {
+    ++calls;
+    return invalid_argument("tensor shapes differ from the caller's state");
+  });
+  EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(calls, 1) << "not a damaged copy: no other copy is tried";
+
+  TempDir empty;
+  auto none = make_local_directory_target(empty.path());
+  auto missing = make_local_directory_target(empty / "no-such-mirror");
+  r = restore_newest(*none, missing.get(), {}, [](const StepCopy&) { return Status::ok(); });
+  EXPECT_EQ(r.status().code(), ErrorCode::kNotFound);
+  EXPECT_TRUE(contains(r.status().message(), "no committed checkpoint in " + empty.path()))
+      << r.status().message();
 }
 
 }  // namespace

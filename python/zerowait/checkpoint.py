@@ -24,12 +24,6 @@ from zerowait import _core
 from zerowait._checkpoint_state import _Restore, _Snapshot
 from zerowait.loader import _default_rank_world
 
-# Errors after which another copy of a step (the mirror) or an older step is worth trying; any
-# other error is the caller's or a bug, and is raised at once.
-_UNREADABLE = (_core.CorruptDataError, _core.ZerowaitNotFoundError, _core.ZerowaitIOError,
-               _core.DeadlineExceededError)
-
-
 class SaveHandle:
     """A save in flight, returned by :meth:`Checkpointer.save`. Its background work goes on when
     the handle is dropped; :meth:`Checkpointer.wait` waits for every save."""
@@ -272,50 +266,35 @@ class Checkpointer:
 
     def _load_newest_valid(self, step: Optional[int], map_location: Any, into: Any,
                            fallback: bool) -> Any:
-        """load() of one rank: step, its mirror copy, or with step=None older steps."""
-        local = self.steps()
-        mirrored = (_core._ckpt_list_steps(self.mirror)
-                    if self.mirror is not None and os.path.isdir(self.mirror) else [])
-        if step is not None:
-            candidates = [step]
-        else:
-            candidates = sorted(set(local) | set(mirrored), reverse=True)
-            if not fallback:
-                candidates = candidates[:1]
-            if not candidates:
-                where = self.directory + (f" or its mirror {self.mirror}" if self.mirror else "")
-                raise _core.ZerowaitNotFoundError(f"no committed checkpoint in {where}")
-        # (step, root) in the order to try: each step's local copy, then its mirror copy.
-        attempts = [(s, root) for s in candidates
-                    for root, steps in ((self.directory, local), (self.mirror, mirrored))
-                    if root is not None and (s in steps or step is not None)]
-        for i, (s, root) in enumerate(attempts):
-            if root == self.mirror and (s, self.directory) not in attempts:
-                warnings.warn(f"checkpoint step {s} is not in {self.directory}; loading the "
-                              f"mirror's copy in {self.mirror}", stacklevel=3)
-            try:
-                state = self._load_step(root, s, map_location, into)
-            except _UNREADABLE as error:
-                if i + 1 == len(attempts):
-                    raise
-                next_step, next_root = attempts[i + 1]
-                then = (f"loading the mirror's copy in {next_root}" if next_step == s
-                        else f"falling back to step {next_step}")
-                warnings.warn(f"checkpoint step {s} in {root} cannot be loaded: {error}; {then}",
-                              stacklevel=3)
-                continue
-            self.loaded_step = s
-            return state
-        raise AssertionError("unreachable")  # attempts is never empty
+        """load() of one rank: step, its mirror copy, or with step=None older steps. Which copy
+        to read next, and when to give one up, is the engine's (restore_newest in C++, shared
+        with ``zerowait ckpt restore``); this side builds the tensors and says what it skipped."""
+        roots = {"primary": self.directory, "mirror": self.mirror}
+        loaded: Dict[str, Any] = {}
 
-    def _load_step(self, root: str, step: int, map_location: Any, into: Any) -> Any:
-        reader = _core._CheckpointReader(root, step, self.rank)
-        manifest = reader.manifest()
-        restore = _Restore(manifest, f"step {step} in {root}", self.allow_pickle)
-        state = restore.decode_state(into)
-        reader.read(restore.reads, threads=self._threads, direct=self._direct_reads,
-                    **self._read_timeout)
-        return restore.finish(state, map_location)
+        def plan(manifest: Dict[str, Any], s: int, tier: str) -> List[Tuple[int, int, bool]]:
+            restore = _Restore(manifest, f"step {s} in {roots[tier]}", self.allow_pickle)
+            loaded["state"] = restore.decode_state(into)
+            loaded["restore"] = restore
+            return restore.reads
+
+        def on_skip(s: int, tier: str, listed: bool, error: str, next_step: int,
+                    next_tier: str) -> None:
+            # stacklevel 4: on_skip, _load_newest_valid, load, the caller.
+            if not listed:
+                warnings.warn(f"checkpoint step {s} is not in {self.directory}; loading the "
+                              f"mirror's copy in {self.mirror}", stacklevel=4)
+                return
+            then = (f"loading the mirror's copy in {roots[next_tier]}" if next_step == s
+                    else f"falling back to step {next_step}")
+            warnings.warn(f"checkpoint step {s} in {roots[tier]} cannot be loaded: {error}; "
+                          f"{then}", stacklevel=4)
+
+        result = _core._ckpt_restore_newest(
+            self.directory, self.mirror, step, self.rank, fallback, plan, on_skip,
+            threads=self._threads, direct=self._direct_reads, **self._read_timeout)
+        self.loaded_step = result["step"]
+        return loaded["restore"].finish(loaded["state"], map_location)
 
     def __repr__(self) -> str:
         return (f"<zerowait.Checkpointer {self.directory!r} rank={self.rank} "

@@ -48,7 +48,7 @@ struct CheckpointOptions {
   bool caller_coordinates = false;
   double commit_timeout_s = 600;
   // A second tier: each committed step is copied there in the background with the same commit
-  // protocol, and reads fall back to it.
+  // protocol; restore_newest() reads it when the primary copy of a step cannot be read.
   std::shared_ptr<StorageTarget> mirror;
 };
 
@@ -240,6 +240,60 @@ Result<std::vector<RankManifest>> read_rank_manifests(StorageTarget& target, uin
 // and new bytes.
 Status read_tensors(StorageTarget& target, const RankManifest& manifest,
                     std::span<const TensorRead> reads, const RestoreOptions& options = {});
+
+// --- restoring with fallback --------------------------------------------------------------------
+
+// The two places a step can be read from.
+enum class Tier { kPrimary, kMirror };
+const char* tier_name(Tier tier);  // "primary" | "mirror"
+
+// One copy of a step: what restore_newest hands its `restore` callback.
+struct StepCopy {
+  uint64_t step = 0;
+  Tier tier = Tier::kPrimary;
+  StorageTarget* target = nullptr;         // where it lives
+  const RankManifest* manifest = nullptr;  // the rank's manifest, validated
+};
+
+// A copy that restore_newest could not use, and why.
+struct SkippedCopy {
+  uint64_t step = 0;
+  Tier tier = Tier::kPrimary;
+  // false: the primary tier does not hold the step as a committed checkpoint and nothing was
+  // read there; its mirror copy is tried next (only when the step was not asked for by number).
+  bool listed = true;
+  Status why;
+};
+
+struct RestoreNewestOptions {
+  std::optional<uint64_t> step;  // nullopt: the newest committed step of either tier
+  uint32_t rank = 0;
+  // With `step` unset: when the newest step cannot be read from either tier, try older ones.
+  bool fallback = true;
+  // Called as each copy is given up, with the copy tried next (in order; on the calling thread).
+  std::function<void(const SkippedCopy& skipped, uint64_t next_step, Tier next_tier)> on_skip;
+};
+
+struct RestoredStep {
+  uint64_t step = 0;
+  Tier tier = Tier::kPrimary;
+  std::vector<SkippedCopy> skipped;  // the copies given up before it, in order
+};
+
+// The read-side policy of checkpoints: restores rank `options.rank`'s part of a step, trying
+// its copies in order — each step's primary copy, then its mirror copy (`mirror` may be null),
+// newest step first — until `restore` succeeds on one. Steps: `options.step`, or with it unset
+// the committed steps of both tiers, newest first (only the newest without `fallback`). A copy is
+// given up, reported to `on_skip` and recorded in `skipped` when reading its manifest or
+// `restore` fails with kCorrupt, kNotFound, kIo or kDeadlineExceeded (the copy is damaged,
+// missing or unreachable); any other error (kInvalidArgument from the caller's callback, ...)
+// is returned at once. `restore` reads the tensors it wants, typically with read_tensors(
+// *copy.target, *copy.manifest, ...); after a failed copy it is called again for the next, and
+// must not assume its earlier destinations were filled. Errors: kNotFound "no committed
+// checkpoint in ..." when neither tier holds a step, else the last copy's error.
+Result<RestoredStep> restore_newest(StorageTarget& primary, StorageTarget* mirror,
+                                    const RestoreNewestOptions& options,
+                                    const std::function<Status(const StepCopy& copy)>& restore);
 
 struct VerifyReport {
   uint64_t step = 0;

@@ -1,5 +1,6 @@
 // `zerowait ckpt ls|verify|inspect|gc DIR`: checkpoints from the command line: which steps are
-// committed, whether they are intact, what a step holds, and removing what no step needs.
+// committed, whether they are intact, what a step holds, and removing what no step needs
+// (`ckpt restore` is in ckpt_restore.cpp).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -13,6 +14,7 @@
 
 #include "checkpoint/checkpoint_manifest.hpp"
 #include "commands.hpp"
+#include "commands/ckpt_common.hpp"
 #include "common/file.hpp"
 #include "output.hpp"
 #include "progress_bar.hpp"
@@ -39,15 +41,6 @@ struct CkptArgs {
   uint64_t keep_every = 0;
   bool all_tmp = false;
 };
-
-std::shared_ptr<StorageTarget> open_checkpoint_directory(const std::string& dir) {
-  std::shared_ptr<StorageTarget> target = make_local_directory_target(dir);
-  if (!unwrap(target->exists(""))) {
-    throw CliError("checkpoint directory '" + dir + "' does not exist");
-  }
-  if (!unwrap(target->is_directory(""))) throw CliError("'" + dir + "' is not a directory");
-  return target;
-}
 
 std::vector<std::string> step_texts(const std::vector<uint64_t>& steps) {
   std::vector<std::string> texts;
@@ -523,22 +516,6 @@ int run_gc(const CkptArgs& args) {
 
 // --- registration ------------------------------------------------------------------------------
 
-// A subcommand's --help footer: what it does, its exit codes (`problems`: when it exits 3, or
-// empty), and an example.
-std::string help_footer(const std::string& description, const std::string& problems,
-                        const std::string& example) {
-  return description +
-         "\n\nExit codes: 0 success, 1 error (the message names the directory, step or file),\n"
-         "2 usage error" +
-         (problems.empty() ? "" : ", 3 " + problems) + ".\n\nExample:\n  " + example;
-}
-
-void add_directory_argument(CLI::App* command, CkptArgs* args) {
-  command->add_option("DIR", args->dir, "Checkpoint directory (holds step-N/ directories)")
-      ->type_name("DIR")
-      ->required();
-}
-
 CLI::Option* add_step_argument(CLI::App* command, CkptArgs* args, const std::string& description) {
   return command->add_option("STEP", args->step, description)
       ->type_name("STEP")
@@ -547,10 +524,33 @@ CLI::Option* add_step_argument(CLI::App* command, CkptArgs* args, const std::str
 
 }  // namespace
 
+std::shared_ptr<StorageTarget> open_checkpoint_directory(const std::string& dir) {
+  std::shared_ptr<StorageTarget> target = make_local_directory_target(dir);
+  if (!unwrap(target->exists(""))) {
+    throw CliError("checkpoint directory '" + dir + "' does not exist");
+  }
+  if (!unwrap(target->is_directory(""))) throw CliError("'" + dir + "' is not a directory");
+  return target;
+}
+
+std::string help_footer(const std::string& description, const std::string& problems,
+                        const std::string& example) {
+  return description +
+         "\n\nExit codes: 0 success, 1 error (the message names the directory, step or file),\n"
+         "2 usage error" +
+         (problems.empty() ? "" : ", 3 " + problems) + ".\n\nExample:\n  " + example;
+}
+
+void add_directory_argument(CLI::App* command, std::string* dir) {
+  command->add_option("DIR", *dir, "Checkpoint directory (holds step-N/ directories)")
+      ->type_name("DIR")
+      ->required();
+}
+
 Command add_ckpt_command(CLI::App& app) {
   auto args = std::make_shared<CkptArgs>();
   CLI::App* ckpt = app.add_subcommand(
-      "ckpt", "List, verify, inspect and clean up checkpoints (zerowait.Checkpointer)");
+      "ckpt", "List, verify, inspect, restore and clean up checkpoints (zerowait.Checkpointer)");
   ckpt->require_subcommand(1);
   ckpt->footer(
       "Run 'zerowait ckpt COMMAND --help' for a command's arguments.\n"
@@ -559,12 +559,13 @@ Command add_ckpt_command(CLI::App& app) {
       "  zerowait ckpt ls /ckpt\n"
       "  zerowait ckpt verify /ckpt\n"
       "  zerowait ckpt inspect /ckpt 1000 --rank 0\n"
+      "  zerowait ckpt restore /ckpt --mirror /nfs/ckpt\n"
       "  zerowait ckpt gc /ckpt --keep-last 3");
 
   CLI::App* ls = ckpt->add_subcommand("ls",
                                       "List committed steps, and step directories that are "
                                       "not committed");
-  add_directory_argument(ls, args.get());
+  add_directory_argument(ls, &args->dir);
   add_json_flag(ls, &args->json);
   ls->footer(help_footer(
       "Each committed step shows its ranks, tensor bytes, the bytes stored in its own\n"
@@ -576,7 +577,7 @@ Command add_ckpt_command(CLI::App& app) {
 
   CLI::App* verify = ckpt->add_subcommand(
       "verify", "Check every file of a step (or of every committed step) against its checksums");
-  add_directory_argument(verify, args.get());
+  add_directory_argument(verify, &args->dir);
   args->step_option =
       add_step_argument(verify, args.get(), "Step to verify (default: every committed step)");
   add_json_flag(verify, &args->json);
@@ -589,7 +590,7 @@ Command add_ckpt_command(CLI::App& app) {
 
   CLI::App* inspect =
       ckpt->add_subcommand("inspect", "Show the tensors and files of one committed step");
-  add_directory_argument(inspect, args.get());
+  add_directory_argument(inspect, &args->dir);
   add_step_argument(inspect, args.get(), "Committed step to show")->required();
   add_json_flag(inspect, &args->json);
   args->rank_option = inspect->add_option("--rank", args->rank, "Show only this rank's part")
@@ -604,7 +605,7 @@ Command add_ckpt_command(CLI::App& app) {
 
   CLI::App* gc =
       ckpt->add_subcommand("gc", "Remove what no committed step needs, optionally retiring steps");
-  add_directory_argument(gc, args.get());
+  add_directory_argument(gc, &args->dir);
   CLI::Option* keep_last =
       gc->add_option("--keep-last", args->keep_last,
                      "Retire all but the newest N committed steps (0: retire none)")
@@ -626,7 +627,10 @@ Command add_ckpt_command(CLI::App& app) {
                   "Files an incremental save still uses are kept.",
                   "", "zerowait ckpt gc /ckpt --keep-last 3 --keep-every 10000"));
 
-  return {ckpt, [args, ls, verify, inspect, gc]() -> int {
+  const Command restore = add_ckpt_restore_command(ckpt);
+
+  return {ckpt, [args, ls, verify, inspect, gc, restore]() -> int {
+            if (restore.app->parsed()) return restore.run();
             if (ls->parsed()) return run_ls(*args);
             if (verify->parsed()) return run_verify(*args);
             if (inspect->parsed()) return run_inspect(*args);

@@ -1,6 +1,6 @@
-"""`zerowait ckpt ls|verify|inspect|gc`, run as a real process on checkpoints written by the
-engine itself (zerowait._core._Checkpointer): full and incremental saves, retention, a damaged
-byte, orphaned step-N.tmp directories, two ranks, and bad inputs."""
+"""`zerowait ckpt ls|verify|inspect|gc|restore`, run as a real process on checkpoints written by
+the engine itself (zerowait._core._Checkpointer): full and incremental saves, retention, a
+damaged byte, a mirror, orphaned step-N.tmp directories, two ranks, and bad inputs."""
 
 from __future__ import annotations
 
@@ -247,3 +247,46 @@ def test_errors_name_the_directory_and_the_committed_steps(cli, ckpt_dir, tmp_pa
     result = run(cli, "ckpt", "inspect", empty, 1)
     assert result.returncode == 1 and "there are no committed checkpoints" in result.stderr
     assert run(cli, "ckpt", "inspect", ckpt_dir, -1).returncode == 2
+
+
+def test_restore_proves_a_step_restores_from_either_tier(cli, tmp_path):
+    """`ckpt restore` reads and checks every tensor the way load() picks its copy: the primary
+    copy while intact, the mirror's copy of the same step once the primary is damaged, an older
+    step without --step, and exit 3 naming the tensor and file when no copy restores."""
+    root, mirror = tmp_path / "ckpt", tmp_path / "mirror"
+    checkpointer = _core._Checkpointer(root, mirror=mirror)
+    for step in (1, 2):
+        assert save(checkpointer, step, the_state(step), structure(step))["committed"]
+    checkpointer.wait_all()
+
+    report = run_json(cli, "ckpt", "restore", root, "--mirror", mirror)
+    assert (report["ok"], report["step"], report["tier"]) == (True, 2, "primary")
+    [copy] = report["copies"]
+    assert [t["name"] for t in copy["tensors"]] == list(the_state(2))
+    assert all(t["ok"] for t in copy["tensors"])
+    assert report["bytes"] == sum(a.nbytes for a in the_state(2).values())
+
+    rank = run_json(cli, "ckpt", "inspect", root, 2)["ranks"][0]
+    weight = next(t for t in rank["tensors"] if t["name"] == "/model/weight")
+    damaged = root / weight["file"]
+    flip_byte(damaged, weight["offset"] + 17, mask=0x40)
+
+    report = run_json(cli, "ckpt", "restore", root, "--mirror", mirror)
+    assert (report["ok"], report["step"], report["tier"]) == (True, 2, "mirror")
+    primary, from_mirror = report["copies"]
+    assert (primary["tier"], primary["ok"], from_mirror["ok"]) == ("primary", False, True)
+    [bad] = [t for t in primary["tensors"] if not t["ok"]]
+    assert bad["name"] == "/model/weight" and str(damaged) in bad["error"]
+    text = run(cli, "ckpt", "restore", root, "--mirror", mirror)
+    assert text.returncode == 0, text.stdout + text.stderr
+    assert "step 2, primary copy in" in text.stdout and "FAILED" in text.stdout
+    assert f"restores from the mirror copy in {mirror}" in text.stdout
+
+    # Without the mirror, step 2 does not restore; without --step, step 1 does.
+    failed = run(cli, "ckpt", "restore", root, "--step", 2)
+    assert failed.returncode == 3, failed.stdout + failed.stderr
+    assert "'/model/weight'" in failed.stdout and str(damaged) in failed.stdout
+    assert "FAILED: rank 0 does not restore from step 2" in failed.stdout
+    report = run_json(cli, "ckpt", "restore", root)
+    assert (report["step"], report["tier"]) == (1, "primary")
+    assert [c["step"] for c in report["copies"]] == [2, 1]

@@ -1,6 +1,8 @@
-// Python bindings of the Loader. Batches reach Python as numpy arrays that point into the native
-// arena (no copy); one capsule holding the Batch is the base of all of them, so the arena goes
-// back to the pool when the last array (or torch tensor made from one) is freed.
+// Python bindings of the Loader. Batches reach Python as numpy arrays without a copy here: a small
+// column (kOwnedColumnMaxBytes) is already a copy of its own, made on the worker thread, and its
+// array keeps only that copy alive; a large column's array points into the batch arena and its
+// base is a Batch::view, so the arena goes back to the pool when the last array (or torch tensor
+// made from one) of a large column is freed, and the loader can name the columns still held.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -81,15 +83,23 @@ py::dtype numpy_dtype(DType dtype) {
   return dtype == DType::kInt64 ? py::dtype::of<int64_t>() : py::dtype::of<uint8_t>();
 }
 
-// {"name": numpy array, ...} viewing the batch's arena, plus "__key__" when keys were asked.
-py::dict batch_arrays(std::shared_ptr<Batch> batch) {
-  auto* owner = new std::shared_ptr<Batch>(batch);
-  py::capsule base(owner, [](void* p) { delete static_cast<std::shared_ptr<Batch>*>(p); });
+// A capsule that owns a copy of `owner` (a shared_ptr of any type): the base of a numpy array.
+template <typename T>
+py::capsule owning_capsule(std::shared_ptr<T> owner) {
+  return py::capsule(new std::shared_ptr<T>(std::move(owner)),
+                     [](void* p) { delete static_cast<std::shared_ptr<T>*>(p); });
+}
+
+// {"name": numpy array, ...} (see the top of this file), plus "__key__" when keys were asked.
+py::dict batch_arrays(std::shared_ptr<const Batch> batch) {
   py::dict out;
-  for (const BatchColumn& c : batch->columns()) {
-    py::dtype dtype = numpy_dtype(c.dtype);
+  const std::vector<BatchColumn>& columns = batch->columns();
+  for (size_t i = 0; i < columns.size(); ++i) {
+    const BatchColumn& c = columns[i];
+    py::capsule base =
+        c.copy != nullptr ? owning_capsule(c.copy) : owning_capsule(Batch::view(batch, i));
     std::vector<py::ssize_t> shape(c.shape.begin(), c.shape.end());
-    out[py::str(c.name)] = py::array(dtype, shape, c.data, base);
+    out[py::str(c.name)] = py::array(numpy_dtype(c.dtype), shape, c.data, base);
   }
   if (!batch->keys().empty()) {
     py::list keys;

@@ -237,7 +237,17 @@ TEST_F(LoaderTest, CorruptSampleRaisesOrIsSkipped) {
   EXPECT_NE(failed.status().message().find("sample-000017"), std::string::npos)
       << failed.status().message();
   EXPECT_NE(failed.status().message().find("shard-000.zws"), std::string::npos);
-  EXPECT_TRUE(raising->next().is_ok()) << "the loader goes on after a raised error";
+  // The loader goes on where it stopped: batch 1 comes next, without sample 17 only.
+  auto rest = raising->next();
+  ASSERT_TRUE(rest.is_ok()) << rest.status().to_string();
+  EXPECT_EQ(rest.value()->number(), 1u);
+  std::vector<int64_t> expected;
+  for (int64_t i = 16; i < 32; ++i) {
+    if (i != 17) expected.push_back(i);
+  }
+  EXPECT_EQ(int_column(*rest.value(), "__index__"), expected);
+  EXPECT_EQ(epoch_indices(*raising).size(), 23u);  // batches 2..24: nothing else was lost
+  EXPECT_EQ(raising->stats().skipped, 1u);
 
   o.on_corrupt = CorruptPolicy::kSkip;
   auto skipping = make_loader(dir_.path(), o);
@@ -262,10 +272,62 @@ TEST_F(LoaderTest, HoldingEveryArenaIsAnErrorNotAHang) {
     }
   }
   EXPECT_EQ(error.code(), ErrorCode::kResourceExhausted) << error.to_string();
+  EXPECT_NE(error.message().find("batch 0 of epoch 0 (the Batch itself)"), std::string::npos)
+      << error.message();
   EXPECT_EQ(held.size(), loader->stats().arenas);
   held.clear();  // arenas return: the loader goes on
   EXPECT_TRUE(loader->next().is_ok());
   EXPECT_LE(loader->stats().arena_bytes, o.memory_budget);
+}
+
+// The columns a training loop keeps (labels, indices, offsets) and every column under
+// kOwnedColumnMaxBytes are copies: they outlive their batch without holding its arena. Larger
+// columns point into the arena, and views of them are named when every arena is held.
+TEST_F(LoaderTest, SmallColumnsOutliveTheirArenaAndHeldViewsAreNamed) {
+  LoaderOptions o = base_options();
+  o.batch_size = 64;  // "bin" is ~1.5 KB a sample: ~96 KB a batch, over the threshold
+  auto loader = make_loader(dir_.path(), o);
+  const unsigned arenas = loader->stats().arenas;
+  std::vector<std::shared_ptr<std::byte[]>> kept;
+  std::vector<std::vector<int64_t>> seen;
+  for (int k = 0; k < 3 * 7; ++k) {  // 3 epochs of 7 batches: far more than the arenas
+    auto next = loader->next();
+    ASSERT_TRUE(next.is_ok()) << next.status().to_string();
+    if (next.value() == nullptr) continue;  // the end of an epoch
+    const Batch& batch = *next.value();
+    for (const char* name : {"__index__", "cls", "bin.offsets"}) {
+      ASSERT_NE(batch.column(name)->copy, nullptr) << name;
+      kept.push_back(batch.column(name)->copy);
+    }
+    const BatchColumn* bin = batch.column("bin");
+    EXPECT_EQ(bin->copy == nullptr, bin->bytes >= kOwnedColumnMaxBytes) << bin->bytes;
+    seen.push_back(int_column(batch, "__index__"));
+  }
+  ASSERT_GT(seen.size(), arenas);
+  for (size_t b = 0; b < seen.size(); ++b) {  // every kept copy still reads right
+    const auto* index = reinterpret_cast<const int64_t*>(kept[3 * b].get());
+    const auto* cls = reinterpret_cast<const int64_t*>(kept[3 * b + 1].get());
+    for (size_t i = 0; i < seen[b].size(); ++i) {
+      ASSERT_EQ(index[i], seen[b][i]);
+      ASSERT_EQ(cls[i], seen[b][i] % 10);
+    }
+  }
+
+  std::vector<std::shared_ptr<const BatchColumn>> views;
+  Status error;
+  while (error.is_ok()) {
+    auto next = loader->next();
+    if (!next.is_ok()) {
+      error = next.status();
+    } else if (next.value() != nullptr && next.value()->column("bin")->copy == nullptr) {
+      views.push_back(Batch::view(next.value(), 1));  // column 1 is "bin"
+    }
+  }
+  EXPECT_EQ(error.code(), ErrorCode::kResourceExhausted);
+  EXPECT_EQ(views.size(), arenas);
+  EXPECT_NE(error.message().find("(columns 'bin')"), std::string::npos) << error.message();
+  views.clear();
+  EXPECT_TRUE(loader->next().is_ok());
 }
 
 TEST_F(LoaderTest, SetEpochKeepsAResumedPositionAndEpochsFollowEachOther) {
@@ -405,14 +467,17 @@ TEST(LoaderImages, UndecodableJpegIsSkippedOrRaised) {
   ASSERT_FALSE(batch.is_ok());
   EXPECT_EQ(batch.status().code(), ErrorCode::kCorrupt);
   EXPECT_NE(batch.status().message().find("'k4'"), std::string::npos) << batch.status().message();
+  const std::vector<int64_t> all_but_4 = {0, 1, 2, 3, 5, 6, 7, 8, 9};
+  batch = raising->next();  // after the error: the same batch without the bad sample
+  ASSERT_TRUE(batch.is_ok()) << batch.status().to_string();
+  EXPECT_EQ(int_column(*batch.value(), "__index__"), all_but_4);
 
   o.on_corrupt = CorruptPolicy::kSkip;
   auto skipping = make_loader(dir.path(), o);
   batch = skipping->next();
   ASSERT_TRUE(batch.is_ok());
   EXPECT_EQ(batch.value()->samples(), 9u);
-  EXPECT_EQ(int_column(*batch.value(), "__index__"),
-            (std::vector<int64_t>{0, 1, 2, 3, 5, 6, 7, 8, 9}));
+  EXPECT_EQ(int_column(*batch.value(), "__index__"), all_but_4);
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 
 Everything that costs time runs in C++ worker threads with the GIL released: reads, checksum
 checks, JPEG decoding and augmentation, collation. Python receives each batch as a dict of torch
-tensors (or numpy arrays) that point straight into a native arena; no byte is copied on the way.
+tensors (or numpy arrays): large columns point straight into a native arena, small ones (labels,
+``__index__``, anything under 64 KiB a batch) are copies made on the worker, safe to keep.
 """
 
 from __future__ import annotations
@@ -59,6 +60,11 @@ class Loader:
     - ``decode={"cls": "int"}``: int64 [n]; ``decode={"jpg": RandomResizedCrop(224)}``:
       uint8 [n, 224, 224, 3] (normalise on the GPU);
     - ``"__key__"``: list of str, with ``keys=True``.
+
+    Keeping a batch's labels, ``__index__`` or ``__key__`` holds no loader memory; keeping a large
+    column (images, raw bytes) holds its batch's arena: keep ``.clone()`` of it instead.
+    ``on_corrupt="raise"`` raises ``CorruptDataError`` once per corrupt sample; iteration goes on
+    where it stopped, and the batch comes without that sample (docs/loader.md).
 
     The order is a pure function of (seed, epoch): the same on every run, whatever the number
     of threads. Across ``world_size`` ranks each sample appears once per epoch and every rank
@@ -133,11 +139,10 @@ class Loader:
                       if self._device != "cpu" else None)
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
-        while True:
-            batch = self.next()
-            if batch is None:
-                return
-            yield batch
+        # An iterator object, not a generator: an exception (a corrupt sample with
+        # on_corrupt="raise") would end a generator for good, while this one goes on where it
+        # stopped on the next next().
+        return _EpochIterator(self)
 
     def next(self) -> Optional[Dict[str, Any]]:
         """The next batch, or None at the end of the epoch."""
@@ -195,6 +200,25 @@ class Loader:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class _EpochIterator:
+    """The rest of the loader's current epoch, batch by batch; survives a raised error."""
+
+    def __init__(self, loader: Loader) -> None:
+        self._loader: Optional[Loader] = loader
+
+    def __iter__(self) -> "_EpochIterator":
+        return self
+
+    def __next__(self) -> Dict[str, Any]:
+        if self._loader is None:  # exhausted iterators stay exhausted
+            raise StopIteration
+        batch = self._loader.next()
+        if batch is None:
+            self._loader = None
+            raise StopIteration
+        return batch
 
 
 class _DeviceCopy:

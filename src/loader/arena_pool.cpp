@@ -23,6 +23,7 @@ Arena* ArenaPool::take_locked() {
 void ArenaPool::release(Arena* arena) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    arena->holder = nullptr;
     free_.push_back(arena);
   }
   changed_.notify_all();

@@ -12,12 +12,16 @@
 
 #include "common/aligned_buffer.hpp"
 #include "zerowait/common/status.hpp"
+#include "zerowait/loader/loader.hpp"
 
 namespace zerowait {
 
 struct Arena {
   internal::AlignedBuffer read;  // coalesced shard bytes of one batch
   internal::AlignedBuffer out;   // the batch's columns
+  // The batch it holds once that batch is with the consumer, for the "every arena is held"
+  // error; guarded by the pool's mutex, cleared when the arena comes back.
+  const Batch::Impl* holder = nullptr;
   uint64_t bytes() const { return read.capacity() + out.capacity(); }
 };
 
@@ -48,6 +52,7 @@ class ArenaPool {
   Status prefault(uint64_t read_bytes, uint64_t out_bytes);
 
   unsigned size() const { return static_cast<unsigned>(arenas_.size()); }
+  const std::vector<std::unique_ptr<Arena>>& arenas() const { return arenas_; }
   uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
   uint64_t arena_limit() const { return arena_limit_; }
   bool pin() const { return pin_; }

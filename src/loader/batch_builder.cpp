@@ -40,7 +40,7 @@ uint64_t lay_out(const std::vector<FieldSpec>& fields, Extent room, Extent fille
     used = align_up(used, kColumnAlignment);
     if (columns != nullptr) {
       columns->push_back({std::move(name), dtype, std::move(shape),
-                          base == nullptr ? nullptr : base + used, filled_bytes});
+                          base == nullptr ? nullptr : base + used, filled_bytes, nullptr});
     }
     used += room_bytes;
   };
@@ -82,6 +82,26 @@ std::vector<size_t> column_of_fields(const std::vector<FieldSpec>& fields) {
   return first;
 }
 
+// Which columns, in lay_out()'s order, hold 8 bytes per sample (indices, labels, offsets): cheap
+// to copy whatever the batch size, and exactly what a training loop keeps.
+std::vector<bool> per_sample_columns(const std::vector<FieldSpec>& fields) {
+  std::vector<bool> per_sample = {true};  // "__index__"
+  for (const FieldSpec& field : fields) {
+    switch (field.decode.kind) {
+      case FieldDecode::Kind::kRaw:
+        per_sample.insert(per_sample.end(), {false, true});  // "f", "f.offsets"
+        break;
+      case FieldDecode::Kind::kInt:
+        per_sample.push_back(true);
+        break;
+      case FieldDecode::Kind::kImage:
+        per_sample.push_back(false);
+        break;
+    }
+  }
+  return per_sample;
+}
+
 std::string sample_name(const ShardReader& shard, uint64_t local) {
   return "shard '" + shard.name() + "' sample " + std::to_string(local) + " (key '" +
          std::string(shard.key(local)) + "')";
@@ -118,6 +138,7 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, const LoaderOptions& options,
       options_(options),
       fields_(fields),
       column_of_field_(column_of_fields(fields)),
+      per_sample_column_(per_sample_columns(fields)),
       shards_(dataset.shard_count()) {}
 
 Result<BatchBuilder::Needs> BatchBuilder::plan(const std::vector<uint64_t>& indices) {
@@ -218,12 +239,12 @@ Status BatchBuilder::read_ranges(Arena* arena, BuildStats* stats, ReadInFlight* 
 }
 
 Status BatchBuilder::fill_sample(const Item& item, uint64_t global_index, uint64_t epoch,
-                                 std::span<const std::byte> bytes, uint64_t row, Batch* batch,
+                                 std::span<const std::byte> bytes, uint64_t row, Batch::Impl* batch,
                                  uint64_t* raw_filled) {
   const ShardReader& shard = *shards_[item.shard];
   if (options_.verify) ZW_RETURN_IF_ERROR(shard.check_sample(item.local, bytes));
   const SampleView view = shard.make_view(item.local, bytes);
-  std::vector<BatchColumn>& columns = batch->columns_;
+  std::vector<BatchColumn>& columns = batch->columns;
   for (size_t f = 0; f < fields_.size(); ++f) {
     const FieldSpec& spec = fields_[f];
     const FieldView* field = view.field(spec.name);
@@ -269,43 +290,46 @@ Status BatchBuilder::fill_sample(const Item& item, uint64_t global_index, uint64
   return Status::ok();
 }
 
-Status BatchBuilder::build(const std::vector<uint64_t>& indices, uint64_t epoch, Batch* batch,
-                           Arena* arena, BuildStats* stats, ReadInFlight* in_flight,
+Status BatchBuilder::build(const std::vector<uint64_t>& indices, uint64_t epoch, Batch::Impl* batch,
+                           BuildStats* stats, ReadInFlight* in_flight,
                            std::mutex* in_flight_mutex) {
+  Arena* arena = batch->arena;
   const auto read_start = SteadyClock::now();
   ZW_RETURN_IF_ERROR(read_ranges(arena, stats, in_flight, in_flight_mutex));
   const auto decode_start = SteadyClock::now();
   stats->read += decode_start - read_start;
 
   const Extent room{indices.size(), &raw_bytes_};
-  batch->columns_.clear();
-  lay_out(fields_, room, room, arena->out.data(), &batch->columns_);
+  batch->columns.clear();
+  lay_out(fields_, room, room, arena->out.data(), &batch->columns);
   std::vector<uint64_t> raw_filled(fields_.size(), 0);
   for (size_t f = 0; f < fields_.size(); ++f) {
     if (fields_[f].decode.kind == FieldDecode::Kind::kRaw) {
-      std::memset(batch->columns_[column_of_field_[f] + 1].data, 0, 8);  // offsets[0] = 0
+      std::memset(batch->columns[column_of_field_[f] + 1].data, 0, 8);  // offsets[0] = 0
     }
   }
-  batch->keys_.clear();
+  batch->keys.clear();
   uint64_t rows = 0;
   for (size_t i = 0; i < items_.size(); ++i) {
     const Item& item = items_[i];
     const std::span<const std::byte> bytes(arena->read.data() + item.buffer_pos, item.size);
     Status status = fill_sample(item, indices[i], epoch, bytes, rows, batch, raw_filled.data());
     if (!status.is_ok()) {
-      if (options_.on_corrupt == CorruptPolicy::kRaise || status.code() != ErrorCode::kCorrupt) {
-        return status;
-      }
-      ++stats->skipped;  // its row is overwritten by the next sample
+      if (status.code() != ErrorCode::kCorrupt) return status;
+      // Only this sample is lost: its row is overwritten by the next one. Under kRaise the
+      // consumer gets the error first, then the batch without it.
+      ++stats->skipped;
+      if (options_.on_corrupt == CorruptPolicy::kRaise) stats->corrupt.push_back(status);
       continue;
     }
-    if (options_.keys) batch->keys_.emplace_back(shards_[item.shard]->key(item.local));
+    if (options_.keys) batch->keys.emplace_back(shards_[item.shard]->key(item.local));
     ++rows;
   }
   // The same places, with shapes that say how many rows (and raw bytes) were filled.
-  batch->columns_.clear();
-  lay_out(fields_, room, {rows, &raw_filled}, arena->out.data(), &batch->columns_);
-  batch->samples_ = rows;
+  batch->columns.clear();
+  lay_out(fields_, room, {rows, &raw_filled}, arena->out.data(), &batch->columns);
+  copy_small_columns(per_sample_column_, batch);
+  batch->samples = rows;
   stats->decode += SteadyClock::now() - decode_start;
   return Status::ok();
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "loader/arena_pool.hpp"
+#include "loader/batch.hpp"
 #include "zerowait/loader/image_transform.hpp"
 #include "zerowait/loader/loader.hpp"
 #include "zerowait/shard/dataset.hpp"
@@ -25,7 +26,9 @@ struct FieldSpec {
 // What one worker measured while building one batch.
 struct BuildStats {
   uint64_t bytes_read = 0;
-  uint64_t skipped = 0;
+  uint64_t skipped = 0;  // corrupt samples left out of the batch
+  // CorruptPolicy::kRaise: why each of them was left out, for next() to raise one at a time.
+  std::vector<Status> corrupt;
   std::chrono::nanoseconds read{0};
   std::chrono::nanoseconds decode{0};
 };
@@ -50,10 +53,11 @@ class BatchBuilder {
   };
   Result<Needs> plan(const std::vector<uint64_t>& indices);
 
-  // Builds `batch` in its arena (already reserved for plan()'s needs). `padded` trailing indices
-  // are repeats. Returns kCorrupt for a bad sample under CorruptPolicy::kRaise; read errors and
-  // missed deadlines always fail the batch. `in_flight` is updated under `in_flight_mutex`.
-  Status build(const std::vector<uint64_t>& indices, uint64_t epoch, Batch* batch, Arena* arena,
+  // Builds `batch` in its arena (already reserved for plan()'s needs). A corrupt sample is left
+  // out of the batch, counted in stats->skipped and, under CorruptPolicy::kRaise, its error added
+  // to stats->corrupt; read errors and missed deadlines fail the batch. Small columns are copied
+  // out of the arena (kOwnedColumnMaxBytes). `in_flight` is updated under `in_flight_mutex`.
+  Status build(const std::vector<uint64_t>& indices, uint64_t epoch, Batch::Impl* batch,
                BuildStats* stats, ReadInFlight* in_flight, std::mutex* in_flight_mutex);
 
  private:
@@ -74,13 +78,14 @@ class BatchBuilder {
   Status read_ranges(Arena* arena, BuildStats* stats, ReadInFlight* in_flight,
                      std::mutex* in_flight_mutex);
   Status fill_sample(const Item& item, uint64_t global_index, uint64_t epoch,
-                     std::span<const std::byte> bytes, uint64_t row, Batch* batch,
+                     std::span<const std::byte> bytes, uint64_t row, Batch::Impl* batch,
                      uint64_t* raw_filled);
 
   const Dataset& dataset_;
   const LoaderOptions& options_;
   const std::vector<FieldSpec>& fields_;
   std::vector<size_t> column_of_field_;               // first batch column of each field
+  std::vector<bool> per_sample_column_;               // 8 bytes a sample: always copied out
   std::vector<std::shared_ptr<ShardReader>> shards_;  // opened lazily, kept for the worker's life
   std::vector<Item> items_;                           // in batch order
   std::vector<size_t> by_offset_;                     // item numbers sorted by (shard, offset)

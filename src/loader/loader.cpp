@@ -19,25 +19,6 @@ using internal::seconds;
 using SteadyClock = std::chrono::steady_clock;
 
 // ---------------------------------------------------------------------------------------------
-// Batch
-
-Batch::Batch(std::shared_ptr<ArenaPool> pool, Arena* arena)
-    : pool_(std::move(pool)), arena_(arena) {}
-
-Batch::~Batch() {
-  if (arena_ != nullptr) pool_->release(arena_);
-}
-
-const BatchColumn* Batch::column(const std::string& name) const {
-  for (const BatchColumn& c : columns_) {
-    if (c.name == name) return &c;
-  }
-  return nullptr;
-}
-
-bool Batch::pinned() const { return arena_ != nullptr && arena_->out.pinned(); }
-
-// ---------------------------------------------------------------------------------------------
 // Loader
 
 Result<CorruptPolicy> parse_corrupt_policy(const std::string& name) {

@@ -1,16 +1,9 @@
-// The worker threads of a Loader and the in-order hand-over of their batches (loader.cpp owns
-// one LoaderRun at a time). Internal: included by loader.cpp only.
+// The worker threads of a Loader and the in-order hand-over of their batches. Internal: loader.cpp
+// owns one LoaderRun at a time.
 #pragma once
 
-#include <pthread.h>
-#include <sched.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
@@ -22,29 +15,12 @@
 
 #include "common/clock.hpp"
 #include "loader/arena_pool.hpp"
+#include "loader/batch.hpp"
 #include "loader/batch_builder.hpp"
 #include "zerowait/loader/loader.hpp"
 #include "zerowait/loader/sample_plan.hpp"
 
 namespace zerowait {
-
-namespace internal {
-
-// Makes the calling worker thread yield to the training loop's thread. SCHED_BATCH: a worker
-// woken by the consumer (an arena came back) does not preempt it, which otherwise costs the
-// consumer a whole scheduler slice (~3 ms) on a busy machine; `nice` steps lower its share
-// when both want a core. Neither needs privileges; failing only costs latency, so it is ignored.
-inline void yield_to_consumer(int nice) {
-  if (nice <= 0) return;
-  sched_param param{};
-  pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);
-  const auto tid = static_cast<id_t>(syscall(SYS_gettid));
-  errno = 0;
-  const int current = getpriority(PRIO_PROCESS, tid);
-  if (errno == 0) setpriority(PRIO_PROCESS, tid, std::min(19, current + nice));
-}
-
-}  // namespace internal
 
 // Counters that outlive a run (stats() reports the loader's whole life).
 struct LoaderCounters {
@@ -54,13 +30,16 @@ struct LoaderCounters {
   std::chrono::steady_clock::time_point started{};
 };
 
-// ---------------------------------------------------------------------------------------------
-// LoaderRun: the worker threads of one continuous pass: the rest of the current epoch, then the
-// following epochs, each a segment of consecutive batch sequence numbers. Workers claim sequence
-// numbers in order, at most `prefetch` ahead of the consumer, each needing a free arena, so the
-// first batches of the next epoch are prepared while the current one ends. Finished batches
-// wait in `ready_` until the consumer takes them in order.
-
+// The worker threads of one continuous pass: the rest of the current epoch, then the following
+// epochs, each a segment of consecutive batch sequence numbers. Workers claim sequence numbers
+// in order, at most `prefetch` ahead of the consumer, each needing a free arena, so the first
+// batches of the next epoch are prepared while the current one ends. Finished batches wait in
+// `ready_` until the consumer takes them in order.
+//
+// Thread-safety: next(), position(), finish_epoch() and set_limits() are called by one consumer
+// thread at a time; the workers are internal. Everything shared is guarded by the pool's mutex.
+// Lifetime: `dataset`, `options` and `fields` must outlive the run; destruction stops and joins
+// the workers, and batches already handed out stay valid (they hold the pool).
 class LoaderRun {
  public:
   using SteadyClock = std::chrono::steady_clock;
@@ -73,31 +52,10 @@ class LoaderRun {
   LoaderRun(const Dataset& dataset, const LoaderOptions& options,
             const std::vector<FieldSpec>& fields, std::shared_ptr<ArenaPool> pool,
             std::shared_ptr<LoaderCounters> counters, RankPartition first, uint64_t epoch,
-            NextEpoch next_epoch, unsigned threads, unsigned prefetch)
-      : dataset_(dataset),
-        options_(options),
-        fields_(fields),
-        pool_(std::move(pool)),
-        counters_(std::move(counters)),
-        next_epoch_(std::move(next_epoch)),
-        max_threads_(threads),
-        active_threads_(threads),
-        prefetch_(prefetch),
-        in_flight_(threads) {
-    segments_.push_back({epoch, std::move(first), 0});
-    for (unsigned t = 0; t < threads; ++t) workers_.emplace_back([this, t] { work(t); });
-  }
-
-  ~LoaderRun() {
-    {
-      std::lock_guard<std::mutex> lock(pool_->mutex());
-      stopping_ = true;
-    }
-    pool_->changed().notify_all();
-    for (std::thread& worker : workers_) worker.join();
-    // Batches built but never taken go back to the pool with their Batch.
-    ready_.clear();
-  }
+            NextEpoch next_epoch, unsigned threads, unsigned prefetch);
+  ~LoaderRun();
+  LoaderRun(const LoaderRun&) = delete;
+  LoaderRun& operator=(const LoaderRun&) = delete;
 
   // Where the consumer stands: its epoch, that epoch's partition, and how many of its batches
   // were taken. Workers only append segments, so the front one stays put.
@@ -107,66 +65,17 @@ class LoaderRun {
     uint64_t taken = 0;
     bool epoch_taken() const { return taken >= partition->batch_count(); }
   };
-  Position position() const {
-    std::lock_guard<std::mutex> lock(pool_->mutex());
-    return position_locked();
-  }
+  Position position() const;
 
   // Moves the consumer to the next epoch; only once position().epoch_taken().
-  void finish_epoch() {
-    std::unique_lock<std::mutex> lock(pool_->mutex());
-    if (segments_.size() == 1) extend_locked(lock);
-    segments_.pop_front();
-  }
+  void finish_epoch();
 
-  Result<std::shared_ptr<Batch>> next() {
-    const auto wait_start = SteadyClock::now();
-    std::unique_lock<std::mutex> lock(pool_->mutex());
-    const Position here = position_locked();
-    if (here.epoch_taken()) return std::shared_ptr<Batch>();
-    const uint64_t want = delivered_;
-    auto last_progress = SteadyClock::now();
-    uint64_t finished_seen = finished_;
-    while (ready_.find(want) == ready_.end()) {
-      // Every arena is with the consumer and nothing is being built: waiting would never end.
-      // The batch is not lost: a later call builds it once arenas come back.
-      if (pool_->free_count_locked() == 0 && building_ == 0) {
-        return Status(ErrorCode::kResourceExhausted,
-                      "all " + std::to_string(pool_->size()) +
-                          " batch arenas are held by the caller, so no next batch can be "
-                          "built: drop references to earlier batches, or raise memory_budget");
-      }
-      pool_->changed().wait_for(lock, std::chrono::milliseconds(100));
-      if (finished_ != finished_seen) {
-        finished_seen = finished_;
-        last_progress = SteadyClock::now();
-      }
-      // Reads carry their own deadline; this is the backstop for a worker stuck elsewhere
-      // (a pread on a hung file system cannot be interrupted).
-      if (SteadyClock::now() - last_progress > options_.read_timeout + std::chrono::seconds(5)) {
-        return Status(ErrorCode::kDeadlineExceeded, stuck_report());
-      }
-    }
-    auto node = ready_.extract(want);
-    ++delivered_;
-    const auto ready_after = static_cast<uint32_t>(ready_.size());
-    lock.unlock();
-    pool_->changed().notify_all();
-    const auto wait = SteadyClock::now() - wait_start;
-    Finished& done = node.mapped();
-    record_step(done, here.epoch, here.taken, wait, ready_after);
-    if (!done.status.is_ok()) return done.status;
-    return std::move(done.batch);
-  }
+  // The next batch in order, or nullptr once the consumer's epoch is taken. Errors as
+  // Loader::next() describes them: a corrupt sample's error comes before its batch (one call
+  // each), a read error replaces its batch, kResourceExhausted and kDeadlineExceeded lose nothing.
+  Result<std::shared_ptr<Batch>> next();
 
-  void set_limits(unsigned threads, unsigned prefetch) {
-    {
-      std::lock_guard<std::mutex> lock(pool_->mutex());
-      active_threads_ = std::clamp(threads, 1u, max_threads_);
-      prefetch_ = std::max(1u, prefetch);
-    }
-    pool_->changed().notify_all();
-  }
+  void set_limits(unsigned threads, unsigned prefetch);
   unsigned active_threads() const { return active_threads_; }
   unsigned prefetch() const { return prefetch_; }
 
@@ -180,140 +89,22 @@ class LoaderRun {
 
   struct Finished {
     Status status;
-    std::shared_ptr<Batch> batch;
+    std::unique_ptr<Batch::Impl> batch;  // becomes a Batch when handed to the consumer
     BuildStats stats;
+    size_t corrupt_raised = 0;  // of stats.corrupt, how many next() has returned
     uint64_t samples = 0;
     uint64_t padded = 0;
   };
 
-  Position position_locked() const {
-    const Segment& front = segments_.front();
-    return {front.epoch, &front.partition, delivered_ - front.first};
-  }
-
-  // With the lock held: appends the following epoch's segment. Unlocks while computing it;
-  // only one thread extends at a time.
-  void extend_locked(std::unique_lock<std::mutex>& lock) {
-    if (extending_) {
-      pool_->changed().wait(lock, [&] { return !extending_; });
-      return;
-    }
-    extending_ = true;
-    const uint64_t epoch = segments_.back().epoch + 1;
-    const uint64_t first = segments_.back().end();
-    lock.unlock();
-    RankPartition partition = next_epoch_(epoch);
-    lock.lock();
-    // An epoch without batches (drop_last with fewer samples than one step): stop extending,
-    // or workers would append empty epochs forever.
-    no_more_epochs_ = partition.batch_count() == 0;
-    segments_.push_back({epoch, std::move(partition), first});
-    extending_ = false;
-    pool_->changed().notify_all();
-  }
-
-  // With the lock held: the segment holding sequence number `seq` (claimed, so it exists).
-  const Segment& segment_of(uint64_t seq) const {
-    for (const Segment& segment : segments_) {
-      if (seq < segment.end()) return segment;
-    }
-    return segments_.back();
-  }
-
-  void work(unsigned thread) {
-    internal::yield_to_consumer(options_.worker_nice);
-    BatchBuilder builder(dataset_, options_, fields_);
-    std::vector<uint64_t> indices;
-    std::unique_lock<std::mutex> lock(pool_->mutex());
-    for (;;) {
-      Arena* arena = nullptr;
-      pool_->changed().wait(lock, [&] {
-        if (stopping_) return true;
-        if (thread >= active_threads_ || claimed_ >= delivered_ + prefetch_) return false;
-        if (claimed_ >= segments_.back().end()) return !extending_ && !no_more_epochs_;
-        arena = pool_->take_locked();
-        return arena != nullptr;
-      });
-      if (stopping_) return;   // the predicate takes no arena once stopping_ is set
-      if (arena == nullptr) {  // every claimed batch is in the last segment: add an epoch
-        extend_locked(lock);
-        continue;
-      }
-      const uint64_t seq = claimed_++;
-      const Segment& segment = segment_of(seq);
-      const uint64_t epoch = segment.epoch;
-      const uint64_t number = seq - segment.first;
-      ++building_;
-      Finished done;
-      done.padded = segment.partition.batch(number, &indices);
-      lock.unlock();
-
-      auto batch = std::make_shared<Batch>(pool_, arena);
-      batch->epoch_ = epoch;
-      batch->number_ = number;
-      done.status = fill(builder, indices, epoch, arena, batch.get(), &done.stats, thread);
-      if (done.status.is_ok()) {
-        done.samples = batch->samples();
-        done.batch = std::move(batch);
-      }
-      batch.reset();  // on failure: the arena goes back now
-
-      lock.lock();
-      --building_;
-      ++finished_;
-      ready_.emplace(seq, std::move(done));
-      pool_->changed().notify_all();
-    }
-  }
-
-  Status fill(BatchBuilder& builder, const std::vector<uint64_t>& indices, uint64_t epoch,
-              Arena* arena, Batch* batch, BuildStats* stats, unsigned thread) {
-    ZW_ASSIGN_OR_RETURN(BatchBuilder::Needs needs, builder.plan(indices));
-    ZW_RETURN_IF_ERROR(pool_->reserve(arena, needs.read_bytes, needs.out_bytes));
-    return builder.build(indices, epoch, batch, arena, stats, &in_flight_[thread],
-                         &in_flight_mutex_);
-  }
-
-  std::string stuck_report() {
-    std::lock_guard<std::mutex> lock(in_flight_mutex_);
-    std::string report = "no batch finished within read_timeout (" +
-                         std::to_string(options_.read_timeout.count()) + " ms)";
-    for (const ReadInFlight& read : in_flight_) {
-      if (read.path.empty()) continue;
-      report += "; a worker is blocked reading '" + read.path + "' at offset " +
-                std::to_string(read.offset) + " (" + std::to_string(read.requests) + " requests)";
-    }
-    return report;
-  }
-
+  Position position_locked() const;
+  void extend_locked(std::unique_lock<std::mutex>& lock);
+  const Segment& segment_of(uint64_t seq) const;
+  void work(unsigned thread);
+  Status fill(BatchBuilder& builder, const std::vector<uint64_t>& indices, Batch::Impl* batch,
+              BuildStats* stats, unsigned thread);
+  std::string stuck_report();
   void record_step(const Finished& done, uint64_t epoch, uint64_t number,
-                   std::chrono::nanoseconds wait, uint32_t ready_after) {
-    StepStats step;
-    step.epoch = epoch;
-    step.batch = number;
-    step.wait_s = internal::seconds(wait);
-    step.read_s = internal::seconds(done.stats.read);
-    step.decode_s = internal::seconds(done.stats.decode);
-    step.bytes_read = done.stats.bytes_read;
-    step.samples = done.samples;
-    step.skipped = done.stats.skipped;
-    step.ready_batches = ready_after;
-    std::lock_guard<std::mutex> lock(counters_->mutex);
-    LoaderStats& t = counters_->totals;
-    if (counters_->started == SteadyClock::time_point{}) {
-      counters_->started = SteadyClock::now() - wait;
-    }
-    ++t.batches;
-    t.samples += step.samples;
-    t.bytes_read += step.bytes_read;
-    t.skipped += step.skipped;
-    t.padded += done.padded;
-    t.wait_s += step.wait_s;
-    t.read_s += step.read_s;
-    t.decode_s += step.decode_s;
-    counters_->recent.push_back(step);
-    if (counters_->recent.size() > kRecentSteps) counters_->recent.pop_front();
-  }
+                   std::chrono::nanoseconds wait, uint32_t ready_after);
 
   const Dataset& dataset_;
   const LoaderOptions& options_;

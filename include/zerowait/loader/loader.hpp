@@ -35,7 +35,7 @@ struct FieldDecode {
 };
 
 enum class CorruptPolicy {
-  kRaise,  // next() returns the error, naming shard, sample index, key and cause
+  kRaise,  // next() returns the error first (see Loader::next), then the batch without the sample
   kSkip,   // the sample is left out of its batch (that batch is shorter) and counted
 };
 Result<CorruptPolicy> parse_corrupt_policy(const std::string& name);  // "raise" / "skip"
@@ -72,46 +72,55 @@ struct LoaderOptions {
 
 enum class DType { kUInt8, kInt64 };
 
-// One column of a batch: a dense array inside the batch's arena.
+// A column of fewer bytes than this in a batch is copied out of the batch arena into memory of
+// its own (see BatchColumn::copy), so a caller may keep it without holding the arena: a list of
+// every batch's labels must not hold every batch. Larger columns (images, raw fields) stay
+// zero-copy views of the arena. `__index__`, `"int"` fields and raw fields' `.offsets` (8 bytes
+// per sample) are copied whatever their size.
+inline constexpr uint64_t kOwnedColumnMaxBytes = uint64_t{64} << 10;
+
+// One column of a batch: a dense array, in the batch's arena or in a copy of its own.
 struct BatchColumn {
   std::string name;
   DType dtype = DType::kUInt8;
   std::vector<int64_t> shape;
-  std::byte* data = nullptr;  // 64-byte aligned, valid while the Batch lives
+  std::byte* data = nullptr;  // 64-byte aligned
   uint64_t bytes = 0;
+  // Set when the column was copied out of the arena (kOwnedColumnMaxBytes): `data` points into
+  // it and stays valid while any copy of this pointer lives, also after the Batch is gone.
+  // Null: `data` points into the arena and is valid while the Batch lives.
+  std::shared_ptr<std::byte[]> copy;
 };
 
-class ArenaPool;
-struct Arena;
-
-// A batch handed to the consumer. Its columns live in an arena that goes back to the loader's
-// pool when the Batch is destroyed (from any thread). Always holds "__index__" (int64 [n], the
-// global sample indices), then one or two columns per field (see FieldDecode::Kind).
+// A batch handed to the consumer. Made by the loader only; its zero-copy columns live in an
+// arena that goes back to the loader's pool when the Batch is destroyed, from any thread, also
+// after the Loader is gone. Always holds "__index__" (int64 [n], the global sample indices), then
+// one or two columns per field (see FieldDecode::Kind). Thread-safety: const methods may be called
+// from any thread; the Batch never changes after the loader hands it over.
 class Batch {
  public:
-  Batch(std::shared_ptr<ArenaPool> pool, Arena* arena);
+  struct Impl;  // the arena and everything the loader fills in (src/loader/batch.hpp)
+  explicit Batch(std::unique_ptr<Impl> impl);
   ~Batch();
   Batch(const Batch&) = delete;
   Batch& operator=(const Batch&) = delete;
 
-  uint64_t epoch() const { return epoch_; }
-  uint64_t number() const { return number_; }  // batch number of this rank in the epoch
-  uint64_t samples() const { return samples_; }
-  const std::vector<BatchColumn>& columns() const { return columns_; }
-  const BatchColumn* column(const std::string& name) const;
-  const std::vector<std::string>& keys() const { return keys_; }  // when LoaderOptions::keys
-  bool pinned() const;
+  uint64_t epoch() const;
+  uint64_t number() const;  // batch number of this rank in the epoch
+  uint64_t samples() const;
+  const std::vector<BatchColumn>& columns() const;
+  const BatchColumn* column(const std::string& name) const;  // nullptr when there is none
+  const std::vector<std::string>& keys() const;              // when LoaderOptions::keys
+  bool pinned() const;  // the arena is page-locked for CUDA (LoaderOptions::pin_memory)
+
+  // Column `index` of `batch`, kept alive by the returned pointer together with the batch (and
+  // so its arena, for a zero-copy column). While such views exist, a loader whose every arena is
+  // held names these columns in its kResourceExhausted error, so a caller holding views (the
+  // Python bindings make one per array) learns what to drop. `index` < columns().size().
+  static std::shared_ptr<const BatchColumn> view(std::shared_ptr<const Batch> batch, size_t index);
 
  private:
-  friend class BatchBuilder;
-  friend class LoaderRun;
-  std::shared_ptr<ArenaPool> pool_;
-  Arena* arena_;
-  uint64_t epoch_ = 0;
-  uint64_t number_ = 0;
-  uint64_t samples_ = 0;
-  std::vector<BatchColumn> columns_;
-  std::vector<std::string> keys_;
+  std::unique_ptr<Impl> impl_;
 };
 
 // Where a loader stands: enough to continue the same global order exactly. `position` counts the
@@ -146,7 +155,7 @@ struct LoaderStats {
   uint64_t batches = 0;
   uint64_t samples = 0;
   uint64_t bytes_read = 0;
-  uint64_t skipped = 0;  // corrupt samples left out (on_corrupt = skip)
+  uint64_t skipped = 0;  // corrupt samples left out of their batches (either policy)
   uint64_t padded = 0;   // repeats that filled a final step with fewer samples than ranks
   double wait_s = 0;     // total consumer wait in next(): the input stall
   double read_s = 0;
@@ -182,11 +191,15 @@ class Loader {
 
   // The next batch, or nullptr at the end of the epoch; the loader then stands at the start of
   // the next epoch, whose first batches are already being prepared, and the following call
-  // begins it. Errors: a corrupt sample (on_corrupt = raise) or a read error (path and offset):
-  // that batch is lost and the next call goes on with the following one. kResourceExhausted
-  // when the caller holds every arena, or kDeadlineExceeded when no batch finished within
-  // read_timeout + 5 s (naming what each worker is blocked reading): the batch is not lost, a
-  // later call waits for it again.
+  // begins it. Errors:
+  // - kCorrupt (on_corrupt = raise), naming shard, sample, key and cause: one call per corrupt
+  //   sample, before its batch; the following call goes on where this one stopped and returns
+  //   that batch without the bad sample(s). Nothing but the bad sample is lost.
+  // - a read error (path and offset): that batch is lost, the next call returns the following.
+  // - kResourceExhausted when the caller holds every arena (the message names the batches held
+  //   and the columns Batch::view()s hold), or kDeadlineExceeded when no batch finished within
+  //   read_timeout + 5 s (naming what each worker is blocked reading): nothing is lost, a later
+  //   call waits for that batch again.
   Result<std::shared_ptr<Batch>> next();
 
   // Moves to the beginning of `epoch` (prepared batches are dropped), unless the loader already

@@ -94,7 +94,8 @@ class CheckpointReader {
 // restore_newest() for Checkpointer.load(): `plan(manifest, step, tier)` (Python, under the GIL)
 // allocates the tensors of the copy being tried and returns their reads; `on_skip(step, tier,
 // listed, message, next_step, next_tier)` is told of each copy given up, in order. The reads run
-// without the GIL. A Python exception from either callback ends the restore and is re-raised.
+// without the GIL. A CorruptDataError from `plan` (a damaged state structure) gives the copy up;
+// any other Python exception from either callback ends the restore and is re-raised.
 py::dict restore_newest_py(py::handle directory, py::object mirror, std::optional<uint64_t> step,
                            uint32_t rank, bool fallback, py::function plan, py::function on_skip,
                            unsigned threads, bool direct, double read_timeout_s) {
@@ -129,6 +130,13 @@ py::dict restore_newest_py(py::handle directory, py::object mirror, std::optiona
                planned.cast<std::vector<std::tuple<size_t, uintptr_t, bool>>>()) {
             reads.push_back({index, reinterpret_cast<std::byte*>(address), fresh});
           }
+        } catch (py::error_already_set& error) {
+          // A copy whose structure Python finds damaged is given up like any damaged copy.
+          if (error.matches(py::module_::import("zerowait._core").attr("CorruptDataError"))) {
+            return corrupt(py::str(error.value()).cast<std::string>());
+          }
+          raised = std::current_exception();
+          return Status(ErrorCode::kCancelled, "a Python callback raised");
         } catch (...) {
           raised = std::current_exception();
           return Status(ErrorCode::kCancelled, "a Python callback raised");

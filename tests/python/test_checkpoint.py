@@ -447,6 +447,29 @@ def test_zstd_compression_round_trips(ckpt_dir):
 # --- damaged steps -----------------------------------------------------------------------------
 
 
+def test_a_step_without_a_zerowait_state_is_skipped_like_a_damaged_one(ckpt_dir):
+    """The policy is C++'s, but whether a step holds a state is Python's to say: a step saved by
+    the bare engine (no state structure) is given up with a warning, and the older step loads."""
+    with zerowait.Checkpointer(ckpt_dir) as ckpt:
+        ckpt.save(1, small_state(1.0), blocking=True)
+    weights = np.arange(10, dtype=np.float32)
+    engine = _core._Checkpointer(ckpt_dir)
+    pending = engine.begin_save(2, [("/w", "F32", [10], 4, True, weights.ctypes.data,
+                                     weights.nbytes)], "null", False)
+    pending.copy_host_tensors()
+    assert pending.start().wait()["committed"]
+    engine.wait_all()
+
+    ckpt = zerowait.Checkpointer(ckpt_dir)
+    with pytest.warns(UserWarning, match=r"step 2 in .* cannot be loaded: .*holds no zerowait "
+                                         r"state; falling back to step 1"):
+        state = ckpt.load()
+    assert ckpt.loaded_step == 1
+    assert_same(state, small_state(1.0))
+    with pytest.raises(zerowait.CorruptDataError, match="holds no zerowait state"):
+        ckpt.load(step=2)
+
+
 def test_a_corrupt_newest_step_falls_back_to_the_previous_one(ckpt_dir):
     ckpt = zerowait.Checkpointer(ckpt_dir)
     ckpt.save(1, small_state(1.0), blocking=True)

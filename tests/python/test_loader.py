@@ -217,3 +217,78 @@ def test_autotune_changes_speed_not_batches(image_dataset):
     stats = tuned.stats()
     assert 1 <= stats["threads"] <= 2
     assert 1 <= stats["prefetch"] <= stats["arenas"] - 2
+
+
+def test_drop_last_drops_the_partial_step_and_keeps_it_otherwise(image_dataset):
+    kept = epoch(zerowait.Loader(image_dataset, batch_size=5, seed=3))
+    dropped_loader = zerowait.Loader(image_dataset, batch_size=5, seed=3, drop_last=True)
+    dropped = epoch(dropped_loader)
+    assert [len(b) for b in kept] == [5] * 9 + [3]  # 48 samples
+    assert len(dropped_loader) == len(dropped) == 9 and dropped == kept[:9]
+    assert sorted(sum(kept, [])) == list(range(48))
+
+
+def test_quasi_shuffle_draws_each_window_from_its_blocks(image_dataset):
+    """shuffle_block / shuffle_window reach the order: each window of `window` blocks holds the
+    samples of exactly those blocks (runs of `block` consecutive samples of one shard)."""
+    ds = zerowait.Dataset(image_dataset)
+    first = 0
+    block_of = {}
+    for s, shard in enumerate(ds.shards):
+        for local in range(shard["samples"]):
+            block_of[first + local] = (s, local // 4)
+        first += shard["samples"]
+    order = sum(epoch(zerowait.Loader(image_dataset, batch_size=48, shuffle="quasi", seed=2,
+                                      shuffle_block=4, shuffle_window=2)), [])
+    assert sorted(order) == list(range(48))
+    sizes = {}
+    for i in range(48):
+        sizes[block_of[i]] = sizes.get(block_of[i], 0) + 1
+    position = 0
+    while position < 48:  # walk the windows: each closes over at most two whole blocks
+        window = {block_of[order[position]]}
+        while True:
+            size = sum(sizes[b] for b in window)
+            grown = window | {block_of[i] for i in order[position:position + size]}
+            if grown == window:
+                break
+            window = grown
+        assert len(window) <= 2, (position, window)
+        position += size
+    wider = sum(epoch(zerowait.Loader(image_dataset, batch_size=48, shuffle="quasi", seed=2,
+                                      shuffle_block=8, shuffle_window=2)), [])
+    assert wider != order
+
+
+def test_verify_false_delivers_a_damaged_sample_that_verify_true_refuses(image_tree, tmp_path):
+    out = tmp_path / "shards"
+    zerowait.pack(image_tree, out, imagefolder=True, sync=False)
+    original = zerowait.Dataset(out)[0]["jpg"]
+    key = corrupt_first_sample(out)
+    with pytest.raises(zerowait.CorruptDataError, match=key):
+        zerowait.Loader(out, batch_size=4, shuffle=False, output="numpy").next()
+    batch = zerowait.Loader(out, batch_size=4, shuffle=False, verify=False, output="numpy").next()
+    offsets = batch["jpg.offsets"]
+    delivered = batch["jpg"][offsets[0]:offsets[1]].tobytes()
+    assert len(delivered) == len(original) and delivered != original  # unchecked, as asked
+
+
+def test_device_cuda_without_cuda_is_a_clear_error(image_dataset):
+    """setup installs a CPU torch, so this always runs here and the GPU test below skips."""
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available: see test_device_cuda_delivers_the_same_batches_on_the_gpu")
+    with pytest.raises(ValueError, match="torch.cuda is not available"):
+        zerowait.Loader(image_dataset, batch_size=4, device="cuda")
+    with pytest.raises(ValueError, match="output='torch'"):
+        zerowait.Loader(image_dataset, batch_size=4, device="cuda", output="numpy")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: GPU copies untested")
+def test_device_cuda_delivers_the_same_batches_on_the_gpu(image_dataset):
+    decode = {"cls": "int", "jpg": zerowait.RandomResizedCrop(64)}
+    cpu = list(zerowait.Loader(image_dataset, batch_size=8, seed=1, decode=decode))
+    gpu = zerowait.Loader(image_dataset, batch_size=8, seed=1, decode=decode, device="cuda")
+    assert gpu.stats()["pinned"]
+    for a, b in zip(cpu, gpu):
+        assert b["jpg"].is_cuda and torch.equal(a["jpg"], b["jpg"].cpu())
+        assert torch.equal(a["cls"], b["cls"].cpu())

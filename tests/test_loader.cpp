@@ -410,7 +410,18 @@ TEST_F(LoaderTest, StatsCountWhatHappened) {
   EXPECT_EQ(stats.samples, 396u);
   EXPECT_GT(stats.bytes_read, 396u * 8);
   EXPECT_EQ(stats.recent.size(), batches.size());
-  EXPECT_GE(stats.wait_s, 0.0);
+  // The totals are the sums of the steps (all of them are in `recent` here).
+  double wait_s = 0, read_s = 0;
+  uint64_t samples = 0;
+  for (const StepStats& step : stats.recent) {
+    wait_s += step.wait_s;
+    read_s += step.read_s;
+    samples += step.samples;
+  }
+  EXPECT_DOUBLE_EQ(stats.wait_s, wait_s);
+  EXPECT_DOUBLE_EQ(stats.read_s, read_s);
+  EXPECT_GT(stats.read_s, 0.0);
+  EXPECT_EQ(samples, 396u);
   // The next epoch's first batches are prepared already; closing returns every arena.
   loader->close();
   EXPECT_EQ(loader->stats().arenas_free, stats.arenas);

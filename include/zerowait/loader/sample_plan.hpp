@@ -1,6 +1,8 @@
 // Which sample goes into which batch on which rank: a pure function of the dataset's shard sizes,
 // the shuffle options, the epoch and the position reached. Nothing here depends on threads,
 // timing or I/O, which is what makes the loader deterministic and exactly resumable.
+// Thread-safety: every function here is pure, and a RankPartition never changes after
+// construction, so any number of threads may use them at once.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +41,7 @@ struct ShuffleOptions {
 
 // The global sample order of one epoch: a permutation of [0, total samples).
 // `shard_samples[s]` is the sample count of shard s; global indices number shards in order.
+// `shuffle` must have passed validate(); no errors otherwise. O(total samples) time and memory.
 std::vector<uint64_t> epoch_order(std::span<const uint64_t> shard_samples,
                                   const ShuffleOptions& shuffle, uint64_t epoch);
 
@@ -60,6 +63,8 @@ struct PartitionOptions {
 
 // The batches of one rank in one epoch, starting at global position `start` (samples of the
 // epoch order consumed by all ranks together before this point; 0 at the start of an epoch).
+// Shares `order` (never copies it); `options` must have passed validate() and `start` must not
+// pass the end of `order`. Copyable; const methods are thread-safe.
 class RankPartition {
  public:
   RankPartition(std::shared_ptr<const std::vector<uint64_t>> order, uint64_t start,

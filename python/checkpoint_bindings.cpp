@@ -7,7 +7,9 @@
 #include <chrono>
 #include <optional>
 
+#include "checkpoint/checkpoint_manifest.hpp"
 #include "common.hpp"
+#include "common/path_check.hpp"
 #include "zerowait/checkpoint/checkpointer.hpp"
 
 namespace zerowait {
@@ -21,8 +23,11 @@ double default_read_timeout_s() {
   return std::chrono::duration<double>(kDefaultReadTimeout).count();
 }
 
+// The readers' and listings' directory (Checkpointer::open checks its own paths).
 std::shared_ptr<StorageTarget> local_target(py::handle directory) {
-  return make_local_directory_target(fs_path(directory));
+  const std::filesystem::path path = fs_path(directory);
+  throw_if_error(internal::require_local_path(path, "checkpoint directory"));
+  return make_local_directory_target(path);
 }
 
 py::dict save_result_dict(const SaveResult& r) {
@@ -39,38 +44,10 @@ py::dict save_result_dict(const SaveResult& r) {
   return d;
 }
 
-py::dict manifest_dict(const RankManifest& m) {
-  py::list tensors;
-  for (const StoredTensor& t : m.tensors) {
-    py::dict d;
-    d["name"] = t.name;
-    d["dtype"] = t.dtype;
-    d["shape"] = t.shape;
-    d["nbytes"] = t.nbytes;
-    d["xxh3"] = t.xxh3;
-    d["file"] = t.file;
-    d["offset"] = t.offset;
-    d["stored_bytes"] = t.stored_bytes;
-    d["codec"] = t.codec;
-    tensors.append(d);
-  }
-  py::list files;
-  for (const StoredFile& f : m.files) {
-    py::dict d;
-    d["path"] = f.path;
-    d["bytes"] = f.bytes;
-    d["xxh3"] = f.xxh3;
-    d["container"] = f.container;
-    files.append(d);
-  }
-  py::dict d;
-  d["step"] = m.step;
-  d["rank"] = m.rank;
-  d["world_size"] = m.world_size;
-  d["structure_json"] = m.structure_json;
-  d["tensors"] = tensors;
-  d["files"] = files;
-  return d;
+// The rank manifest as Python sees it: the document of docs/checkpoint-manifest.schema.json,
+// encoded by the same function that writes it to disk (hex xxh3, "nbytes", parsed "structure").
+py::object manifest_object(const RankManifest& m) {
+  return py::module_::import("json").attr("loads")(internal::encode_rank_manifest(m));
 }
 
 using TensorTuple =
@@ -84,7 +61,7 @@ class CheckpointReader {
     manifest_ =
         value_or_throw(without_gil([&] { return read_rank_manifest(*target_, step, rank); }));
   }
-  py::dict manifest() const { return manifest_dict(manifest_); }
+  py::object manifest() const { return manifest_object(manifest_); }
 
  private:
   std::shared_ptr<StorageTarget> target_;
@@ -125,7 +102,8 @@ py::dict restore_newest_py(py::handle directory, py::object mirror, std::optiona
       {
         py::gil_scoped_acquire gil;
         try {
-          py::object planned = plan(manifest_dict(*copy.manifest), copy.step, tier_name(copy.tier));
+          py::object planned =
+              plan(manifest_object(*copy.manifest), copy.step, tier_name(copy.tier));
           for (const auto& [index, address, fresh] :
                planned.cast<std::vector<std::tuple<size_t, uintptr_t, bool>>>()) {
             reads.push_back({index, reinterpret_cast<std::byte*>(address), fresh});
@@ -159,10 +137,16 @@ void bind_checkpoint(py::module_& m) {
   py::class_<SaveHandle>(m, "_SaveHandle")
       .def_property_readonly("step", &SaveHandle::step)
       .def("done", &SaveHandle::done)
-      .def("wait",
-           [](const SaveHandle& h) {
-             return save_result_dict(value_or_throw(without_gil([&] { return h.wait(); })));
-           })
+      .def(
+          "wait",
+          [](const SaveHandle& h, std::optional<double> timeout_s) {
+            const Deadline deadline =
+                timeout_s ? Deadline::after(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                std::chrono::duration<double>(std::max(*timeout_s, 0.0))))
+                          : Deadline::none();
+            return save_result_dict(value_or_throw(without_gil([&] { return h.wait(deadline); })));
+          },
+          py::arg("timeout_s") = py::none())
       .def("wait_part",
            [](const SaveHandle& h) { throw_if_error(without_gil([&] { return h.wait_part(); })); });
 
@@ -186,7 +170,8 @@ void bind_checkpoint(py::module_& m) {
       .def(py::init([](py::handle directory, uint32_t keep_last, uint64_t keep_every,
                        py::object mirror, const std::string& compression, int zstd_level,
                        bool incremental, uint64_t max_file_bytes, unsigned threads, uint32_t rank,
-                       uint32_t world_size, bool caller_coordinates, double commit_timeout_s) {
+                       uint32_t world_size, bool caller_coordinates, double commit_timeout_s,
+                       std::string run_id) {
              CheckpointOptions o;
              o.keep_last = keep_last;
              o.keep_every = keep_every;
@@ -199,8 +184,10 @@ void bind_checkpoint(py::module_& m) {
              o.world_size = world_size;
              o.caller_coordinates = caller_coordinates;
              o.commit_timeout_s = commit_timeout_s;
-             if (!mirror.is_none()) o.mirror = local_target(mirror);
-             auto target = local_target(directory);
+             o.run_id = std::move(run_id);
+             // Checkpointer::open refuses a URL, naming it as the directory or the mirror.
+             if (!mirror.is_none()) o.mirror = make_local_directory_target(fs_path(mirror));
+             auto target = make_local_directory_target(fs_path(directory));
              return value_or_throw(without_gil([&] { return Checkpointer::open(target, o); }));
            }),
            py::arg("directory"), py::kw_only(), py::arg("keep_last") = 0, py::arg("keep_every") = 0,
@@ -208,7 +195,9 @@ void bind_checkpoint(py::module_& m) {
            py::arg("zstd_level") = 3, py::arg("incremental") = false,
            py::arg("max_file_bytes") = CheckpointOptions{}.max_file_bytes, py::arg("threads") = 0,
            py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("caller_coordinates") = false,
-           py::arg("commit_timeout_s") = CheckpointOptions{}.commit_timeout_s)
+           py::arg("commit_timeout_s") = CheckpointOptions{}.commit_timeout_s,
+           py::arg("run_id") = "")
+      .def_property_readonly("run_id", [](Checkpointer& c) { return c.options().run_id; })
       .def(
           "begin_save",
           [](Checkpointer& c, uint64_t step, const std::vector<TensorTuple>& tensors,
@@ -260,6 +249,7 @@ void bind_checkpoint(py::module_& m) {
         value_or_throw(without_gil([&] { return read_step_info(*target, step); }));
     py::dict d;
     d["step"] = info.step;
+    d["run_id"] = info.run_id;
     d["world_size"] = info.world_size;
     d["bytes_total"] = info.bytes_total;
     d["bytes_stored"] = info.bytes_stored;

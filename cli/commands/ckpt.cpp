@@ -16,6 +16,7 @@
 #include "commands.hpp"
 #include "commands/ckpt_common.hpp"
 #include "common/file.hpp"
+#include "common/path_check.hpp"
 #include "output.hpp"
 #include "progress_bar.hpp"
 #include "zerowait/checkpoint/checkpointer.hpp"
@@ -174,7 +175,8 @@ int run_ls(const CkptArgs& args) {
     for (const ListedStep& s : steps) {
       json entry = {{"step", s.step}, {"newest", s.step == committed.back()}};
       if (s.info) {
-        entry.update({{"world_size", s.info->world_size},
+        entry.update({{"run_id", s.info->run_id},
+                      {"world_size", s.info->world_size},
                       {"bytes_total", s.info->bytes_total},
                       {"bytes_stored", s.info->bytes_stored},
                       {"references", json(s.info->references)},
@@ -210,17 +212,18 @@ int run_ls(const CkptArgs& args) {
                  {"tensor bytes", Align::kRight},
                  {"stored", Align::kRight},
                  {"references"},
-                 {"created"}});
+                 {"created"},
+                 {"run"}});
     for (const ListedStep& s : steps) {
       std::string step = std::to_string(s.step);
       if (s.step == committed.back()) step += " (newest)";
       if (!s.info) {
-        table.add_row({step, "-", "-", "-", "-", "unreadable: " + s.problem});
+        table.add_row({step, "-", "-", "-", "-", "unreadable: " + s.problem, "-"});
         continue;
       }
       table.add_row({step, std::to_string(s.info->world_size), format_bytes(s.info->bytes_total),
                      format_bytes(s.info->bytes_stored), references_text(s.info->references),
-                     s.info->created});
+                     s.info->created, s.info->run_id.empty() ? "-" : s.info->run_id});
     }
     table.print(std::cout);
   }
@@ -346,39 +349,21 @@ uint64_t owner_step(const std::string& path, uint64_t fallback) {
   return internal::step_of_path(path).value_or(fallback);
 }
 
+// The rank manifest as stored (docs/checkpoint-manifest.schema.json, the same encoder), plus
+// for each tensor and file the step whose directory holds it.
 json rank_json(const RankManifest& m) {
-  json tensors = json::array();
-  for (const StoredTensor& t : m.tensors) {
-    const uint64_t in_step = owner_step(t.file, m.step);
-    tensors.push_back({{"name", t.name},
-                       {"dtype", t.dtype},
-                       {"shape", t.shape},
-                       {"bytes", t.nbytes},
-                       {"stored_bytes", t.stored_bytes},
-                       {"codec", t.codec},
-                       {"file", t.file},
-                       {"offset", t.offset},
-                       {"xxh3", internal::hex64(t.xxh3)},
-                       {"in_step", in_step},
-                       {"referenced", in_step != m.step}});
+  json doc = json::parse(internal::encode_rank_manifest(m));
+  for (json& entry : doc["tensors"]) {
+    const uint64_t in_step = owner_step(entry["file"].get<std::string>(), m.step);
+    entry["in_step"] = in_step;
+    entry["referenced"] = in_step != m.step;
   }
-  json files = json::array();
-  for (const StoredFile& f : m.files) {
-    const uint64_t in_step = owner_step(f.path, m.step);
-    files.push_back({{"path", f.path},
-                     {"bytes", f.bytes},
-                     {"container", f.container},
-                     {"xxh3", internal::hex64(f.xxh3)},
-                     {"in_step", in_step},
-                     {"referenced", in_step != m.step}});
+  for (json& entry : doc["files"]) {
+    const uint64_t in_step = owner_step(entry["path"].get<std::string>(), m.step);
+    entry["in_step"] = in_step;
+    entry["referenced"] = in_step != m.step;
   }
-  // The structure is the saver's own JSON; shown as written when it is not valid JSON.
-  json structure = json::parse(m.structure_json, nullptr, /*allow_exceptions=*/false);
-  if (structure.is_discarded()) structure = m.structure_json;
-  return {{"rank", m.rank},
-          {"tensors", std::move(tensors)},
-          {"files", std::move(files)},
-          {"structure", std::move(structure)}};
+  return doc;
 }
 
 void print_rank(const RankManifest& m) {
@@ -429,6 +414,7 @@ int run_inspect(const CkptArgs& args) {
     for (const RankManifest& m : manifests) ranks.push_back(rank_json(m));
     print_json({{"path", target->describe()},
                 {"step", info.step},
+                {"run_id", info.run_id},
                 {"world_size", info.world_size},
                 {"bytes_total", info.bytes_total},
                 {"bytes_stored", info.bytes_stored},
@@ -439,7 +425,7 @@ int run_inspect(const CkptArgs& args) {
   }
 
   std::cout << "step " << info.step << " in " << target->describe() << ", committed "
-            << info.created << "\n\n";
+            << info.created << (info.run_id.empty() ? "" : " by run " + info.run_id) << "\n\n";
   uint64_t tensors = 0;
   uint64_t bytes = 0;
   uint64_t referenced_bytes = 0;  // of tensors living in older steps' files
@@ -525,6 +511,7 @@ CLI::Option* add_step_argument(CLI::App* command, CkptArgs* args, const std::str
 }  // namespace
 
 std::shared_ptr<StorageTarget> open_checkpoint_directory(const std::string& dir) {
+  check(internal::require_local_path(dir, "checkpoint directory"));
   std::shared_ptr<StorageTarget> target = make_local_directory_target(dir);
   if (!unwrap(target->exists(""))) {
     throw CliError("checkpoint directory '" + dir + "' does not exist");

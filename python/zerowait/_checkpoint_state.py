@@ -243,9 +243,9 @@ class _Restore:
         self._what = what
         self._allow_pickle = allow_pickle
         try:
-            structure = json.loads(manifest["structure_json"])
+            structure = manifest["structure"]
             valid = structure.get("format") == _STRUCTURE_FORMAT
-        except (ValueError, AttributeError):
+        except (KeyError, AttributeError):
             valid = False
         if not valid:
             raise _core.CorruptDataError(f"{what}: its manifest holds no zerowait state")

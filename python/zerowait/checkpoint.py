@@ -14,7 +14,6 @@ import os
 import queue
 import sys
 import threading
-import time
 import warnings
 import weakref
 from datetime import timedelta
@@ -44,14 +43,7 @@ class SaveHandle:
         ``bytes_total``, ``bytes_written``, ``tensors_written``, ``tensors_referenced``,
         ``snapshot_s``, ``write_s``, ``commit_s``. Raises the save's error, or TimeoutError when
         ``timeout`` seconds pass first (the save goes on)."""
-        if timeout is not None:
-            deadline = time.monotonic() + timeout
-            while not self._handle.done():
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(f"checkpoint step {self.step} still saving after "
-                                       f"{timeout} s")
-                time.sleep(0.005)
-        return self._handle.wait()
+        return self._handle.wait(timeout)
 
     def result(self, timeout: Optional[float] = None) -> Dict[str, Any]:
         """The same as :meth:`wait` (named like ``concurrent.futures.Future.result``)."""
@@ -95,6 +87,11 @@ class Checkpointer:
       before it is abandoned and reported as ``DeadlineExceededError`` naming the file and
       offset, so a hung disk or mount never hangs the job (None: the engine's 60 s). A step
       that times out is treated like a damaged one: the mirror or an older step is tried.
+    - ``run_id``: who saves, recorded with every step (:attr:`run_id`; None: random, the same on
+      every rank under torch.distributed). A step number the mirror already holds from another
+      run is refused (FileExistsError), never overwritten or skipped; :meth:`load` warns when it
+      returns a step another run saved (except a resume: a Checkpointer that has saved nothing
+      yet loading from its own directory) and sets :attr:`loaded_run_id`.
 
     Not thread-safe: call save() and load() from one thread. Use as a context manager, or call
     :meth:`close`, so the last saves finish before the process ends (an open Checkpointer also
@@ -118,6 +115,7 @@ class Checkpointer:
         commit_timeout: float = 600.0,
         direct_reads: bool = True,
         read_timeout: Optional[float] = None,
+        run_id: Optional[str] = None,
     ) -> None:
         if rank is None or world_size is None:
             default_rank, default_world = _default_rank_world()
@@ -129,6 +127,8 @@ class Checkpointer:
         self.world_size = world_size
         self.allow_pickle = allow_pickle
         self.loaded_step: Optional[int] = None  # the step the last load() returned
+        self.loaded_run_id: Optional[str] = None  # the run that saved it
+        self._saved_any = False
         self._threads = threads
         self._direct_reads = direct_reads
         if read_timeout is not None and not read_timeout > 0:
@@ -140,13 +140,19 @@ class Checkpointer:
             raise ValueError(
                 f"rank={rank}, world_size={world_size} differ from torch.distributed's "
                 f"({dist.get_rank()}, {dist.get_world_size()})")
+        if run_id is None and dist is not None:
+            shared = [os.urandom(8).hex() if rank == 0 else None]
+            dist.broadcast_object_list(shared, src=0)
+            run_id = shared[0]
         sizes = {} if max_file_bytes is None else {"max_file_bytes": max_file_bytes}
         core = _core._Checkpointer(
             self.directory, keep_last=keep_last or 0, keep_every=keep_every or 0,
             mirror=self.mirror, compression=compression or "none", incremental=incremental,
             threads=threads, rank=rank, world_size=world_size,
-            caller_coordinates=dist is not None, commit_timeout_s=commit_timeout, **sizes)
+            caller_coordinates=dist is not None, commit_timeout_s=commit_timeout,
+            run_id=run_id or "", **sizes)
         self._core = core
+        self.run_id: str = core.run_id
         self._ranks = _RankCoordinator(core, dist, commit_timeout) if dist is not None else None
         self._last: Optional[SaveHandle] = None
         # Runs close() at interpreter exit if the caller did not: the last save completes, as
@@ -192,6 +198,7 @@ class Checkpointer:
         if self._ranks is not None:
             self._ranks.submit(handle._handle)
         self._last = handle
+        self._saved_any = True
         if blocking:
             handle.wait()
         return handle
@@ -274,6 +281,7 @@ class Checkpointer:
 
         def plan(manifest: Dict[str, Any], s: int, tier: str) -> List[Tuple[int, int, bool]]:
             restore = _Restore(manifest, f"step {s} in {roots[tier]}", self.allow_pickle)
+            loaded["run_id"] = manifest.get("run_id", "")
             loaded["state"] = restore.decode_state(into)
             loaded["restore"] = restore
             return restore.reads
@@ -294,7 +302,16 @@ class Checkpointer:
             self.directory, self.mirror, step, self.rank, fallback, plan, on_skip,
             threads=self._threads, direct=self._direct_reads, **self._read_timeout)
         self.loaded_step = result["step"]
-        return loaded["restore"].finish(loaded["state"], map_location)
+        state = loaded["restore"].finish(loaded["state"], map_location)
+        saver = loaded["run_id"]
+        resuming = not self._saved_any and result["tier"] == "primary"
+        if saver != self.run_id and not resuming:
+            # stacklevel 3: _load_newest_valid, load, the caller.
+            warnings.warn(f"checkpoint step {self.loaded_step} in {roots[result['tier']]} was "
+                          f"saved by run {saver or '(unrecorded)'}, not by this run "
+                          f"({self.run_id})", stacklevel=3)
+        self.loaded_run_id = saver
+        return state
 
     def __repr__(self) -> str:
         return (f"<zerowait.Checkpointer {self.directory!r} rank={self.rank} "

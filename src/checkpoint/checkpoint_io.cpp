@@ -83,15 +83,44 @@ Status copy_verified(StorageTarget& from, const std::string& path, StorageTarget
   return out->close();
 }
 
+namespace {
+
+std::string run_name(const std::string& run_id) {
+  return run_id.empty() ? "a run that recorded no run id" : "run " + run_id;
+}
+
+}  // namespace
+
+Status require_step_free(StorageTarget& tier, uint64_t step, const std::string& run_id) {
+  const std::string record_path = step_directory(step) + "/" + kCommitRecordName;
+  ZW_ASSIGN_OR_RETURN(bool taken, tier.exists(record_path));
+  if (!taken) return Status::ok();
+  std::string whose = "an unreadable commit record";
+  if (auto text = tier.read_file(record_path); text.is_ok()) {
+    if (auto record = decode_commit_record(text.value(), record_path); record.is_ok()) {
+      whose = run_name(record.value().info.run_id) + ", committed " + record.value().info.created;
+    }
+  }
+  return Status(ErrorCode::kAlreadyExists,
+                "step " + std::to_string(step) + " already exists in " + tier.describe() + " (" +
+                    whose + "); " + run_name(run_id) +
+                    " does not overwrite it: save under a new step number, or give each run a "
+                    "directory and mirror of its own");
+}
+
 Status mirror_step(StorageTarget& from, StorageTarget& to, uint64_t step) {
   const std::string dir = step_directory(step);
   const std::string tmp = dir + kTempSuffix;
   const std::string record_path = dir + "/" + kCommitRecordName;
-  ZW_ASSIGN_OR_RETURN(bool mirrored, to.exists(record_path));
-  if (mirrored) return Status::ok();
-
   ZW_ASSIGN_OR_RETURN(std::string record_text, from.read_file(record_path));
   ZW_ASSIGN_OR_RETURN(CommitRecord record, decode_commit_record(record_text, record_path));
+  ZW_ASSIGN_OR_RETURN(bool mirrored, to.exists(record_path));
+  if (mirrored) {
+    // The same commit record (its run, time and every manifest's checksum): already copied.
+    auto there = to.read_file(record_path);
+    if (there.is_ok() && there.value() == record_text) return Status::ok();
+    ZW_RETURN_IF_ERROR(require_step_free(to, step, record.info.run_id));
+  }
   ZW_RETURN_IF_ERROR(to.remove_all(tmp));
   ZW_RETURN_IF_ERROR(to.create_directory(tmp));
   std::vector<std::pair<std::string, std::string>> manifests;  // name, text
@@ -129,7 +158,14 @@ Status mirror_step(StorageTarget& from, StorageTarget& to, uint64_t step) {
   }
   ZW_RETURN_IF_ERROR(write_small_file(to, tmp + "/" + kCommitRecordName, record_text));
   ZW_RETURN_IF_ERROR(to.sync_directory(tmp));
-  ZW_RETURN_IF_ERROR(to.rename(tmp, dir));
+  if (Status renamed = to.rename(tmp, dir); !renamed.is_ok()) {
+    // Another run committed this step number there while it was copied.
+    if (renamed.code() == ErrorCode::kAlreadyExists) {
+      (void)to.remove_all(tmp);
+      return require_step_free(to, step, record.info.run_id);
+    }
+    return renamed;
+  }
   ZW_RETURN_IF_ERROR(to.sync_directory(""));
   return publish_small_file(to, "", kLatestPointerName, dir + "\n");
 }

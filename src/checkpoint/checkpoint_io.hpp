@@ -36,10 +36,15 @@ Result<uint64_t> stream_source(
 // or are not `expected_bytes` long. The copy is fsynced and closed.
 Status copy_verified(StorageTarget& from, const std::string& path, StorageTarget& to,
                      const std::string& to_path, uint64_t expected_bytes, uint64_t expected_xxh3);
+// kAlreadyExists when `tier` already holds committed step `step` (saved by another run, or
+// earlier by this one: a tier never gets a step number twice), naming the tier, both runs and
+// when the step there was committed; ok when it does not. `run_id` is the run asking.
+Status require_step_free(StorageTarget& tier, uint64_t step, const std::string& run_id);
 // Copies committed step `step` (every rank's files, manifests and the commit record, plus any
 // older file it references that `to` lacks) with the same commit protocol as a save: files into
 // step-N.tmp, fsync, commit record last, rename, fsync, latest pointer. A step `to` already has
-// is left alone.
+// with the same commit record is left alone; with another one (another run's step N) it is
+// kAlreadyExists, as when that step appears in `to` while this copy is made.
 Status mirror_step(StorageTarget& from, StorageTarget& to, uint64_t step);
 
 }  // namespace zerowait::internal

@@ -115,6 +115,7 @@ std::string encode_commit_record(const CommitRecord& record) {
   json doc = {{"format", "zerowait-checkpoint"},
               {"version", kCheckpointFormatVersion},
               {"step", info.step},
+              {"run_id", info.run_id},
               {"world_size", info.world_size},
               {"created", info.created},
               {"bytes_total", info.bytes_total},
@@ -130,6 +131,7 @@ Result<CommitRecord> decode_commit_record(std::string_view text, const std::stri
     CommitRecord record;
     StepInfo& info = record.info;
     info.step = doc.at("step").get<uint64_t>();
+    info.run_id = doc.value("run_id", "");
     info.world_size = doc.at("world_size").get<uint32_t>();
     info.created = doc.value("created", "");
     info.bytes_total = doc.at("bytes_total").get<uint64_t>();
@@ -184,6 +186,7 @@ std::string encode_rank_manifest(const RankManifest& manifest) {
   json doc = {{"format", "zerowait-checkpoint-rank"},
               {"version", kCheckpointFormatVersion},
               {"step", manifest.step},
+              {"run_id", manifest.run_id},
               {"rank", manifest.rank},
               {"world_size", manifest.world_size},
               {"files", files},
@@ -197,6 +200,7 @@ Result<RankManifest> decode_rank_manifest(std::string_view text, const std::stri
     ZW_RETURN_IF_ERROR(check_format(doc, "zerowait-checkpoint-rank", path));
     RankManifest m;
     m.step = doc.at("step").get<uint64_t>();
+    m.run_id = doc.value("run_id", "");
     m.rank = doc.at("rank").get<uint32_t>();
     m.world_size = doc.at("world_size").get<uint32_t>();
     m.structure_json = doc.at("structure").dump();

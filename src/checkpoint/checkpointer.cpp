@@ -2,14 +2,18 @@
 // part, the commit protocol, retention and the mirror tier. The read side is checkpoint_read.cpp.
 #include "zerowait/checkpoint/checkpointer.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -18,12 +22,12 @@
 #include "checkpoint/safetensors.hpp"
 #include "checkpoint/tensor_codec.hpp"
 #include "common/align.hpp"
+#include "common/aligned_buffer.hpp"
 #include "common/clock.hpp"
 #include "common/cuda_host.hpp"
 #include "common/file.hpp"
 #include "common/thread_pool.hpp"
 #include "common/xxhash.hpp"
-#include "common/aligned_buffer.hpp"
 
 namespace zerowait {
 
@@ -44,6 +48,29 @@ constexpr uint64_t kCompressChunk = 4ull << 20;
 
 bool is_floating_group_candidate(const TensorToSave& t) {
   return t.floating_point && t.element_size > 1;
+}
+
+// Crash tests through any entry point (the Python layer included): with
+// $ZEROWAIT_FAULT_EXIT_AT_OPERATION=N the process exits at once with status 86 (_exit: nothing
+// flushed, nothing cleaned up, as kill -9 would stop it) instead of performing the N-th mutating
+// operation (docs: StorageOperation) of this Checkpointer on its directory. Unset: `target`.
+std::shared_ptr<StorageTarget> with_exit_fault(std::shared_ptr<StorageTarget> target) {
+  const char* value = std::getenv("ZEROWAIT_FAULT_EXIT_AT_OPERATION");
+  const uint64_t fatal = value != nullptr ? std::strtoull(value, nullptr, 10) : 0;
+  if (fatal == 0) return target;
+  auto faults = std::make_shared<FaultInjectingTarget>(std::move(target));
+  faults->set_fault_rule([fatal, count = uint64_t{0}](const StorageOperation&) mutable {
+    if (++count == fatal) _exit(86);
+    return 0;
+  });
+  return faults;
+}
+
+// 64 random bits in hex: two runs sharing a tier tell their steps apart by it.
+std::string random_run_id() {
+  std::random_device device;
+  const uint64_t bits = (static_cast<uint64_t>(device()) << 32) ^ device();
+  return internal::hex64(bits);
 }
 
 }  // namespace
@@ -138,9 +165,16 @@ bool SaveHandle::done() const {
   return job_->phase == SaveJob::Phase::kFinished;
 }
 
-Result<SaveResult> SaveHandle::wait() const {
+Result<SaveResult> SaveHandle::wait(Deadline deadline) const {
   std::unique_lock<std::mutex> lock(job_->mutex);
-  job_->changed.wait(lock, [&] { return job_->phase == SaveJob::Phase::kFinished; });
+  auto finished = [&] { return job_->phase == SaveJob::Phase::kFinished; };
+  if (deadline.at == Clock::time_point::max()) {
+    job_->changed.wait(lock, finished);
+  } else if (!job_->changed.wait_until(lock, deadline.at, finished)) {
+    return Status(ErrorCode::kDeadlineExceeded,
+                  "checkpoint step " + std::to_string(job_->step) +
+                      " is still saving at the deadline (the save goes on; wait again)");
+  }
   if (!job_->result->is_ok()) {
     // Reported to this caller: the Checkpointer need not report it again.
     auto owner = job_->owner;
@@ -245,6 +279,10 @@ Status PartWriter::write_part() {
                                                  " is already committed in " + target.describe() +
                                                  "; save under a new step number");
   }
+  // Checked before anything is written: a step this run could not mirror is not saved at all.
+  if (opt.mirror) {
+    ZW_RETURN_IF_ERROR(internal::require_step_free(*opt.mirror, job_.step, opt.run_id));
+  }
 
   // Checksums of every tensor, in parallel.
   const size_t n = job_.tensors.size();
@@ -314,6 +352,7 @@ Status PartWriter::write_part() {
   tensors_written_ = to_write.size();
 
   manifest_.step = job_.step;
+  manifest_.run_id = opt.run_id;
   manifest_.rank = opt.rank;
   manifest_.world_size = opt.world_size;
   manifest_.structure_json = job_.structure_json;
@@ -476,11 +515,13 @@ void unpublish(StorageTarget& target, uint64_t step) {
   }
 }
 
-Status commit_step(StorageTarget& target, uint64_t step, uint32_t world_size) {
+Status commit_step(StorageTarget& target, uint64_t step, uint32_t world_size,
+                   const std::string& run_id) {
   const std::string dir = step_directory(step);
   const std::string tmp = dir + kTempSuffix;
   internal::CommitRecord record;
   record.info.step = step;
+  record.info.run_id = run_id;
   record.info.world_size = world_size;
   record.info.created = internal::utc_now();
   std::set<uint64_t> references;
@@ -578,7 +619,8 @@ Status apply_retention(Checkpointer::State& state) {
 // Rank 0: commits `step`, then retires steps retention no longer keeps and queues the step for
 // the mirror. A retention error does not undo the commit: the next wait_all() reports it.
 Status commit_and_tidy(Checkpointer::State& state, uint64_t step) {
-  ZW_RETURN_IF_ERROR(commit_step(*state.target, step, state.options.world_size));
+  ZW_RETURN_IF_ERROR(
+      commit_step(*state.target, step, state.options.world_size, state.options.run_id));
   Status retention = apply_retention(state);
   if (!retention.is_ok()) state.remember_error(retention.with_context("retention"));
   if (state.options.mirror) {
@@ -690,8 +732,16 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::open(std::shared_ptr<Storage
                             std::to_string(options.world_size));
   }
   if (options.max_file_bytes == 0) return invalid_argument("max_file_bytes must be positive");
+  target = with_exit_fault(std::move(target));
+  // A tier that cannot be used at all (a URL given as a local directory fails every operation)
+  // is named before anything is created in the other.
+  ZW_RETURN_IF_ERROR(target->exists("").status().with_context("checkpoint directory"));
+  if (options.mirror) {
+    ZW_RETURN_IF_ERROR(options.mirror->exists("").status().with_context("checkpoint mirror"));
+  }
   ZW_RETURN_IF_ERROR(target->create_directory(""));
   if (options.mirror) ZW_RETURN_IF_ERROR(options.mirror->create_directory(""));
+  if (options.run_id.empty()) options.run_id = random_run_id();
   std::unique_ptr<Checkpointer> cp(new Checkpointer(target, options));
   if (options.rank == 0) {
     // Orphans of a crashed run. With several ranks, another one may already be writing the next

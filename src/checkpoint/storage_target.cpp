@@ -13,6 +13,7 @@
 #include "checkpoint/checkpoint_io.hpp"
 #include "common/file.hpp"
 #include "common/log.hpp"
+#include "common/path_check.hpp"
 #include "io/file_sources.hpp"
 
 namespace zerowait {
@@ -139,6 +140,8 @@ class LocalDirectoryTarget : public StorageTarget {
 
  private:
   Result<std::string> full_path(const std::string& path) const {
+    // A URL root (kept as given by make_local_directory_target) fails every operation.
+    ZW_RETURN_IF_ERROR(internal::require_local_path(root_, "path"));
     return internal::join_target_path(root_.string(), path);
   }
 
@@ -286,6 +289,11 @@ class FaultInjectingSource final : public ByteSource {
 }  // namespace
 
 std::shared_ptr<StorageTarget> make_local_directory_target(const std::filesystem::path& root) {
+  // A URL is kept as given, not normalised into "<cwd>/s3:/bucket": every operation of the
+  // target then refuses it by name.
+  if (!internal::require_local_path(root, "").is_ok()) {
+    return std::make_shared<LocalDirectoryTarget>(root);
+  }
   std::filesystem::path absolute = std::filesystem::absolute(root).lexically_normal();
   // "/ckpt/" normalises to "/ckpt/"; messages read better without the trailing separator.
   if (!absolute.has_filename() && absolute.has_relative_path()) absolute = absolute.parent_path();

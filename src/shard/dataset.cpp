@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <set>
 
+#include "common/path_check.hpp"
 #include "zerowait/shard/format.hpp"
 
 namespace zerowait {
@@ -17,6 +18,7 @@ bool is_shard_file(const std::string& name) {
 }  // namespace
 
 Result<std::shared_ptr<Dataset>> Dataset::open(const std::string& path, DatasetOptions options) {
+  ZW_RETURN_IF_ERROR(internal::require_local_path(path, "dataset"));
   std::shared_ptr<Dataset> ds(new Dataset());
   ds->path_ = path;
   ds->options_ = options;

@@ -8,6 +8,7 @@ import collections
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -189,8 +190,9 @@ def test_tensors_are_named_by_json_pointer_and_the_structure_is_plain_json(ckpt_
     assert [x["name"] for x in manifest(ckpt_dir, 2)["tensors"]] == ["/"]
     assert_same(ckpt.load(), t)
 
-    structure = json.loads(m["structure_json"], parse_constant=no_constants)
-    assert "pickle" not in m["structure_json"]
+    on_disk = (ckpt_dir / "step-1" / "rank-00000.json").read_text()
+    structure = json.loads(on_disk, parse_constant=no_constants)["structure"]
+    assert structure == m["structure"] and "pickle" not in on_disk
     node = structure["root"]["items"][0][1]["items"][0][1]
     assert {k: node[k] for k in ("type", "index", "dtype", "shape", "device")} == {
         "type": "tensor", "index": 0, "dtype": "float32", "shape": [4], "device": "cpu"}
@@ -233,7 +235,7 @@ def test_allow_pickle_stores_other_objects_and_loading_them_needs_it_too(ckpt_di
     state = {"ratio": fractions.Fraction(1, 3), "tags": {"a", "b"}, "w": torch.ones(2)}
     zerowait.Checkpointer(ckpt_dir, allow_pickle=True).save(1, state, blocking=True)
     assert_same(zerowait.Checkpointer(ckpt_dir, allow_pickle=True).load(), state)
-    root = json.loads(manifest(ckpt_dir, 1)["structure_json"])["root"]
+    root = manifest(ckpt_dir, 1)["structure"]["root"]
     assert [node["type"] for _, node in root["items"]] == ["pickle", "pickle", "tensor"]
     with pytest.raises(ValueError, match=r'state\["ratio"\] was pickled; pass allow_pickle=True'):
         zerowait.Checkpointer(ckpt_dir).load()
@@ -265,12 +267,23 @@ def test_save_returns_a_handle_and_snapshots_the_state(ckpt_dir):
         ckpt.save(7, state)
 
 
-def test_skip_if_busy_and_a_rank_that_never_comes(ckpt_dir):
-    """File coordination with a rank 1 that never saves: the save stays busy until the commit
-    timeout, then fails without committing."""
-    ckpt = zerowait.Checkpointer(ckpt_dir, rank=0, world_size=2, commit_timeout=1.5)
+def test_skip_if_busy_while_a_rank_is_late_and_a_rank_that_never_comes(tmp_path):
+    """File coordination: rank 0's save stays busy for as long as rank 1 has not saved (no
+    window of time to hit), and commits once it has; wait(timeout) gives up without stopping the
+    save. A rank that never comes fails the save at the commit timeout, committing nothing."""
+    ckpt = zerowait.Checkpointer(tmp_path / "late", rank=0, world_size=2, commit_timeout=600)
     handle = ckpt.save(1, small_state(1.0))
     assert ckpt.save(2, small_state(2.0), skip_if_busy=True) is None
+    with pytest.raises(TimeoutError, match="step 1 is still saving"):
+        handle.wait(timeout=0.05)
+    assert not handle.done()
+    with zerowait.Checkpointer(tmp_path / "late", rank=1, world_size=2) as late:
+        late.save(1, small_state(1.5), blocking=True)
+    assert handle.wait(timeout=600)["committed"] and ckpt.steps() == [1]
+    ckpt.close()
+
+    ckpt = zerowait.Checkpointer(tmp_path / "never", rank=0, world_size=2, commit_timeout=0.3)
+    handle = ckpt.save(1, small_state(1.0))
     with pytest.raises(TimeoutError, match="1 of 2 ranks"):
         handle.wait()
     assert handle.done() and ckpt.steps() == []
@@ -514,6 +527,158 @@ def test_the_mirror_replaces_a_missing_or_corrupt_local_step(tmp_path):
     with pytest.warns(UserWarning, match=r"step 2 is not in .*local; loading the mirror's copy"):
         assert_same(ckpt.load(), small_state(2.0))
     assert ckpt.loaded_step == 2
+
+
+URLS = ["s3://bucket/ck", "https://host/data", "gs://bucket/x", "file:///tmp/x"]
+
+
+@pytest.mark.parametrize("url", URLS)
+def test_a_url_is_refused_wherever_only_local_paths_work(url, cli, image_dataset, tmp_path,
+                                                         monkeypatch):
+    """A URL once became a local folder named "s3:": every entry point that takes a local path
+    refuses one, naming it, and creates nothing."""
+    monkeypatch.chdir(tmp_path)
+    refused = f"'{url}' is a URL.*remote storage is not supported yet"
+    with pytest.raises(ValueError, match=f"checkpoint directory.*{refused}"):
+        zerowait.Checkpointer(url)
+    with pytest.raises(ValueError, match=f"checkpoint mirror.*{refused}"):
+        zerowait.Checkpointer(tmp_path / "ck", mirror=url)
+    with pytest.raises(ValueError, match=f"dataset {refused}"):
+        zerowait.Dataset(url)
+    with pytest.raises(ValueError, match=f"dataset {refused}"):
+        zerowait.Loader(url, batch_size=4)
+    with pytest.raises(ValueError, match=f"pack input {refused}"):
+        zerowait.pack(url, tmp_path / "out")
+    with pytest.raises(ValueError, match=f"pack output {refused}"):
+        zerowait.pack(image_dataset, url)
+    for args in (["ckpt", "ls", url], ["verify", url], ["pack", image_dataset, "-o", url]):
+        result = subprocess.run([str(cli), *map(str, args)], capture_output=True, text=True,
+                                stdin=subprocess.DEVNULL, timeout=120)
+        assert result.returncode != 0, args
+        assert "remote storage is not supported yet" in result.stderr, (args, result.stderr)
+    assert list(tmp_path.iterdir()) == []  # no "s3:" folder, nothing half-made
+
+
+def test_two_runs_sharing_a_mirror_never_pass_off_one_runs_step_as_the_others(tmp_path, cli):
+    """Both runs save step 5 into one mirror: the second run's save is an error naming both runs
+    (its copy was once skipped in silence), the mirror keeps the first run's step, and loading
+    that step in the second run says whose it is."""
+    mirror = tmp_path / "mirror"
+    with zerowait.Checkpointer(tmp_path / "first", mirror=mirror) as first:
+        first.save(5, small_state(1.0), blocking=True)
+    assert len(first.run_id) >= 16  # random unless given
+
+    second = zerowait.Checkpointer(tmp_path / "second", mirror=mirror, run_id="second-run")
+    assert second.run_id == "second-run"
+    with pytest.raises(FileExistsError, match=rf"step 5 .*mirror.*{first.run_id}.*second-run"):
+        second.save(5, small_state(2.0), blocking=True)
+    second.wait()  # reported by the save already
+    assert second.steps() == []
+
+    with pytest.warns(UserWarning, match=rf"step 5 .* was saved by run {first.run_id}, not by "
+                                         r"this run \(second-run\)"):
+        assert_same(second.load(5), small_state(1.0))
+    assert second.loaded_run_id == first.run_id
+    second.save(6, small_state(2.0), blocking=True)
+    second.close()
+
+    listed = run_cli_json(cli, "ckpt", "ls", mirror)
+    assert [(s["step"], s["run_id"]) for s in listed["steps"]] == [(5, first.run_id),
+                                                                   (6, "second-run")]
+    table = subprocess.run([str(cli), "ckpt", "ls", str(mirror)], capture_output=True, text=True,
+                           timeout=120).stdout
+    assert first.run_id in table and "second-run" in table
+
+
+def test_resuming_from_its_own_directory_is_silent(ckpt_dir):
+    """A new run that resumes from the directory's steps is the normal case: no warning."""
+    with zerowait.Checkpointer(ckpt_dir) as ckpt:
+        ckpt.save(1, small_state(1.0), blocking=True)
+    resumed = zerowait.Checkpointer(ckpt_dir)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert_same(resumed.load(), small_state(1.0))
+    assert resumed.loaded_run_id == ckpt.run_id != resumed.run_id
+    resumed.close()
+
+
+SCHEMA = json.loads((Path(__file__).parents[2] / "docs" / "checkpoint-manifest.schema.json")
+                    .read_text())
+
+
+def schema_problems(value, schema: dict, where: str = "$") -> list:
+    """The part of JSON Schema docs/checkpoint-manifest.schema.json uses ($ref, type, required,
+    properties, items, const, enum, pattern, minimum, oneOf), so the test needs no jsonschema."""
+    if "$ref" in schema:
+        schema = SCHEMA["$defs"][schema["$ref"].rsplit("/", 1)[1]]
+    if "oneOf" in schema:
+        matches = [s for s in schema["oneOf"] if not schema_problems(value, s, where)]
+        return [] if len(matches) == 1 else [f"{where}: matches {len(matches)} of oneOf"]
+    types = {"object": dict, "array": list, "string": str, "integer": int}
+    if "type" in schema and (not isinstance(value, types[schema["type"]])
+                             or isinstance(value, bool)):
+        return [f"{where}: {value!r} is not of type {schema['type']}"]
+    problems = []
+    if "const" in schema and value != schema["const"]:
+        problems.append(f"{where}: {value!r} is not {schema['const']!r}")
+    if "enum" in schema and value not in schema["enum"]:
+        problems.append(f"{where}: {value!r} is not one of {schema['enum']}")
+    if "pattern" in schema and not re.fullmatch(schema["pattern"], value):
+        problems.append(f"{where}: {value!r} does not match {schema['pattern']}")
+    if "minimum" in schema and value < schema["minimum"]:
+        problems.append(f"{where}: {value} is below {schema['minimum']}")
+    for key in schema.get("required", []):
+        if key not in value:
+            problems.append(f"{where}: no {key!r}")
+    for key, sub in schema.get("properties", {}).items():
+        if key in value:
+            problems += schema_problems(value[key], sub, f"{where}.{key}")
+    for i, item in enumerate(value if "items" in schema else []):
+        problems += schema_problems(item, schema["items"], f"{where}[{i}]")
+    return problems
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_every_manifest_emitter_follows_the_one_schema(ckpt_dir, cli, compression):
+    """The manifest on disk, the Python bindings' manifest and `ckpt inspect --json` are one
+    document with one set of field names and encodings (hex xxh3, "nbytes")."""
+    ckpt = zerowait.Checkpointer(ckpt_dir, compression=compression, incremental=True)
+    ckpt.save(1, small_state(1.0), blocking=True)
+    state = small_state(1.0)
+    state["model"]["layer.0.weight"] += 1  # step 2 references step 1's other tensors
+    ckpt.save(2, state, blocking=True)
+    ckpt.close()
+    rank_schema = {"$ref": "#/$defs/rank_manifest"}
+    on_disk = json.loads((ckpt_dir / "step-2" / "rank-00000.json").read_text())
+    record = json.loads((ckpt_dir / "step-2" / "manifest.json").read_text())
+    from_python = manifest(ckpt_dir, 2)
+    inspected = run_cli_json(cli, "ckpt", "inspect", ckpt_dir, 2)
+    from_cli = inspected["ranks"][0]
+    for name, document, schema in [("rank-00000.json", on_disk, rank_schema),
+                                   ("manifest.json", record, {"$ref": "#/$defs/commit_record"}),
+                                   ("python", from_python, rank_schema),
+                                   ("ckpt inspect --json", from_cli, rank_schema),
+                                   ("either", on_disk, SCHEMA)]:
+        assert schema_problems(document, schema) == [], name
+    assert from_python == on_disk
+    for entry in from_cli["tensors"] + from_cli["files"]:
+        entry.pop("in_step"), entry.pop("referenced")
+    assert from_cli == on_disk
+    assert inspected["run_id"] == record["run_id"] == on_disk["run_id"] == ckpt.run_id
+    assert {t["file"].split("/")[0] for t in on_disk["tensors"]} == {"step-1", "step-2"}
+    # The check itself catches the old spellings.
+    old = dict(from_python, tensors=[dict(t, xxh3=int(t["xxh3"], 16)) for t in on_disk["tensors"]])
+    assert schema_problems(old, rank_schema)
+    renamed = [{("bytes" if k == "nbytes" else k): v for k, v in t.items()}
+               for t in on_disk["tensors"]]
+    assert schema_problems(dict(on_disk, tensors=renamed), rank_schema)
+
+
+def run_cli_json(cli, *args) -> dict:
+    result = subprocess.run([str(cli), *map(str, args), "--json"], capture_output=True, text=True,
+                            stdin=subprocess.DEVNULL, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
 
 
 def test_a_full_filesystem_fails_the_save_and_keeps_the_previous_step(tmp_path):

@@ -122,7 +122,7 @@ def test_inspect_json_matches_what_was_saved(cli, ckpt_dir):
         t = tensors[name]
         assert t["dtype"] == DTYPES[array.dtype][0]
         assert t["shape"] == list(array.shape)
-        assert t["bytes"] == t["stored_bytes"] == array.nbytes
+        assert t["nbytes"] == t["stored_bytes"] == array.nbytes
         assert t["codec"] == "none"
     embedding = tensors["/model/embedding"]
     assert embedding["file"].startswith("step-10/") and embedding["referenced"]

@@ -20,6 +20,7 @@
 
 #include "zerowait/checkpoint/storage_target.hpp"
 #include "zerowait/common/status.hpp"
+#include "zerowait/io/byte_source.hpp"
 
 namespace zerowait {
 
@@ -49,7 +50,15 @@ struct CheckpointOptions {
   double commit_timeout_s = 600;
   // A second tier: each committed step is copied there in the background with the same commit
   // protocol; restore_newest() reads it when the primary copy of a step cannot be read.
+  // A step number the mirror already holds from another run is refused (kAlreadyExists from the
+  // save's handle, or from wait_all() when the other run's copy arrives while this one is
+  // mirrored), never overwritten or skipped in silence.
   std::shared_ptr<StorageTarget> mirror;
+  // Who saves: recorded in every rank manifest and commit record ("run_id"), so a step found in
+  // a tier says which run wrote it. Empty: open() draws a random one (64 bits, hex). The ranks
+  // of one job should share it (Python does under torch.distributed); the commit record holds
+  // rank 0's.
+  std::string run_id;
 };
 
 // One tensor to save. `data` is read only while save() runs (snapshot); nullptr means the caller
@@ -91,8 +100,10 @@ class SaveHandle {
   explicit SaveHandle(std::shared_ptr<SaveJob> job) : job_(std::move(job)) {}
   bool done() const;
   // Waits until the save is finished (committed, failed, or — under caller coordination — its
-  // part is durable and the caller's commit ran).
-  Result<SaveResult> wait() const;
+  // part is durable and the caller's commit ran) and returns its result or error. When
+  // `deadline` passes first: kDeadlineExceeded, and the save goes on (wait again later).
+  // Thread-safe; any number of threads may wait on one handle.
+  Result<SaveResult> wait(Deadline deadline = Deadline::none()) const;
   // Under caller coordination: waits until this rank's part is durable.
   Status wait_part() const;
   uint64_t step() const;
@@ -150,6 +161,7 @@ struct StoredFile {
 // One rank's part of a committed step.
 struct RankManifest {
   uint64_t step = 0;
+  std::string run_id;  // the run that saved it ("" in checkpoints older than run ids)
   uint32_t rank = 0;
   uint32_t world_size = 1;
   std::string structure_json;
@@ -159,6 +171,7 @@ struct RankManifest {
 
 struct StepInfo {
   uint64_t step = 0;
+  std::string run_id;  // the run that committed it (rank 0's); "" in older checkpoints
   uint32_t world_size = 1;
   uint64_t bytes_total = 0;          // raw tensor bytes, all ranks
   uint64_t bytes_stored = 0;         // bytes in this step's own files, all ranks

@@ -77,7 +77,8 @@ class StorageTarget {
   virtual Status remove_all(const std::string& path) = 0;
 };
 
-// A directory on a local (or network-mounted) filesystem.
+// A directory on a local (or network-mounted) filesystem. A URL ("s3://bucket/ck") is not one:
+// every operation of its target fails with kInvalidArgument naming it (remote tiers come later).
 std::shared_ptr<StorageTarget> make_local_directory_target(const std::filesystem::path& root);
 
 // A target held in memory, described as "memory:<name>": the contract of an object store (no

@@ -12,6 +12,7 @@
 #include "common/byte_buffer.hpp"
 #include "common/clock.hpp"
 #include "common/file.hpp"
+#include "common/path_check.hpp"
 #include "shard/pack/image_check.hpp"
 #include "shard/pack/pack_plan.hpp"
 #include "shard/pack/shard_set_writer.hpp"
@@ -341,6 +342,10 @@ Result<PackReport> pack(const PackOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   if (options.out_dir.empty()) return invalid_argument("pack needs an output directory (-o)");
   if (options.shard_size == 0) return invalid_argument("shard size must be greater than 0");
+  for (const std::string& source : options.sources) {
+    ZW_RETURN_IF_ERROR(internal::require_local_path(source, "pack input"));
+  }
+  ZW_RETURN_IF_ERROR(internal::require_local_path(options.out_dir, "pack output"));
   ZW_ASSIGN_OR_RETURN(internal::PackPlan plan, internal::plan_pack(options));
   ZW_RETURN_IF_ERROR(prepare_out_dir(options));
   const unsigned threads =

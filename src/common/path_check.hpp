@@ -1,0 +1,18 @@
+// Local paths only, until remote storage arrives: a path that starts with a URL scheme
+// ("s3://bucket/x", "https://host/x", "file:///x") is refused instead of being taken for a
+// relative folder named "s3:".
+#pragma once
+
+#include <filesystem>
+#include <string_view>
+
+#include "zerowait/common/status.hpp"
+
+namespace zerowait::internal {
+
+// ok for a local filesystem path; kInvalidArgument naming `what` ("checkpoint mirror",
+// "dataset", ...) and `path` when `path` starts with `scheme://` (RFC 3986 scheme: a letter,
+// then letters, digits, '+', '-', '.'). file:// is refused too: give the path itself.
+Status require_local_path(const std::filesystem::path& path, std::string_view what);
+
+}  // namespace zerowait::internal

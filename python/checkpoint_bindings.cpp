@@ -141,9 +141,7 @@ void bind_checkpoint(py::module_& m) {
           "wait",
           [](const SaveHandle& h, std::optional<double> timeout_s) {
             const Deadline deadline =
-                timeout_s ? Deadline::after(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                std::chrono::duration<double>(std::max(*timeout_s, 0.0))))
-                          : Deadline::none();
+                timeout_s ? Deadline::after(seconds(std::max(*timeout_s, 0.0))) : Deadline::none();
             return save_result_dict(value_or_throw(without_gil([&] { return h.wait(deadline); })));
           },
           py::arg("timeout_s") = py::none())

@@ -9,19 +9,19 @@
 
 #include "checkpoint/checkpoint_manifest.hpp"
 #include "common.hpp"
+#include "common/clock.hpp"
 #include "common/path_check.hpp"
 #include "zerowait/checkpoint/checkpointer.hpp"
+#include "zerowait/checkpoint/maintenance.hpp"
+#include "zerowait/checkpoint/manifest.hpp"
+#include "zerowait/checkpoint/restore.hpp"
 
 namespace zerowait {
 namespace {
 
-std::chrono::nanoseconds seconds(double s) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(s));
-}
+using internal::from_seconds;
 
-double default_read_timeout_s() {
-  return std::chrono::duration<double>(kDefaultReadTimeout).count();
-}
+double default_read_timeout_s() { return internal::seconds(kDefaultReadTimeout); }
 
 // The readers' and listings' directory (Checkpointer::open checks its own paths).
 std::shared_ptr<StorageTarget> local_target(py::handle directory) {
@@ -94,7 +94,7 @@ py::dict restore_newest_py(py::handle directory, py::object mirror, std::optiona
       raised = std::current_exception();
     }
   };
-  const RestoreOptions read{threads, direct, true, seconds(read_timeout_s)};
+  const RestoreOptions read{threads, direct, true, from_seconds(read_timeout_s)};
   auto restored = without_gil([&] {
     return restore_newest(*primary, mirror_target.get(), options, [&](const StepCopy& copy) {
       if (raised) return Status(ErrorCode::kCancelled, "a Python callback raised");
@@ -141,7 +141,7 @@ void bind_checkpoint(py::module_& m) {
           "wait",
           [](const SaveHandle& h, std::optional<double> timeout_s) {
             const Deadline deadline =
-                timeout_s ? Deadline::after(seconds(std::max(*timeout_s, 0.0))) : Deadline::none();
+                timeout_s ? Deadline::after(from_seconds(*timeout_s)) : Deadline::none();
             return save_result_dict(value_or_throw(without_gil([&] { return h.wait(deadline); })));
           },
           py::arg("timeout_s") = py::none())

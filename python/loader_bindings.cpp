@@ -12,6 +12,7 @@
 #include <string>
 
 #include "common.hpp"
+#include "common/clock.hpp"
 #include "zerowait/loader/image_transform.hpp"
 #include "zerowait/loader/loader.hpp"
 #include "zerowait/shard/dataset.hpp"
@@ -66,8 +67,8 @@ std::unique_ptr<Loader> make_loader(py::handle path, py::dict kw) {
   }
   o.keys = get("keys").cast<bool>();
   o.verify = get("verify").cast<bool>();
-  o.read_timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(get("read_timeout").cast<double>() * 1000.0));
+  o.read_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+      internal::from_seconds(get("read_timeout").cast<double>()));
   o.autotune = get("autotune").cast<bool>();
   o.pin_memory = get("pin_memory").cast<bool>();
 
@@ -193,7 +194,7 @@ void bind_loader(py::module_& m) {
   d["shuffle_window"] = defaults.shuffle.window_blocks;
   d["prefetch"] = defaults.prefetch;
   d["memory_budget"] = defaults.memory_budget;
-  d["read_timeout"] = std::chrono::duration<double>(defaults.read_timeout).count();
+  d["read_timeout"] = internal::seconds(defaults.read_timeout);
   d["drop_last"] = defaults.drop_last;
   d["verify"] = defaults.verify;
   d["keys"] = defaults.keys;

@@ -16,6 +16,9 @@
 #include "testing/checkpoint_state.hpp"
 #include "testing/testing.hpp"
 #include "zerowait/checkpoint/checkpointer.hpp"
+#include "zerowait/checkpoint/maintenance.hpp"
+#include "zerowait/checkpoint/manifest.hpp"
+#include "zerowait/checkpoint/restore.hpp"
 
 namespace zerowait {
 namespace {

@@ -20,6 +20,8 @@
 #include "output.hpp"
 #include "progress_bar.hpp"
 #include "zerowait/checkpoint/checkpointer.hpp"
+#include "zerowait/checkpoint/maintenance.hpp"
+#include "zerowait/checkpoint/manifest.hpp"
 #include "zerowait/checkpoint/storage_target.hpp"
 
 namespace zerowait::cli {

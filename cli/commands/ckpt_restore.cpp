@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "commands/ckpt_common.hpp"
+#include "common/clock.hpp"
 #include "output.hpp"
-#include "zerowait/checkpoint/checkpointer.hpp"
+#include "zerowait/checkpoint/manifest.hpp"
+#include "zerowait/checkpoint/restore.hpp"
 
 namespace zerowait::cli {
 namespace {
@@ -30,7 +32,7 @@ struct RestoreArgs {
   CLI::Option* step_option = nullptr;
   uint32_t rank = 0;
   unsigned threads = 0;
-  double read_timeout_s = std::chrono::duration<double>(kDefaultReadTimeout).count();
+  double read_timeout_s = internal::seconds(kDefaultReadTimeout);
   bool json = false;
 };
 
@@ -109,9 +111,7 @@ int run_restore(const RestoreArgs& args) {
   std::shared_ptr<StorageTarget> primary = open_checkpoint_directory(args.dir);
   std::shared_ptr<StorageTarget> mirror;
   if (!args.mirror.empty()) mirror = open_checkpoint_directory(args.mirror);
-  const RestoreOptions read{args.threads, true, true,
-                            std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                std::chrono::duration<double>(args.read_timeout_s))};
+  const RestoreOptions read{args.threads, true, true, internal::from_seconds(args.read_timeout_s)};
 
   std::vector<CopyReport> copies;
   RestoreNewestOptions options;

@@ -6,7 +6,8 @@
 #include "checkpoint/checkpoint_manifest.hpp"
 #include "common/file.hpp"
 #include "common/xxhash.hpp"
-#include "zerowait/checkpoint/checkpointer.hpp"
+#include "zerowait/checkpoint/manifest.hpp"
+#include "zerowait/checkpoint/restore.hpp"
 
 namespace zerowait::internal {
 

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "zerowait/checkpoint/checkpointer.hpp"
+#include "zerowait/checkpoint/manifest.hpp"
 
 namespace zerowait::internal {
 

@@ -18,7 +18,9 @@
 #include "common/log.hpp"
 #include "common/thread_pool.hpp"
 #include "common/xxhash.hpp"
-#include "zerowait/checkpoint/checkpointer.hpp"
+#include "zerowait/checkpoint/maintenance.hpp"
+#include "zerowait/checkpoint/manifest.hpp"
+#include "zerowait/checkpoint/restore.hpp"
 
 namespace zerowait {
 

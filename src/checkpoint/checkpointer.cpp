@@ -24,10 +24,13 @@
 #include "common/align.hpp"
 #include "common/aligned_buffer.hpp"
 #include "common/clock.hpp"
+#include "common/crash_points.hpp"
 #include "common/cuda_host.hpp"
 #include "common/file.hpp"
 #include "common/thread_pool.hpp"
 #include "common/xxhash.hpp"
+#include "zerowait/checkpoint/maintenance.hpp"
+#include "zerowait/checkpoint/manifest.hpp"
 
 namespace zerowait {
 
@@ -50,17 +53,15 @@ bool is_floating_group_candidate(const TensorToSave& t) {
   return t.floating_point && t.element_size > 1;
 }
 
-// Crash tests through any entry point (the Python layer included): with
-// $ZEROWAIT_FAULT_EXIT_AT_OPERATION=N the process exits at once with status 86 (_exit: nothing
-// flushed, nothing cleaned up, as kill -9 would stop it) instead of performing the N-th mutating
-// operation (docs: StorageOperation) of this Checkpointer on its directory. Unset: `target`.
+// Crash tests through any entry point (the Python layer included): the crash point
+// $ZEROWAIT_FAULT_EXIT_AT_OPERATION=N (common/crash_points.hpp) ends the process instead of the
+// N-th mutating operation (docs: StorageOperation) of this Checkpointer on its directory.
 std::shared_ptr<StorageTarget> with_exit_fault(std::shared_ptr<StorageTarget> target) {
-  const char* value = std::getenv("ZEROWAIT_FAULT_EXIT_AT_OPERATION");
-  const uint64_t fatal = value != nullptr ? std::strtoull(value, nullptr, 10) : 0;
+  const uint64_t fatal = internal::crash_point_setting("ZEROWAIT_FAULT_EXIT_AT_OPERATION");
   if (fatal == 0) return target;
   auto faults = std::make_shared<FaultInjectingTarget>(std::move(target));
   faults->set_fault_rule([fatal, count = uint64_t{0}](const StorageOperation&) mutable {
-    if (++count == fatal) _exit(86);
+    if (++count == fatal) internal::crash_now();
     return 0;
   });
   return faults;
@@ -85,7 +86,7 @@ std::string step_directory(uint64_t step) { return "step-" + std::to_string(step
 
 // --- shared state ---------------------------------------------------------------------------
 
-struct Checkpointer::State {
+struct CheckpointerState {
   std::shared_ptr<StorageTarget> target;
   CheckpointOptions options;
   internal::ThreadPool pool;
@@ -104,7 +105,7 @@ struct Checkpointer::State {
   bool stopping = false;
   std::thread mirror_thread;
 
-  State(std::shared_ptr<StorageTarget> t, CheckpointOptions o)
+  CheckpointerState(std::shared_ptr<StorageTarget> t, CheckpointOptions o)
       : target(std::move(t)),
         options(std::move(o)),
         pool((options.threads != 0 ? options.threads : internal::available_cpus()) - 1) {}
@@ -122,7 +123,7 @@ class SaveJob {
  public:
   enum class Phase { kStaged, kWriting, kPartDurable, kFinished };
 
-  std::shared_ptr<Checkpointer::State> owner;
+  std::shared_ptr<CheckpointerState> owner;
   uint64_t step = 0;
   std::vector<TensorToSave> tensors;
   std::string structure_json;
@@ -245,7 +246,7 @@ struct FilePlan {
 
 class PartWriter {
  public:
-  PartWriter(Checkpointer::State& state, SaveJob& job) : state_(state), job_(job) {}
+  PartWriter(CheckpointerState& state, SaveJob& job) : state_(state), job_(job) {}
 
   // Hashes, picks what to write, writes and fsyncs the files and this rank's manifest.
   Status write_part();
@@ -258,7 +259,7 @@ class PartWriter {
   Status write_safetensors(const FilePlan& plan, StoredFile& out);
   Status write_compressed(const FilePlan& plan, StoredFile& out);
 
-  Checkpointer::State& state_;
+  CheckpointerState& state_;
   SaveJob& job_;
   std::string tmp_dir_;
   std::vector<StoredTensor> stored_;  // per job tensor
@@ -570,7 +571,7 @@ Status commit_step(StorageTarget& target, uint64_t step, uint32_t world_size,
 Status wait_for_ranks(StorageTarget& target, uint64_t step, uint32_t rank, uint32_t world_size,
                       double timeout_s) {
   const std::string dir = step_directory(step);
-  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  const auto deadline = Clock::now() + internal::from_seconds(timeout_s);
   auto sleep = std::chrono::milliseconds(2);
   while (true) {
     if (rank == 0) {
@@ -609,7 +610,7 @@ Status wait_for_ranks(StorageTarget& target, uint64_t step, uint32_t rank, uint3
   }
 }
 
-Status apply_retention(Checkpointer::State& state) {
+Status apply_retention(CheckpointerState& state) {
   const CheckpointOptions& opt = state.options;
   if (opt.keep_last == 0 && opt.keep_every == 0) return Status::ok();
   return collect_garbage(*state.target, opt.keep_last, opt.keep_every, /*only_settled_tmp=*/true)
@@ -618,7 +619,7 @@ Status apply_retention(Checkpointer::State& state) {
 
 // Rank 0: commits `step`, then retires steps retention no longer keeps and queues the step for
 // the mirror. A retention error does not undo the commit: the next wait_all() reports it.
-Status commit_and_tidy(Checkpointer::State& state, uint64_t step) {
+Status commit_and_tidy(CheckpointerState& state, uint64_t step) {
   ZW_RETURN_IF_ERROR(
       commit_step(*state.target, step, state.options.world_size, state.options.run_id));
   Status retention = apply_retention(state);
@@ -631,7 +632,7 @@ Status commit_and_tidy(Checkpointer::State& state, uint64_t step) {
   return Status::ok();
 }
 
-void run_save(std::shared_ptr<Checkpointer::State> state, std::shared_ptr<SaveJob> job) {
+void run_save(std::shared_ptr<CheckpointerState> state, std::shared_ptr<SaveJob> job) {
   const CheckpointOptions& opt = state->options;
   job->set_phase(SaveJob::Phase::kWriting);
   const auto write_start = Clock::now();
@@ -697,7 +698,7 @@ void run_save(std::shared_ptr<Checkpointer::State> state, std::shared_ptr<SaveJo
 
 // --- mirror tier ------------------------------------------------------------------------------
 
-void Checkpointer::State::mirror_loop() {
+void CheckpointerState::mirror_loop() {
   std::unique_lock<std::mutex> lock(mutex);
   while (true) {
     changed.wait(lock, [&] { return stopping || !mirror_queue.empty(); });
@@ -723,7 +724,9 @@ void Checkpointer::State::mirror_loop() {
 // --- Checkpointer -----------------------------------------------------------------------------
 
 Checkpointer::Checkpointer(std::shared_ptr<StorageTarget> target, CheckpointOptions options)
-    : target_(target), options_(options), state_(std::make_shared<State>(target, options)) {}
+    : target_(target),
+      options_(options),
+      state_(std::make_shared<CheckpointerState>(target, options)) {}
 
 Result<std::unique_ptr<Checkpointer>> Checkpointer::open(std::shared_ptr<StorageTarget> target,
                                                          CheckpointOptions options) {
@@ -758,7 +761,7 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::open(std::shared_ptr<Storage
     }
   }
   if (options.mirror && options.rank == 0) {
-    State* state = cp->state_.get();
+    CheckpointerState* state = cp->state_.get();
     state->mirror_thread = std::thread([state] { state->mirror_loop(); });
   }
   return cp;
@@ -778,7 +781,7 @@ Checkpointer::~Checkpointer() {
 Result<std::optional<PendingSave>> Checkpointer::begin_save(SaveRequest request,
                                                             bool skip_if_busy) {
   const auto start = Clock::now();
-  State& state = *state_;
+  CheckpointerState& state = *state_;
   for (const TensorToSave& t : request.tensors) {
     if (t.name.empty()) return invalid_argument("a tensor to save has an empty name");
     if (internal::safetensors::dtype_size(t.dtype) == 0) {
@@ -860,7 +863,7 @@ void Checkpointer::finish(const SaveHandle& handle, bool committed, const Status
 }
 
 Status Checkpointer::wait_all() {
-  State& state = *state_;
+  CheckpointerState& state = *state_;
   std::unique_lock<std::mutex> lock(state.mutex);
   // A save prepared but not started is the caller's to start or drop: not waited for here.
   state.changed.wait(

@@ -5,7 +5,8 @@
 #include <set>
 #include <utility>
 
-#include "zerowait/checkpoint/checkpointer.hpp"
+#include "zerowait/checkpoint/manifest.hpp"
+#include "zerowait/checkpoint/restore.hpp"
 
 namespace zerowait {
 namespace {

@@ -75,7 +75,8 @@ Status Dataset::add_shard_paths(const std::vector<std::string>& paths, bool from
   }
   std::set<std::string> fields;
   for (size_t i = 0; i < paths.size(); ++i) {
-    ZW_ASSIGN_OR_RETURN(readers_[i], ShardReader::open_path(paths[i], options_.backend));
+    ZW_ASSIGN_OR_RETURN(readers_[i],
+                        ShardReader::open_path(paths[i], options_.backend, options_.wrap_source));
     const ShardReader& r = *readers_[i];
     for (const auto& n : r.index().names) fields.insert(n);
     ManifestShard s;
@@ -110,7 +111,8 @@ Result<std::shared_ptr<ShardReader>> Dataset::shard(size_t s) const {
   }
   std::lock_guard<std::mutex> lock(mutex_);
   if (readers_[s]) return readers_[s];
-  ZW_ASSIGN_OR_RETURN(auto reader, ShardReader::open_path(shard_paths_[s], options_.backend));
+  ZW_ASSIGN_OR_RETURN(
+      auto reader, ShardReader::open_path(shard_paths_[s], options_.backend, options_.wrap_source));
   const ManifestShard& expected = manifest_.shards[s];
   if (reader->size() != expected.samples || reader->source().size() != expected.bytes) {
     return corrupt("shard '" + shard_paths_[s] + "' has " + std::to_string(reader->size()) +

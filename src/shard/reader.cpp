@@ -72,10 +72,12 @@ Result<std::shared_ptr<ShardReader>> ShardReader::open(std::shared_ptr<ByteSourc
 }
 
 Result<std::shared_ptr<ShardReader>> ShardReader::open_path(const std::string& path,
-                                                            IoBackend backend) {
-  if (path.ends_with(".tar")) return open_tar_shard(path, backend);
-  ZW_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source, open_file_source(path, backend));
-  return open(std::shared_ptr<ByteSource>(std::move(source)));
+                                                            IoBackend backend,
+                                                            const SourceWrapper& wrap) {
+  if (path.ends_with(".tar")) return open_tar_shard(path, backend, wrap);
+  ZW_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> opened, open_file_source(path, backend));
+  std::shared_ptr<ByteSource> source = std::move(opened);
+  return open(wrap ? wrap(std::move(source)) : std::move(source));
 }
 
 SampleView ShardReader::make_view(uint64_t i, std::span<const std::byte> bytes) const {

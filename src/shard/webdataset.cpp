@@ -108,11 +108,18 @@ class IndexBuilder {
   size_t first_field_ = 0;
 };
 
-// Sidecar layout (little-endian): magic, version, reserved u32, tar size, tar mtime in ns, index
-// size, the serialized index, then the xxHash3 of every byte before it.
+// Sidecar layout (little-endian): a 40-byte header, the serialized index, then the xxHash3 of
+// every byte before it. encode_sidecar writes the header fields in this order.
 constexpr char kSidecarMagic[8] = {'Z', 'W', 'T', 'A', 'R', 'I', 'X', '\0'};
 constexpr uint32_t kSidecarVersion = 1;
+namespace sidecar_field {
+constexpr size_t kVersion = 8;      // u32 (then a reserved u32)
+constexpr size_t kTarSize = 16;     // u64
+constexpr size_t kTarMtimeNs = 24;  // u64
+constexpr size_t kIndexBytes = 32;  // u64
+}  // namespace sidecar_field
 constexpr size_t kSidecarHeaderSize = 40;
+constexpr size_t kSidecarChecksumSize = 8;
 
 // What the sidecar must match: the tar as it is now.
 struct TarIdentity {
@@ -137,6 +144,7 @@ std::string encode_sidecar(const TarIdentity& tar, const format::ShardIndex& ind
   internal::put_u64(out, tar.size);
   internal::put_u64(out, tar.mtime_ns);
   internal::put_u64(out, index_bytes.size());
+  static_assert(sidecar_field::kIndexBytes + 8 == kSidecarHeaderSize);
   out += index_bytes;
   internal::put_u64(out, format::checksum(std::as_bytes(std::span(out))));
   return out;
@@ -149,18 +157,19 @@ std::optional<format::ShardIndex> load_sidecar(const std::string& sidecar, const
   auto file = internal::read_whole_file(sidecar);
   if (!file.is_ok()) return std::nullopt;
   const std::span<const std::byte> bytes = std::as_bytes(std::span(*file));
-  if (bytes.size() < kSidecarHeaderSize + 8 ||
+  if (bytes.size() < kSidecarHeaderSize + kSidecarChecksumSize ||
       std::memcmp(bytes.data(), kSidecarMagic, sizeof(kSidecarMagic)) != 0 ||
-      internal::get_u32(bytes.data() + 8) != kSidecarVersion) {
+      internal::get_u32(bytes.data() + sidecar_field::kVersion) != kSidecarVersion) {
     return std::nullopt;
   }
-  const size_t body = bytes.size() - 8;
+  const size_t body = bytes.size() - kSidecarChecksumSize;
   if (format::checksum(bytes.first(body)) != internal::get_u64(bytes.data() + body)) {
     return std::nullopt;
   }
-  const TarIdentity stored{internal::get_u64(bytes.data() + 16),
-                           internal::get_u64(bytes.data() + 24)};
-  if (stored != tar || internal::get_u64(bytes.data() + 32) != body - kSidecarHeaderSize) {
+  const TarIdentity stored{internal::get_u64(bytes.data() + sidecar_field::kTarSize),
+                           internal::get_u64(bytes.data() + sidecar_field::kTarMtimeNs)};
+  if (stored != tar ||
+      internal::get_u64(bytes.data() + sidecar_field::kIndexBytes) != body - kSidecarHeaderSize) {
     return std::nullopt;
   }
   auto index = format::ShardIndex::parse(
@@ -213,11 +222,12 @@ Result<format::ShardIndex> build_tar_index(ByteSource& tar) {
 
 std::string tar_index_sidecar_path(const std::string& tar_path) { return tar_path + ".zwidx"; }
 
-Result<std::shared_ptr<ShardReader>> open_tar_shard(const std::string& tar_path,
-                                                    IoBackend backend) {
+Result<std::shared_ptr<ShardReader>> open_tar_shard(const std::string& tar_path, IoBackend backend,
+                                                    const SourceWrapper& wrap) {
   ZW_ASSIGN_OR_RETURN(TarIdentity before, stat_tar(tar_path));
   ZW_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> opened, open_file_source(tar_path, backend));
   std::shared_ptr<ByteSource> source = std::move(opened);
+  if (wrap) source = wrap(std::move(source));
   ZW_ASSIGN_OR_RETURN(TarIdentity after, stat_tar(tar_path));
   // A tar that changes while it is opened is indexed, but its index is not cached.
   const bool cacheable = before == after && after.size == source->size();

@@ -8,9 +8,9 @@
 #include <cstring>
 #include <vector>
 
+#include "common/crash_points.hpp"
 #include "common/file.hpp"
 #include "common/xxhash.hpp"
-#include "shard/fault_injection.hpp"
 
 namespace zerowait {
 namespace {

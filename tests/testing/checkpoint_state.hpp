@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "zerowait/checkpoint/checkpointer.hpp"
+#include "zerowait/checkpoint/restore.hpp"
 
 namespace zerowait::testing {
 

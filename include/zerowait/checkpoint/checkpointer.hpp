@@ -1,4 +1,4 @@
-// Checkpoints that do not stall training and do not lie.
+// Checkpoints that do not stall training and do not lie: the write side.
 //
 // save() copies the tensors into a staging pool (pre-faulted, reused between saves) and returns;
 // a background job hashes them, writes safetensors-compatible files (or zstd-compressed ones),
@@ -6,15 +6,16 @@
 // step: manifest.json, fsync, rename step-N.tmp → step-N, fsync the directory, update `latest`.
 // Readers accept only committed steps, and verify checksums while reading. Layout and manifest
 // fields: docs/checkpoint.md.
+//
+// The other concepts have headers of their own: what a step records and how to list it
+// (manifest.hpp), reading it back with fallback (restore.hpp), verify and garbage collection
+// (maintenance.hpp), where the bytes live (storage_target.hpp).
 #pragma once
 
-#include <chrono>
+#include <cstddef>
 #include <cstdint>
-#include <filesystem>
-#include <functional>
 #include <memory>
 #include <optional>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -92,17 +93,23 @@ struct SaveResult {
   double commit_s = 0;    // background: waiting for ranks and committing
 };
 
+// Implementation types, defined in src/checkpoint/checkpointer.cpp: one save, and the staging
+// pool, save in flight and mirror queue that a Checkpointer's saves and handles share (so they
+// outlive a Checkpointer destroyed with a handle alive).
 class SaveJob;
+struct CheckpointerState;
 
-// A save in flight; its background work continues if the handle is dropped.
+// A save in flight; its background work continues if the handle is dropped. Copyable: copies
+// share the save. Thread-safe; any number of threads may use one handle.
 class SaveHandle {
  public:
-  explicit SaveHandle(std::shared_ptr<SaveJob> job) : job_(std::move(job)) {}
   bool done() const;
   // Waits until the save is finished (committed, failed, or — under caller coordination — its
   // part is durable and the caller's commit ran) and returns its result or error. When
   // `deadline` passes first: kDeadlineExceeded, and the save goes on (wait again later).
-  // Thread-safe; any number of threads may wait on one handle.
+  // Errors: kIo naming the file and the OS error (a full disk among them), kDeadlineExceeded when
+  // the ranks did not meet within commit_timeout_s, kAlreadyExists when the mirror holds the step
+  // from another run.
   Result<SaveResult> wait(Deadline deadline = Deadline::none()) const;
   // Under caller coordination: waits until this rank's part is durable.
   Status wait_part() const;
@@ -110,11 +117,14 @@ class SaveHandle {
 
  private:
   friend class Checkpointer;
+  friend class PendingSave;
+  explicit SaveHandle(std::shared_ptr<SaveJob> job) : job_(std::move(job)) {}
   std::shared_ptr<SaveJob> job_;
 };
 
 // The staging copy of a save being prepared: the caller may fill tensors whose `data` was
-// nullptr, then calls start().
+// nullptr, then calls start(). Move-only; one thread at a time. The staging memory belongs to
+// the Checkpointer's pool and is valid until start() returns or the PendingSave is dropped.
 class PendingSave {
  public:
   PendingSave(PendingSave&&) noexcept;
@@ -135,71 +145,12 @@ class PendingSave {
   std::shared_ptr<SaveJob> job_;
 };
 
-// Where a tensor's bytes are stored.
-struct StoredTensor {
-  std::string name;
-  std::string dtype;
-  std::vector<int64_t> shape;
-  uint64_t nbytes = 0;
-  uint64_t xxh3 = 0;    // of the raw bytes
-  std::string file;     // relative to the checkpoint root: "step-90/rank-00000-00001.safetensors"
-  uint64_t offset = 0;  // of the (first) stored byte in that file
-  uint64_t stored_bytes = 0;     // nbytes, or the compressed size
-  std::string codec = "none";    // "none" | "zstd"
-  uint32_t group_bytes = 1;      // byte grouping element size (1: none)
-  uint64_t chunk_bytes = 0;      // raw bytes per compressed chunk
-  std::vector<uint64_t> chunks;  // compressed size of each chunk
-};
-
-struct StoredFile {
-  std::string path;  // relative to the checkpoint root
-  uint64_t bytes = 0;
-  uint64_t xxh3 = 0;      // of the whole file
-  std::string container;  // "safetensors" | "zerowait-zstd"
-};
-
-// One rank's part of a committed step.
-struct RankManifest {
-  uint64_t step = 0;
-  std::string run_id;  // the run that saved it ("" in checkpoints older than run ids)
-  uint32_t rank = 0;
-  uint32_t world_size = 1;
-  std::string structure_json;
-  std::vector<StoredTensor> tensors;
-  std::vector<StoredFile> files;  // every file the tensors live in, this step's and older ones
-};
-
-struct StepInfo {
-  uint64_t step = 0;
-  std::string run_id;  // the run that committed it (rank 0's); "" in older checkpoints
-  uint32_t world_size = 1;
-  uint64_t bytes_total = 0;          // raw tensor bytes, all ranks
-  uint64_t bytes_stored = 0;         // bytes in this step's own files, all ranks
-  std::vector<uint64_t> references;  // older steps whose files it uses
-  std::string created;               // ISO 8601 UTC
-};
-
-// Reads into `dst` (its nbytes). Reads of one file are merged and run in parallel.
-struct TensorRead {
-  size_t index = 0;  // into RankManifest::tensors
-  std::byte* dst = nullptr;
-  // `dst` is new memory nothing has touched yet (a tensor allocated for this load): the read
-  // asks for transparent huge pages there, so filling it takes 1/512 as many page faults.
-  bool fresh = false;
-};
-
-// How long one read of a restore, a verification or a mirror copy (at most 16 MiB, one ranged
-// read of the storage target) may take before it is reported as kDeadlineExceeded, naming the
-// file and offset, instead of waited for.
-inline constexpr std::chrono::seconds kDefaultReadTimeout{60};
-
-struct RestoreOptions {
-  unsigned threads = 0;  // 0: two per CPU, at least 4 (each alternates reading and copying)
-  bool direct = true;    // O_DIRECT where the target is a filesystem that allows it
-  bool verify = true;    // check every tensor's xxh3 while reading
-  std::chrono::nanoseconds read_timeout = kDefaultReadTimeout;  // per read, see above
-};
-
+// Writes checkpoints into one directory of `target`. Owns the staging pool and the background
+// writer and mirror threads; destroying it waits for every save and mirror copy in flight
+// (handles still alive keep the shared state, not the threads).
+// Thread-safety: not thread-safe — one thread (the training loop's) calls its methods; the
+// SaveHandles it returns may be waited on from any thread. One Checkpointer per directory and
+// rank; ranks of one job share the directory.
 class Checkpointer {
  public:
   // Opens (creating) a checkpoint directory on `target`; removes orphaned `.tmp` steps (rank 0;
@@ -225,114 +176,11 @@ class Checkpointer {
   StorageTarget& target() { return *target_; }
   const CheckpointOptions& options() const { return options_; }
 
-  // The staging pool, the save in flight and the mirror queue (defined in checkpoint.cpp); saves
-  // and their handles share it, so it outlives a Checkpointer destroyed with a handle alive.
-  struct State;
-
  private:
   Checkpointer(std::shared_ptr<StorageTarget> target, CheckpointOptions options);
   std::shared_ptr<StorageTarget> target_;
   CheckpointOptions options_;
-  std::shared_ptr<State> state_;
+  std::shared_ptr<CheckpointerState> state_;
 };
-
-// --- reading -----------------------------------------------------------------------------------
-
-// Committed steps (directories "step-N" holding manifest.json), ascending. Does not verify data.
-Result<std::vector<uint64_t>> list_steps(StorageTarget& target);
-// Reads and validates step N's commit record.
-Result<StepInfo> read_step_info(StorageTarget& target, uint64_t step);
-// Reads rank `rank`'s manifest of committed step N (validated against the commit record).
-Result<RankManifest> read_rank_manifest(StorageTarget& target, uint64_t step, uint32_t rank);
-// Every rank's manifest of committed step N, rank 0 first (the first error, if any).
-Result<std::vector<RankManifest>> read_rank_manifests(StorageTarget& target, uint64_t step);
-// Reads tensors of `manifest` into memory through the target's ranged reads (open_for_read),
-// in parallel, verifying checksums. Errors name the file and offset: kCorrupt for a checksum
-// mismatch (and the tensor) or a short read, kIo for a failed read, kDeadlineExceeded for a read
-// that took longer than options.read_timeout. After an error the destinations hold a mix of old
-// and new bytes.
-Status read_tensors(StorageTarget& target, const RankManifest& manifest,
-                    std::span<const TensorRead> reads, const RestoreOptions& options = {});
-
-// --- restoring with fallback --------------------------------------------------------------------
-
-// The two places a step can be read from.
-enum class Tier { kPrimary, kMirror };
-const char* tier_name(Tier tier);  // "primary" | "mirror"
-
-// One copy of a step: what restore_newest hands its `restore` callback.
-struct StepCopy {
-  uint64_t step = 0;
-  Tier tier = Tier::kPrimary;
-  StorageTarget* target = nullptr;         // where it lives
-  const RankManifest* manifest = nullptr;  // the rank's manifest, validated
-};
-
-// A copy that restore_newest could not use, and why.
-struct SkippedCopy {
-  uint64_t step = 0;
-  Tier tier = Tier::kPrimary;
-  // false: the primary tier does not hold the step as a committed checkpoint and nothing was
-  // read there; its mirror copy is tried next (only when the step was not asked for by number).
-  bool listed = true;
-  Status why;
-};
-
-struct RestoreNewestOptions {
-  std::optional<uint64_t> step;  // nullopt: the newest committed step of either tier
-  uint32_t rank = 0;
-  // With `step` unset: when the newest step cannot be read from either tier, try older ones.
-  bool fallback = true;
-  // Called as each copy is given up, with the copy tried next (in order; on the calling thread).
-  std::function<void(const SkippedCopy& skipped, uint64_t next_step, Tier next_tier)> on_skip;
-};
-
-struct RestoredStep {
-  uint64_t step = 0;
-  Tier tier = Tier::kPrimary;
-  std::vector<SkippedCopy> skipped;  // the copies given up before it, in order
-};
-
-// The read-side policy of checkpoints: restores rank `options.rank`'s part of a step, trying
-// its copies in order — each step's primary copy, then its mirror copy (`mirror` may be null),
-// newest step first — until `restore` succeeds on one. Steps: `options.step`, or with it unset
-// the committed steps of both tiers, newest first (only the newest without `fallback`). A copy is
-// given up, reported to `on_skip` and recorded in `skipped` when reading its manifest or
-// `restore` fails with kCorrupt, kNotFound, kIo or kDeadlineExceeded (the copy is damaged,
-// missing or unreachable); any other error (kInvalidArgument from the caller's callback, ...)
-// is returned at once. `restore` reads the tensors it wants, typically with read_tensors(
-// *copy.target, *copy.manifest, ...); after a failed copy it is called again for the next, and
-// must not assume its earlier destinations were filled. Errors: kNotFound "no committed
-// checkpoint in ..." when neither tier holds a step, else the last copy's error.
-Result<RestoredStep> restore_newest(StorageTarget& primary, StorageTarget* mirror,
-                                    const RestoreNewestOptions& options,
-                                    const std::function<Status(const StepCopy& copy)>& restore);
-
-struct VerifyReport {
-  uint64_t step = 0;
-  uint64_t files = 0;
-  uint64_t bytes = 0;
-  uint64_t tensors = 0;
-  std::vector<std::string> problems;  // empty: the step is intact
-};
-// Reads every file of every rank of step N through the target's ranged reads (each within
-// `read_timeout`) and checks sizes, headers and checksums. `progress` gets the bytes read, from
-// several threads (one at a time).
-Result<VerifyReport> verify_step(StorageTarget& target, uint64_t step, unsigned threads = 0,
-                                 const std::function<void(uint64_t bytes)>& progress = {},
-                                 std::chrono::nanoseconds read_timeout = kDefaultReadTimeout);
-
-struct GcReport {
-  std::vector<std::string> removed;  // paths relative to the root
-  uint64_t bytes_freed = 0;
-};
-// Removes what no committed step needs: orphaned `step-N.tmp` directories (all, or only those at
-// or below the newest committed step when `only_settled_tmp`), and files of retired steps that no
-// kept step references. Applies retention first when keep_last/keep_every are non-zero.
-Result<GcReport> collect_garbage(StorageTarget& target, uint32_t keep_last, uint64_t keep_every,
-                                 bool only_settled_tmp = false);
-
-// The directory names: "step-N", "step-N.tmp".
-std::string step_directory(uint64_t step);
 
 }  // namespace zerowait

@@ -199,7 +199,7 @@ class Loader {
   // - kResourceExhausted when the caller holds every arena (the message names the batches held
   //   and the columns Batch::view()s hold), or kDeadlineExceeded when no batch finished within
   //   read_timeout + 5 s (naming what each worker is blocked reading): nothing is lost, a later
-  //   call waits for that batch again.
+  //   call waits for that batch again (it arrives, or fails as a read past its deadline).
   Result<std::shared_ptr<Batch>> next();
 
   // Moves to the beginning of `epoch` (prepared batches are dropped), unless the loader already

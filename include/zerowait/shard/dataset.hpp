@@ -17,6 +17,9 @@ namespace zerowait {
 
 struct DatasetOptions {
   IoBackend backend = IoBackend::kPread;
+  // Every shard file, once opened with `backend`, is read through what this returns (empty:
+  // the file itself). See SourceWrapper.
+  SourceWrapper wrap_source;
 };
 
 // Where global sample i lives.

@@ -11,10 +11,10 @@
 namespace zerowait {
 
 struct ManifestShard {
-  std::string path;       // relative to the manifest's directory
+  std::string path;  // relative to the manifest's directory
   uint64_t samples = 0;
-  uint64_t bytes = 0;     // file size
-  std::string checksum;   // the shard's index checksum (footer), 16 hex digits
+  uint64_t bytes = 0;    // file size
+  std::string checksum;  // the shard's index checksum (footer), 16 hex digits
 };
 
 // A plain value: no hidden state, safe to copy and to read from many threads; not synchronised

@@ -32,16 +32,16 @@ struct PackOptions {
 };
 
 struct QuarantineEntry {
-  std::string path;    // the input file, or "archive.tar:member"
+  std::string path;  // the input file, or "archive.tar:member"
   std::string reason;
 };
 
 struct PackReport {
   uint64_t samples = 0;
-  uint64_t files = 0;        // input files packed
-  uint64_t ignored = 0;      // inputs that are not sample files (no extension, directories, links)
-  uint64_t bytes_in = 0;     // payload bytes packed
-  uint64_t bytes_out = 0;    // shard bytes written
+  uint64_t files = 0;      // input files packed
+  uint64_t ignored = 0;    // inputs that are not sample files (no extension, directories, links)
+  uint64_t bytes_in = 0;   // payload bytes packed
+  uint64_t bytes_out = 0;  // shard bytes written
   uint64_t shards = 0;
   double seconds = 0;
   std::string manifest_path;

@@ -58,9 +58,10 @@ class ShardReader {
   // Opens a native shard with one read of the footer and one of the index.
   static Result<std::shared_ptr<ShardReader>> open(std::shared_ptr<ByteSource> source);
   // Opens a file path: ".tar" goes through the WebDataset tar index (see webdataset.hpp),
-  // anything else is a native shard.
+  // anything else is a native shard. Reads go through `wrap(file)` when `wrap` is set.
   static Result<std::shared_ptr<ShardReader>> open_path(const std::string& path,
-                                                        IoBackend backend = IoBackend::kPread);
+                                                        IoBackend backend = IoBackend::kPread,
+                                                        const SourceWrapper& wrap = {});
   // Wraps an already-built index (used by the tar reader).
   ShardReader(std::shared_ptr<ByteSource> source, format::ShardIndex index, uint32_t flags,
               ShardKind kind, uint64_t index_checksum = 0);

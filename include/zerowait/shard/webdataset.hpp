@@ -33,8 +33,10 @@ std::string tar_index_sidecar_path(const std::string& tar_path);
 
 // Opens a WebDataset .tar for reading in place. The index is loaded from the sidecar when it
 // matches the tar (same size and modification time), otherwise rebuilt and the sidecar
-// rewritten atomically; a directory that cannot be written only costs the cache.
+// rewritten atomically; a directory that cannot be written only costs the cache. Reads of the
+// tar go through `wrap(file)` when `wrap` is set.
 Result<std::shared_ptr<ShardReader>> open_tar_shard(const std::string& tar_path,
-                                                    IoBackend backend = IoBackend::kPread);
+                                                    IoBackend backend = IoBackend::kPread,
+                                                    const SourceWrapper& wrap = {});
 
 }  // namespace zerowait

@@ -1,0 +1,78 @@
+// What a committed checkpoint step records, and how to list and read those records without a
+// Checkpointer. Layout and every field: docs/checkpoint.md; the JSON the manifests are written in:
+// docs/checkpoint-manifest.schema.json (C++, `zerowait ckpt ... --json` and Python all use it).
+//
+// Thread-safety: the functions only read, through the target's calls, which are thread-safe; they
+// may run from several threads at once. The records are plain values the caller owns.
+// Errors: kNotFound "step N is not a committed checkpoint in ..." for a step without a commit
+// record; kCorrupt naming the file for a record that does not parse, does not match the checksum
+// the commit record holds, or describes another step or rank; the target's kIo otherwise.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "zerowait/checkpoint/storage_target.hpp"
+#include "zerowait/common/status.hpp"
+
+namespace zerowait {
+
+// Where a tensor's bytes are stored.
+struct StoredTensor {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  uint64_t nbytes = 0;
+  uint64_t xxh3 = 0;    // of the raw bytes
+  std::string file;     // relative to the checkpoint root: "step-90/rank-00000-00001.safetensors"
+  uint64_t offset = 0;  // of the (first) stored byte in that file
+  uint64_t stored_bytes = 0;     // nbytes, or the compressed size
+  std::string codec = "none";    // "none" | "zstd"
+  uint32_t group_bytes = 1;      // byte grouping element size (1: none)
+  uint64_t chunk_bytes = 0;      // raw bytes per compressed chunk
+  std::vector<uint64_t> chunks;  // compressed size of each chunk
+};
+
+struct StoredFile {
+  std::string path;  // relative to the checkpoint root
+  uint64_t bytes = 0;
+  uint64_t xxh3 = 0;      // of the whole file
+  std::string container;  // "safetensors" | "zerowait-zstd"
+};
+
+// One rank's part of a committed step.
+struct RankManifest {
+  uint64_t step = 0;
+  std::string run_id;  // the run that saved it ("" in checkpoints older than run ids)
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  std::string structure_json;
+  std::vector<StoredTensor> tensors;
+  std::vector<StoredFile> files;  // every file the tensors live in, this step's and older ones
+};
+
+struct StepInfo {
+  uint64_t step = 0;
+  std::string run_id;  // the run that committed it (rank 0's); "" in older checkpoints
+  uint32_t world_size = 1;
+  uint64_t bytes_total = 0;          // raw tensor bytes, all ranks
+  uint64_t bytes_stored = 0;         // bytes in this step's own files, all ranks
+  std::vector<uint64_t> references;  // older steps whose files it uses
+  std::string created;               // ISO 8601 UTC
+};
+
+// The directory names: "step-N", "step-N.tmp".
+std::string step_directory(uint64_t step);
+
+// Committed steps (directories "step-N" holding manifest.json), ascending. Does not verify data.
+Result<std::vector<uint64_t>> list_steps(StorageTarget& target);
+// Reads and validates step N's commit record.
+Result<StepInfo> read_step_info(StorageTarget& target, uint64_t step);
+// Reads rank `rank`'s manifest of committed step N (validated against the commit record);
+// kInvalidArgument when the step was saved by fewer ranks.
+Result<RankManifest> read_rank_manifest(StorageTarget& target, uint64_t step, uint32_t rank);
+// Every rank's manifest of committed step N, rank 0 first (the first error, if any).
+Result<std::vector<RankManifest>> read_rank_manifests(StorageTarget& target, uint64_t step);
+
+}  // namespace zerowait

@@ -536,14 +536,46 @@ TEST(ImageDecoder, GradientKeepsItsOrientation) {
   }
 }
 
-TEST(ImageDecoder, ImagesSmallerThanTheOutputAreUpsampled) {
+// Images smaller than the output are upsampled. The pixels must be torchvision's with Pillow:
+// the random crop cut out of the full decode, then Pillow's bilinear resample of it (computed
+// here in doubles); or the whole image resampled, then the centre cut out. Within one level.
+TEST(ImageDecoder, ImagesSmallerThanTheOutputAreUpsampledLikePillow) {
+  constexpr int kSize = 64;
   for (const auto& [w, h] : std::vector<std::pair<int, int>>{{1, 1}, {7, 5}, {50, 40}, {3, 200}}) {
-    const Bytes jpeg = smooth_jpeg(w, h);
-    for (const Mode mode : {Mode::kRandomResizedCrop, Mode::kResizeCenterCrop}) {
-      for (uint64_t seed = 0; seed < 5; ++seed) {
-        decode_ok(jpeg, ImageTransform{.mode = mode, .random_flip = true}, seed);
+    const Bytes jpeg = smooth_jpeg(w, h, TJSAMP_444);
+    const Decoded d = full_decode(jpeg);
+    const ImageTransform random{.size = kSize, .random_flip = true};
+    for (uint64_t seed = 0; seed < 5; ++seed) {
+      const CropBox c = random_resized_crop_box(w, h, random, seed);
+      std::vector<uint8_t> crop(size_t(c.width) * c.height * 3);
+      for (int y = 0; y < c.height; ++y) {
+        std::memcpy(&crop[size_t(y) * c.width * 3], &d.rgb[(size_t(c.y + y) * w + c.x) * 3],
+                    size_t(c.width) * 3);
       }
+      std::vector<uint8_t> want = pillow_resample(
+          crop, c.width, c.height, {0, 0, double(c.width), double(c.height)}, kSize, kSize);
+      if (c.flip) want = mirror(want, kSize);
+      const std::vector<uint8_t> got = decode_ok(jpeg, random, seed);
+      EXPECT_LE(max_abs_diff(got, want), 1) << w << "x" << h << " seed " << seed;
+      EXPECT_LT(mean_abs_diff(got, want), 0.02) << w << "x" << h << " seed " << seed;
     }
+    // Resize(73) then CenterCrop(64), as torchvision does it.
+    const ImageTransform centre{.mode = Mode::kResizeCenterCrop, .size = kSize, .resize = 73};
+    const int short_side = std::min(w, h), long_side = std::max(w, h);
+    const int new_long = int(73.0 * long_side / short_side);
+    const int rw = w <= h ? 73 : new_long, rh = w <= h ? new_long : 73;
+    const std::vector<uint8_t> resized =
+        pillow_resample(d.rgb, w, h, {0, 0, double(w), double(h)}, rw, rh);
+    const int left = int(std::nearbyint((rw - kSize) / 2.0)),
+              top = int(std::nearbyint((rh - kSize) / 2.0));
+    std::vector<uint8_t> want(size_t(kSize) * kSize * 3);
+    for (int y = 0; y < kSize; ++y) {
+      std::memcpy(&want[size_t(y) * kSize * 3], &resized[(size_t(top + y) * rw + left) * 3],
+                  size_t(kSize) * 3);
+    }
+    const std::vector<uint8_t> got = decode_ok(jpeg, centre, 0);
+    EXPECT_LE(max_abs_diff(got, want), 1) << w << "x" << h << " centre crop";
+    EXPECT_LT(mean_abs_diff(got, want), 0.02) << w << "x" << h << " centre crop";
   }
 }
 

@@ -1,14 +1,21 @@
 // The Loader through its public API, on real shard files: determinism, rank coverage, exact
-// resume (also with another world size), corrupt samples, the memory budget, decoding, and
-// shutdown with batches still held.
+// resume (also with another world size, augmentations included), corrupt samples, the memory
+// budget, decoding, reads that stall (deadline and watchdog), autotune, and shutdown with batches
+// still held.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "testing/testing.hpp"
@@ -54,8 +61,9 @@ void write_dataset(const std::string& dir, const std::vector<uint64_t>& shard_si
   }
 }
 
-std::unique_ptr<Loader> make_loader(const std::string& dir, LoaderOptions options) {
-  auto dataset = Dataset::open(dir, {.backend = options.io});
+std::unique_ptr<Loader> make_loader(const std::string& dir, LoaderOptions options,
+                                    SourceWrapper wrap_source = {}) {
+  auto dataset = Dataset::open(dir, {.backend = options.io, .wrap_source = std::move(wrap_source)});
   EXPECT_TRUE(dataset.is_ok()) << dataset.status().to_string();
   auto loader = Loader::create(dataset.value(), std::move(options));
   EXPECT_TRUE(loader.is_ok()) << loader.status().to_string();
@@ -427,6 +435,199 @@ TEST_F(LoaderTest, StatsCountWhatHappened) {
   EXPECT_EQ(loader->stats().arenas_free, stats.arenas);
 }
 
+// ---- Reads that stall ------------------------------------------------------------------------
+
+// What the shard sources of a test do once armed: sleep before every read (a slow disk), or stop
+// the next read — until its deadline passes (what the io_uring backend does: cancel at the
+// deadline) or, ignoring the deadline, until released (a pread on a hung file system).
+struct ReadFaults {
+  enum class Stall { kNone, kUntilDeadline, kUntilReleased };
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::chrono::milliseconds delay{0};
+  Stall stall = Stall::kNone;  // applies to one read, then resets to kNone
+  bool released = false;
+  int stalled = 0;                               // reads stopped so far
+  std::chrono::nanoseconds longest_deadline{0};  // the most time any read was given
+
+  // Runs before each read; an error replaces the read.
+  Status before_read(const std::string& name, uint64_t offset, Deadline deadline) {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (deadline.at != Clock::time_point::max()) {
+      longest_deadline =
+          std::max<std::chrono::nanoseconds>(longest_deadline, deadline.at - Clock::now());
+    } else {
+      longest_deadline = std::chrono::nanoseconds::max();
+    }
+    if (delay.count() > 0) {
+      lock.unlock();
+      std::this_thread::sleep_for(delay);
+      return Status::ok();
+    }
+    const Stall mode = std::exchange(stall, Stall::kNone);
+    if (mode == Stall::kNone) return Status::ok();
+    ++stalled;
+    if (mode == Stall::kUntilReleased) {
+      changed.wait(lock, [&] { return released; });
+      return Status::ok();
+    }
+    changed.wait_until(lock, deadline.at, [&] { return released; });
+    return Status(ErrorCode::kDeadlineExceeded, "'" + name + "': read at offset " +
+                                                    std::to_string(offset) +
+                                                    " did not finish before its deadline");
+  }
+  void release() {
+    std::lock_guard<std::mutex> lock(mutex);
+    released = true;
+    changed.notify_all();
+  }
+};
+
+class FaultySource : public ByteSource {
+ public:
+  FaultySource(std::shared_ptr<ByteSource> file, std::shared_ptr<ReadFaults> faults)
+      : file_(std::move(file)), faults_(std::move(faults)) {}
+  const std::string& name() const override { return file_->name(); }
+  uint64_t size() const override { return file_->size(); }
+  Status read(std::span<const ReadRequest> requests, Deadline deadline) override {
+    const uint64_t offset = requests.empty() ? 0 : requests.front().offset;
+    ZW_RETURN_IF_ERROR(faults_->before_read(name(), offset, deadline));
+    return file_->read(requests, deadline);
+  }
+
+ private:
+  std::shared_ptr<ByteSource> file_;
+  std::shared_ptr<ReadFaults> faults_;
+};
+
+SourceWrapper through(std::shared_ptr<ReadFaults> faults) {
+  return [faults](std::shared_ptr<ByteSource> file) -> std::shared_ptr<ByteSource> {
+    return std::make_shared<FaultySource>(std::move(file), faults);
+  };
+}
+
+// Every batch of the epoch that comes back; errors are collected, not fatal.
+struct EpochOutcome {
+  std::map<int64_t, int> seen;  // sample -> times delivered
+  std::vector<Status> errors;
+};
+
+EpochOutcome drain_epoch(Loader& loader) {
+  EpochOutcome out;
+  const uint64_t batches = loader.remaining_batches();
+  for (uint64_t calls = 0; calls < batches + 10; ++calls) {
+    auto next = loader.next();
+    if (!next.is_ok()) {
+      out.errors.push_back(next.status());
+      continue;
+    }
+    if (next.value() == nullptr) break;
+    for (int64_t i : int_column(*next.value(), "__index__")) ++out.seen[i];
+  }
+  return out;
+}
+
+// Each batch's reads run under a deadline of read_timeout: a read that passes it fails that
+// batch with kDeadlineExceeded naming the file and offset, and the next call returns the
+// following batch. Only the failed batch's samples are missing from the epoch.
+TEST_F(LoaderTest, AReadPastItsDeadlineFailsOneBatchAndTheNextGoesOn) {
+  auto faults = std::make_shared<ReadFaults>();
+  LoaderOptions o = base_options();
+  o.shuffle.mode = ShuffleMode::kNone;
+  o.read_timeout = std::chrono::milliseconds(300);
+  auto loader = make_loader(dir_.path(), o, through(faults));
+  {
+    std::lock_guard<std::mutex> lock(faults->mutex);
+    faults->stall = ReadFaults::Stall::kUntilDeadline;
+    faults->longest_deadline = {};
+  }
+  const EpochOutcome epoch = drain_epoch(*loader);
+  ASSERT_EQ(epoch.errors.size(), 1u);
+  const Status& error = epoch.errors[0];
+  EXPECT_EQ(error.code(), ErrorCode::kDeadlineExceeded) << error.to_string();
+  EXPECT_NE(error.message().find("shard-00"), std::string::npos) << error.to_string();
+  EXPECT_NE(error.message().find("offset"), std::string::npos) << error.to_string();
+  // One batch of 16 lost, every other sample delivered once.
+  EXPECT_EQ(epoch.seen.size(), 396u - 16u);
+  for (const auto& [index, times] : epoch.seen) ASSERT_EQ(times, 1) << "sample " << index;
+  std::lock_guard<std::mutex> lock(faults->mutex);
+  EXPECT_EQ(faults->stalled, 1);
+  EXPECT_GT(faults->longest_deadline.count(), 0);
+  EXPECT_LE(faults->longest_deadline, o.read_timeout);  // never an unbounded read
+}
+
+// A read that ignores its deadline (a hung file system) cannot be interrupted; the watchdog
+// reports it from next() after read_timeout + 5 s, naming the file and offset the worker is
+// blocked on, and loses nothing by itself. When the read comes back, its deadline has long
+// passed: that batch fails as any late read does, and every other batch of the epoch arrives.
+TEST_F(LoaderTest, AHungReadIsNamedByTheWatchdogAndNothingIsLost) {
+  auto faults = std::make_shared<ReadFaults>();
+  LoaderOptions o = base_options();
+  o.read_timeout = std::chrono::milliseconds(100);
+  auto loader = make_loader(dir_.path(), o, through(faults));
+  {
+    std::lock_guard<std::mutex> lock(faults->mutex);
+    faults->stall = ReadFaults::Stall::kUntilReleased;
+  }
+  Status error;
+  std::map<int64_t, int> seen;
+  while (error.is_ok()) {  // until the batch behind the hung read is the one asked for
+    auto next = loader->next();
+    if (!next.is_ok()) {
+      error = next.status();
+      break;
+    }
+    ASSERT_NE(next.value(), nullptr) << "the epoch ended without meeting the hung read";
+    for (int64_t i : int_column(*next.value(), "__index__")) ++seen[i];
+  }
+  EXPECT_EQ(error.code(), ErrorCode::kDeadlineExceeded) << error.to_string();
+  EXPECT_NE(error.message().find("is blocked reading '"), std::string::npos) << error.to_string();
+  EXPECT_NE(error.message().find("shard-00"), std::string::npos) << error.to_string();
+  EXPECT_NE(error.message().find("at offset"), std::string::npos) << error.to_string();
+  faults->release();
+  const EpochOutcome rest = drain_epoch(*loader);
+  ASSERT_EQ(rest.errors.size(), 1u);
+  EXPECT_EQ(rest.errors[0].code(), ErrorCode::kDeadlineExceeded) << rest.errors[0].to_string();
+  EXPECT_NE(rest.errors[0].message().find("shard-00"), std::string::npos);
+  for (const auto& [index, times] : rest.seen) seen[index] += times;
+  EXPECT_EQ(seen.size(), 396u - 16u);  // the late batch, and only it
+  for (const auto& [index, times] : seen) ASSERT_EQ(times, 1) << "sample " << index;
+}
+
+// ---- Autotune --------------------------------------------------------------------------------
+
+// Reads that take 2 ms each keep a consumer that does nothing waiting on every batch: autotune
+// must raise its prefetch from the small start (it starts at the thread count) — and the batches
+// stay exactly those of a loader without autotune.
+TEST_F(LoaderTest, AutotuneRaisesPrefetchWhileTheConsumerWaitsAndKeepsTheBatches) {
+  LoaderOptions plain_options = base_options();
+  plain_options.batch_size = 4;
+  auto plain = make_loader(dir_.path(), plain_options);
+  const auto expected = epoch_indices(*plain);
+
+  auto faults = std::make_shared<ReadFaults>();
+  LoaderOptions o = plain_options;
+  o.autotune = true;
+  o.prefetch = 8;
+  auto tuned = make_loader(dir_.path(), o, through(faults));
+  {
+    std::lock_guard<std::mutex> lock(faults->mutex);
+    faults->delay = std::chrono::milliseconds(2);
+  }
+  auto first = tuned->next();
+  ASSERT_TRUE(first.is_ok());
+  const unsigned start_prefetch = tuned->stats().prefetch;
+  EXPECT_EQ(start_prefetch, 2u);  // min(prefetch, threads)
+  std::vector<std::vector<int64_t>> got = {int_column(*first.value(), "__index__")};
+  first.value().reset();
+  for (auto& batch : epoch_indices(*tuned)) got.push_back(std::move(batch));
+  EXPECT_EQ(got, expected);
+  const LoaderStats stats = tuned->stats();
+  EXPECT_GT(stats.wait_s, 0.0);
+  EXPECT_GT(stats.prefetch, start_prefetch) << "99 batches, a look every 32, all of them waited";
+  EXPECT_LE(stats.prefetch, stats.arenas - 2);
+}
+
 TEST(LoaderImages, DecodesJpegsToFixedSizeDeterministically) {
   TempDir dir;
   write_dataset(dir.path(), {40, 25}, /*with_jpeg=*/true);
@@ -453,6 +654,70 @@ TEST(LoaderImages, DecodesJpegsToFixedSizeDeterministically) {
   const auto first = run();
   EXPECT_EQ(first.size(), 5u);  // 65 samples in batches of 16
   EXPECT_EQ(first, run());
+}
+
+// Augmentations are drawn from (seed, epoch, sample), not from the rank or the batch: a job
+// resumed with another world size and batch size gets, sample for sample, the same crops and
+// flips as one that never stopped.
+TEST(LoaderImages, AugmentedPixelsSurviveAResumeWithAnotherWorldSize) {
+  TempDir dir;
+  write_dataset(dir.path(), {40, 25}, /*with_jpeg=*/true);
+  LoaderOptions o = base_options();
+  o.batch_size = 8;
+  o.fields = {"jpg", "cls"};
+  o.decode["jpg"].kind = FieldDecode::Kind::kImage;
+  o.decode["jpg"].image.size = 24;
+  o.decode["jpg"].image.scale_min = 0.3;
+  o.decode["jpg"].image.random_flip = true;
+  std::map<int64_t, std::string> pixels_of;  // sample -> its pixels
+  auto take = [&](Loader& loader, uint64_t max_batches, std::map<int64_t, std::string>& into) {
+    for (uint64_t b = 0; b < max_batches; ++b) {
+      auto batch = loader.next();
+      ASSERT_TRUE(batch.is_ok()) << batch.status().to_string();
+      if (batch.value() == nullptr) return;
+      const BatchColumn* jpg = batch.value()->column("jpg");
+      const std::vector<int64_t> indices = int_column(*batch.value(), "__index__");
+      const uint64_t per_image = jpg->bytes / indices.size();
+      for (size_t i = 0; i < indices.size(); ++i) {
+        into[indices[i]].assign(reinterpret_cast<const char*>(jpg->data) + i * per_image,
+                                per_image);
+      }
+    }
+  };
+  take(*make_loader(dir.path(), o), UINT64_MAX, pixels_of);
+  ASSERT_EQ(pixels_of.size(), 65u);
+
+  std::map<int64_t, std::string> resumed;
+  LoaderState state;
+  for (uint32_t rank = 0; rank < 2; ++rank) {  // 2 ranks take 2 batches of 8 each
+    LoaderOptions ranked = o;
+    ranked.rank = rank;
+    ranked.world_size = 2;
+    auto loader = make_loader(dir.path(), ranked);
+    take(*loader, 2, resumed);
+    state = loader->state();
+  }
+  for (uint32_t rank = 0; rank < 3; ++rank) {  // 3 ranks with batches of 5 finish the epoch
+    LoaderOptions ranked = o;
+    ranked.rank = rank;
+    ranked.world_size = 3;
+    ranked.batch_size = 5;
+    auto loader = make_loader(dir.path(), ranked);
+    ASSERT_TRUE(loader->load_state(state).is_ok());
+    take(*loader, UINT64_MAX, resumed);
+  }
+  ASSERT_EQ(resumed.size(), 65u);
+  for (const auto& [index, pixels] : pixels_of) {
+    ASSERT_EQ(resumed[index], pixels) << "sample " << index;
+  }
+  // And the augmentation is real: the next epoch crops the same samples differently.
+  LoaderOptions next_epoch = o;
+  next_epoch.epoch = 1;
+  std::map<int64_t, std::string> epoch1;
+  take(*make_loader(dir.path(), next_epoch), UINT64_MAX, epoch1);
+  size_t changed = 0;
+  for (const auto& [index, pixels] : pixels_of) changed += epoch1[index] != pixels;
+  EXPECT_GT(changed, 50u);
 }
 
 TEST(LoaderImages, UndecodableJpegIsSkippedOrRaised) {

@@ -214,9 +214,8 @@ def test_autotune_changes_speed_not_batches(image_dataset):
         epoch(tuned)
     tuned.set_epoch(0)
     assert epoch(tuned) == plain
-    stats = tuned.stats()
-    assert 1 <= stats["threads"] <= 2
-    assert 1 <= stats["prefetch"] <= stats["arenas"] - 2
+    # That the controller does raise prefetch while the consumer waits is shown in C++, where
+    # reads can be slowed at will (AutotuneRaisesPrefetchWhileTheConsumerWaitsAndKeepsTheBatches).
 
 
 def test_drop_last_drops_the_partial_step_and_keeps_it_otherwise(image_dataset):

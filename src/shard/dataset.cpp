@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/path_check.hpp"
+#include "io/remote/http_client.hpp"
 #include "zerowait/shard/format.hpp"
 
 namespace zerowait {
@@ -15,9 +16,19 @@ bool is_shard_file(const std::string& name) {
   return name.ends_with(format::kShardExtension) || name.ends_with(".tar");
 }
 
+// Where the manifest of a dataset at an http(s) URL is: the URL itself when it names a .json,
+// else manifest.json under it (a web server's folders cannot be listed, so a dataset served over
+// HTTP is found through its manifest).
+std::string remote_manifest_url(std::string url) {
+  if (url.ends_with(".json")) return url;
+  while (url.ends_with('/')) url.pop_back();
+  return url + "/" + format::kManifestName;
+}
+
 }  // namespace
 
 Result<std::shared_ptr<Dataset>> Dataset::open(const std::string& path, DatasetOptions options) {
+  if (internal::is_http_url(path)) return open_remote(path, std::move(options));
   ZW_RETURN_IF_ERROR(internal::require_local_path(path, "dataset"));
   std::shared_ptr<Dataset> ds(new Dataset());
   ds->path_ = path;
@@ -58,6 +69,37 @@ Result<std::shared_ptr<Dataset>> Dataset::open(const std::string& path, DatasetO
   const fs::path base = fs::path(manifest_path).parent_path();
   std::vector<std::string> shards;
   for (const ManifestShard& s : ds->manifest_.shards) shards.push_back((base / s.path).string());
+  ZW_RETURN_IF_ERROR(ds->add_shard_paths(shards, /*from_manifest=*/true));
+  return ds;
+}
+
+Result<std::shared_ptr<Dataset>> Dataset::open_remote(const std::string& url,
+                                                      DatasetOptions options) {
+  std::shared_ptr<Dataset> ds(new Dataset());
+  ds->path_ = url;
+  ds->options_ = std::move(options);
+  if (url.ends_with(format::kShardExtension) || url.ends_with(".tar")) {
+    ZW_RETURN_IF_ERROR(ds->add_shard_paths({url}, /*from_manifest=*/false));
+    return ds;
+  }
+  const std::string manifest_url = remote_manifest_url(url);
+  internal::HttpRequest get;
+  get.url = manifest_url;
+  ZW_ASSIGN_OR_RETURN(
+      internal::HttpResponse response,
+      internal::default_http_client()->send(get, Deadline::after(internal::kRemoteOpenTimeout)));
+  if (response.status == 404) {
+    return not_found("dataset '" + url + "': there is no " + manifest_url +
+                     " (404); a dataset served over HTTP is found through its manifest");
+  }
+  if (response.status != 200) {
+    return io_error("dataset '" + url + "': GET " + manifest_url + " answered " +
+                    std::to_string(response.status));
+  }
+  ZW_ASSIGN_OR_RETURN(ds->manifest_, Manifest::parse(response.body, manifest_url));
+  const std::string base = manifest_url.substr(0, manifest_url.rfind('/') + 1);
+  std::vector<std::string> shards;
+  for (const ManifestShard& s : ds->manifest_.shards) shards.push_back(base + s.path);
   ZW_RETURN_IF_ERROR(ds->add_shard_paths(shards, /*from_manifest=*/true));
   return ds;
 }

@@ -35,6 +35,8 @@ class Dataset {
  public:
   // `path` is one of: a manifest.json; a directory holding one; a directory of .zws / .tar files
   // (no manifest: each shard's footer or tar index is read); a single .zws; a single .tar.
+  // Or an http(s) URL of a manifest.json, of a folder holding one, or of a single .zws: the
+  // manifest comes with one GET, and shards are read with ranged GETs (docs/remote.md).
   static Result<std::shared_ptr<Dataset>> open(const std::string& path,
                                                DatasetOptions options = {});
 
@@ -58,6 +60,8 @@ class Dataset {
 
  private:
   Dataset() = default;
+  static Result<std::shared_ptr<Dataset>> open_remote(const std::string& url,
+                                                      DatasetOptions options);
   Status add_shard_paths(const std::vector<std::string>& paths, bool from_manifest);
 
   std::string path_;

@@ -1,0 +1,370 @@
+#include "io/remote/http_client.hpp"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "common/clock.hpp"
+#include "common/random.hpp"
+
+namespace zerowait::internal {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+void global_init() {
+  static const CURLcode init = curl_global_init(CURL_GLOBAL_DEFAULT);
+  (void)init;
+}
+
+std::string lowercase(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// The URL as errors show it: without the query, which can carry request parameters only the
+// caller should see.
+std::string url_for_errors(const std::string& url) { return url.substr(0, url.find('?')); }
+
+// What one attempt did.
+struct Attempt {
+  CURLcode code = CURLE_OK;
+  long status = 0;
+  bool stalled = false;   // no byte moved for stall_timeout
+  bool overflow = false;  // the body did not fit `into`
+  std::string curl_error;
+};
+
+bool transient_status(long status) {
+  return status == 429 || status == 500 || status == 502 || status == 503 || status == 504;
+}
+
+bool transient_code(CURLcode code) {
+  switch (code) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_ABORTED_BY_CALLBACK:  // a stall
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Full jitter: uniform in [0, min(max, base * 2^attempt)].
+std::chrono::milliseconds backoff(const HttpOptions& options, int attempt) {
+  thread_local Rng rng(std::random_device{}());
+  const int64_t cap = std::min<int64_t>(options.backoff_max.count(), options.backoff_base.count()
+                                                                         << std::min(attempt, 20));
+  return std::chrono::milliseconds(cap > 0 ? static_cast<int64_t>(rng.next() % (cap + 1)) : 0);
+}
+
+}  // namespace
+
+std::string HttpResponse::header(const std::string& name) const {
+  auto it = headers.find(name);
+  return it == headers.end() ? "" : it->second;
+}
+
+struct HttpClient::Handle {
+  CURL* curl = nullptr;
+  Handle() : curl(curl_easy_init()) {}
+  ~Handle() {
+    if (curl != nullptr) curl_easy_cleanup(curl);
+  }
+};
+
+// Everything the callbacks of one attempt touch.
+struct Transfer {
+  const HttpRequest* request = nullptr;
+  HttpResponse* response = nullptr;
+  std::chrono::milliseconds stall_timeout{0};
+  curl_off_t last_moved = -1;
+  SteadyClock::time_point last_progress = SteadyClock::now();
+  bool stalled = false;
+  bool overflow = false;
+
+  static size_t on_body(char* data, size_t size, size_t count, void* self) {
+    auto* t = static_cast<Transfer*>(self);
+    const size_t n = size * count;
+    HttpResponse& r = *t->response;
+    if (t->request->into.empty()) {
+      r.body.append(data, n);
+    } else {
+      if (r.body_bytes + n > t->request->into.size()) {
+        t->overflow = true;
+        return 0;  // aborts the transfer
+      }
+      std::memcpy(t->request->into.data() + r.body_bytes, data, n);
+    }
+    r.body_bytes += n;
+    return n;
+  }
+
+  static size_t on_header(char* data, size_t size, size_t count, void* self) {
+    auto* t = static_cast<Transfer*>(self);
+    const std::string_view line(data, size * count);
+    if (line.starts_with("HTTP/")) {
+      t->response->headers.clear();  // a new response (after 100 Continue, a redirect)
+    } else if (const size_t colon = line.find(':'); colon != std::string_view::npos) {
+      std::string_view value = line.substr(colon + 1);
+      while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) {
+        value.remove_prefix(1);
+      }
+      while (!value.empty() && (value.back() == '\r' || value.back() == '\n')) {
+        value.remove_suffix(1);
+      }
+      t->response->headers[lowercase(std::string(line.substr(0, colon)))] = std::string(value);
+    }
+    return size * count;
+  }
+
+  static int on_progress(void* self, curl_off_t, curl_off_t down, curl_off_t, curl_off_t up) {
+    auto* t = static_cast<Transfer*>(self);
+    const auto now = SteadyClock::now();
+    if (down + up != t->last_moved) {
+      t->last_moved = down + up;
+      t->last_progress = now;
+      return 0;
+    }
+    if (now - t->last_progress >= t->stall_timeout) {
+      t->stalled = true;
+      return 1;  // aborts the transfer
+    }
+    return 0;
+  }
+};
+
+HttpClient::HttpClient(HttpOptions options) : options_(std::move(options)) { global_init(); }
+
+HttpClient::~HttpClient() = default;
+
+std::unique_ptr<HttpClient::Handle> HttpClient::acquire() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!idle_.empty()) {
+      std::unique_ptr<Handle> handle = std::move(idle_.back());
+      idle_.pop_back();
+      return handle;
+    }
+  }
+  return std::make_unique<Handle>();
+}
+
+void HttpClient::release(std::unique_ptr<Handle> handle) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  idle_.push_back(std::move(handle));
+}
+
+Result<HttpResponse> HttpClient::send(const HttpRequest& request, Deadline deadline) {
+  std::string range;
+  for (const auto& [name, value] : request.headers) {
+    if (lowercase(name) == "range") range = " (" + value + ")";
+  }
+  const std::string what = request.method + " " + url_for_errors(request.url) + range;
+  std::unique_ptr<Handle> handle = acquire();
+  if (handle->curl == nullptr) return Status(ErrorCode::kInternal, "curl_easy_init failed");
+  struct curl_slist* headers = nullptr;
+  for (const auto& [name, value] : request.headers) {
+    headers = curl_slist_append(headers, (name + ": " + value).c_str());
+  }
+  // No "Expect: 100-continue" round trip, and no form content type for bodies.
+  headers = curl_slist_append(headers, "Expect:");
+  if (!request.body.empty()) {
+    headers = curl_slist_append(headers, "Content-Type: application/octet-stream");
+  }
+
+  HttpResponse response;
+  std::string last_problem = "nothing was tried";
+  for (int attempt = 0; attempt < options_.max_attempts; ++attempt) {
+    if (attempt > 0) {
+      const auto wait = backoff(options_, attempt);
+      if (deadline.at != Clock::time_point::max() && Clock::now() + wait >= deadline.at) break;
+      std::this_thread::sleep_for(wait);
+    }
+    if (deadline.passed()) break;
+    response = HttpResponse();
+    response.attempts = attempt + 1;
+    Transfer transfer;
+    transfer.request = &request;
+    transfer.response = &response;
+    transfer.stall_timeout = options_.stall_timeout;
+
+    CURL* curl = handle->curl;
+    curl_easy_reset(curl);  // keeps the handle's open connections
+    char error[CURL_ERROR_SIZE] = "";
+    curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
+    curl_easy_setopt(curl, CURLOPT_URL, request.url.c_str());
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, options_.verify_tls ? 1L : 0L);
+    curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, options_.verify_tls ? 2L : 0L);
+    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
+                     static_cast<long>(options_.connect_timeout.count()));
+    if (deadline.at != Clock::time_point::max()) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline.at - Clock::now());
+      curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS,
+                       static_cast<long>(std::max<int64_t>(1, left.count())));
+    }
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &Transfer::on_body);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &transfer);
+    curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, &Transfer::on_header);
+    curl_easy_setopt(curl, CURLOPT_HEADERDATA, &transfer);
+    curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, &Transfer::on_progress);
+    curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &transfer);
+    if (request.method == "HEAD") {
+      curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+    } else if (request.method != "GET") {
+      curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, request.method.c_str());
+    }
+    if (request.method == "PUT" || request.method == "POST" || !request.body.empty()) {
+      curl_easy_setopt(curl, CURLOPT_POSTFIELDS, request.body.data());
+      curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE,
+                       static_cast<curl_off_t>(request.body.size()));
+    }
+
+    const CURLcode code = curl_easy_perform(curl);
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.status);
+    if (transfer.overflow) {
+      curl_slist_free_all(headers);
+      release(std::move(handle));
+      return corrupt(what + ": the server sent more than the " +
+                     std::to_string(request.into.size()) + " bytes asked for");
+    }
+    if (code == CURLE_OK && !transient_status(response.status)) {
+      curl_slist_free_all(headers);
+      release(std::move(handle));
+      return response;
+    }
+    if (code == CURLE_OK) {
+      last_problem = "the server answered " + std::to_string(response.status);
+    } else if (transfer.stalled) {
+      last_problem = "no byte moved for " +
+                     std::to_string(internal::seconds(options_.stall_timeout)) + " s (stalled)";
+    } else {
+      last_problem =
+          std::string(curl_easy_strerror(code)) + (error[0] ? std::string(": ") + error : "");
+    }
+    if (code != CURLE_OK && !transient_code(code)) {
+      curl_slist_free_all(headers);
+      release(std::move(handle));
+      return io_error(what + ": " + last_problem);
+    }
+  }
+  curl_slist_free_all(headers);
+  release(std::move(handle));
+  const std::string tries =
+      std::to_string(response.attempts) + (response.attempts == 1 ? " attempt" : " attempts");
+  if (deadline.passed() ||
+      (deadline.at != Clock::time_point::max() && response.attempts < options_.max_attempts)) {
+    return Status(ErrorCode::kDeadlineExceeded,
+                  what + ": deadline passed after " + tries + "; the last: " + last_problem);
+  }
+  return io_error(what + ": gave up after " + tries + "; the last: " + last_problem);
+}
+
+bool is_http_url(std::string_view path) {
+  auto starts = [&](std::string_view scheme) {
+    if (path.size() < scheme.size()) return false;
+    for (size_t i = 0; i < scheme.size(); ++i) {
+      if (std::tolower(static_cast<unsigned char>(path[i])) != scheme[i]) return false;
+    }
+    return true;
+  };
+  return starts("http://") || starts("https://");
+}
+
+std::shared_ptr<HttpClient> default_http_client() {
+  static const auto client = std::make_shared<HttpClient>();
+  return client;
+}
+
+// --- https:// objects as byte sources -------------------------------------------------------
+
+namespace {
+
+class HttpSource final : public ByteSource {
+ public:
+  HttpSource(std::shared_ptr<HttpClient> client, std::string url, uint64_t size)
+      : client_(std::move(client)), url_(std::move(url)), size_(size) {}
+  const std::string& name() const override { return url_; }
+  uint64_t size() const override { return size_; }
+
+  Status read(std::span<const ReadRequest> requests, Deadline deadline) override {
+    for (const ReadRequest& r : requests) {
+      if (r.dst.empty()) continue;
+      if (r.offset + r.dst.size() > size_) {
+        return corrupt("short read of '" + url_ + "' at offset " + std::to_string(r.offset) +
+                       ": needs " + std::to_string(r.offset + r.dst.size() - size_) +
+                       " more bytes, the object ends there");
+      }
+      if (deadline.passed()) {
+        return Status(ErrorCode::kDeadlineExceeded, "deadline passed while reading '" + url_ +
+                                                        "' at offset " + std::to_string(r.offset));
+      }
+      HttpRequest get;
+      const std::string range =
+          "bytes=" + std::to_string(r.offset) + "-" + std::to_string(r.offset + r.dst.size() - 1);
+      get.url = url_;
+      get.headers = {{"Range", range}};
+      get.into = r.dst;
+      ZW_ASSIGN_OR_RETURN(HttpResponse response, client_->send(get, deadline));
+      const bool whole = response.status == 200 && r.offset == 0 && r.dst.size() == size_;
+      if (response.status != 206 && !whole) {
+        if (response.status == 200) {
+          return unsupported("'" + url_ + "' ignores Range requests (answered " + range +
+                             " with the whole object): it cannot be read in place");
+        }
+        return io_error("GET '" + url_ + "' (" + range + ") answered " +
+                        std::to_string(response.status));
+      }
+      if (response.body_bytes != r.dst.size()) {
+        return corrupt("GET '" + url_ + "' (" + range + ") returned " +
+                       std::to_string(response.body_bytes) + " bytes instead of " +
+                       std::to_string(r.dst.size()));
+      }
+    }
+    return Status::ok();
+  }
+
+ private:
+  std::shared_ptr<HttpClient> client_;
+  std::string url_;
+  uint64_t size_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<ByteSource>> open_http_source(std::shared_ptr<HttpClient> client,
+                                                     const std::string& url, Deadline deadline) {
+  HttpRequest head;
+  head.method = "HEAD";
+  head.url = url;
+  ZW_ASSIGN_OR_RETURN(HttpResponse response, client->send(head, deadline));
+  if (response.status == 404)
+    return not_found("'" + url_for_errors(url) + "' does not exist (404)");
+  if (response.status != 200) {
+    return io_error("HEAD '" + url_for_errors(url) + "' answered " +
+                    std::to_string(response.status));
+  }
+  const std::string length = response.header("content-length");
+  if (length.empty() || length.find_first_not_of("0123456789") != std::string::npos) {
+    return unsupported("HEAD '" + url_for_errors(url) + "' gave no Content-Length");
+  }
+  return std::unique_ptr<ByteSource>(
+      std::make_unique<HttpSource>(std::move(client), url, std::stoull(length)));
+}
+
+}  // namespace zerowait::internal

@@ -1,0 +1,71 @@
+// A real HTTP/1.1 server on 127.0.0.1 for the remote-storage tests: it serves objects held in
+// memory (GET with Range, HEAD, PUT, DELETE) over keep-alive connections, and misbehaves when
+// told to — stalls before answering or in the middle of a body, answers with an error status,
+// drops the connection — so that clients' deadlines, retries and connection reuse meet real
+// sockets. One thread per connection; the destructor stops everything, also mid-stall.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace zerowait::testing {
+
+class TestHttpServer {
+ public:
+  TestHttpServer();  // listens on an ephemeral port of 127.0.0.1
+  ~TestHttpServer();
+  TestHttpServer(const TestHttpServer&) = delete;
+  TestHttpServer& operator=(const TestHttpServer&) = delete;
+
+  int port() const { return port_; }
+  // "http://127.0.0.1:<port>" + path
+  std::string url(const std::string& path) const;
+
+  void put(const std::string& path, std::string body);
+  std::string object(const std::string& path) const;  // "" when absent
+
+  // What the next requests get instead of a normal answer, one fault per request, in order.
+  struct Fault {
+    int status = 0;  // answer with this status (and a short body) instead, e.g. 503
+    std::chrono::milliseconds stall{0};  // wait this long before answering
+    bool stall_mid_body = false;         // send the headers and half the body, then stall
+    bool drop = false;                   // close the connection without answering
+  };
+  void fail_next(Fault fault, int times = 1);
+
+  uint64_t connections() const { return connections_; }  // accepted so far
+  uint64_t requests() const { return requests_; }        // read so far
+  // Each request's method, path and Range header: "GET /a bytes=0-9".
+  std::vector<std::string> log() const;
+  // The headers (lowercase names) of the last request.
+  std::map<std::string, std::string> last_headers() const;
+
+ private:
+  void accept_loop();
+  void serve(int fd);
+  bool wait_or_stop(std::chrono::milliseconds duration);  // false: stopping
+
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> connections_{0}, requests_{0};
+  mutable std::mutex mutex_;
+  std::condition_variable stop_cv_;
+  std::map<std::string, std::string> objects_;
+  std::deque<Fault> faults_;
+  std::vector<std::string> log_;
+  std::map<std::string, std::string> last_headers_;
+  std::vector<int> open_fds_;
+  std::vector<std::thread> threads_;
+  std::thread acceptor_;
+};
+
+}  // namespace zerowait::testing

@@ -41,7 +41,29 @@ FieldDecode field_decode(py::handle spec, const std::string& field) {
                                      "not " + py::repr(spec).cast<std::string>()));
 }
 
-std::unique_ptr<Loader> make_loader(py::handle path, py::dict kw) {
+// Destroying a loader stops and joins its worker threads, which may be waiting on reads: that
+// happens without the GIL, so Python threads (a server in this process feeding those reads, a
+// progress thread) keep running meanwhile instead of deadlocking with it.
+struct DeleteWithoutGil {
+  static bool finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing() != 0;
+#else
+    return _Py_IsFinalizing() != 0;
+#endif
+  }
+  void operator()(Loader* loader) const {
+    if (PyGILState_Check() == 0 || finalizing()) {
+      delete loader;
+      return;
+    }
+    py::gil_scoped_release release;
+    delete loader;
+  }
+};
+using LoaderHolder = std::unique_ptr<Loader, DeleteWithoutGil>;
+
+LoaderHolder make_loader(py::handle path, py::dict kw) {
   LoaderOptions o;
   auto get = [&](const char* name) { return kw[py::str(name)]; };
   o.batch_size = get("batch_size").cast<uint64_t>();
@@ -77,7 +99,7 @@ std::unique_ptr<Loader> make_loader(py::handle path, py::dict kw) {
   DatasetOptions dataset_options;
   dataset_options.backend = o.io;
   std::shared_ptr<Dataset> dataset = value_or_throw(Dataset::open(dataset_path, dataset_options));
-  return value_or_throw(Loader::create(std::move(dataset), std::move(o)));
+  return LoaderHolder(value_or_throw(Loader::create(std::move(dataset), std::move(o))).release());
 }
 
 py::dtype numpy_dtype(DType dtype) {
@@ -243,7 +265,7 @@ zerowait.RandomResizedCrop(...) or zerowait.CenterCrop(...).
                (t.random_flip ? ", flip=True)" : ")");
       });
 
-  py::class_<Loader>(m, "_Loader")
+  py::class_<Loader, LoaderHolder>(m, "_Loader")
       .def(py::init(&make_loader), py::arg("path"), py::arg("options"))
       .def(
           "next",

@@ -240,6 +240,10 @@ Result<HttpResponse> HttpClient::send(const HttpRequest& request, Deadline deadl
     if (transfer.overflow) {
       curl_slist_free_all(headers);
       release(std::move(handle));
+      if (response.status == 200 && !range.empty()) {
+        return unsupported(what + ": the server ignores Range requests (it answered with the " +
+                           "whole object), so the object cannot be read in place");
+      }
       return corrupt(what + ": the server sent more than the " +
                      std::to_string(request.into.size()) + " bytes asked for");
     }

@@ -1,0 +1,86 @@
+"""A packed dataset served over HTTP by a real server in this process (the standard library's
+HTTP server, taught Range requests): zerowait.Dataset and zerowait.Loader read it by URL and see
+exactly the local copy; a server that ignores Range is refused with a clear error."""
+
+from __future__ import annotations
+
+import http.server
+import re
+import threading
+from pathlib import Path
+
+import pytest
+import zerowait
+
+
+class RangeHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves files from the server's directory, honouring "Range: bytes=A-B" with a 206 (the
+    standard handler always answers with the whole file); HTTP/1.1 keep-alive."""
+
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are separate sends: no 40 ms ACK waits
+    ignore_range = False
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:
+        match = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+        path = Path(self.translate_path(self.path))
+        if match is None or self.ignore_range or not path.is_file():
+            super().do_GET()
+            return
+        data = path.read_bytes()
+        first = int(match[1])
+        last = min(int(match[2]) if match[2] else len(data) - 1, len(data) - 1)
+        if first >= len(data):
+            self.send_error(416)
+            return
+        self.send_response(206)
+        self.send_header("Content-Length", str(last - first + 1))
+        self.send_header("Content-Range", f"bytes {first}-{last}/{len(data)}")
+        self.end_headers()
+        self.wfile.write(data[first:last + 1])
+
+
+class QuietServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        pass  # a client that hangs up mid-answer (as a refused read does) is not news here
+
+
+def serve(directory: Path, ignore_range: bool = False):
+    handler = type("Handler", (RangeHandler,), {"ignore_range": ignore_range})
+    server = QuietServer(
+        ("127.0.0.1", 0), lambda *a: handler(*a, directory=str(directory)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def batches(dataset) -> list:
+    loader = zerowait.Loader(dataset, batch_size=5, seed=4, fields=["jpg", "cls"])
+    return [(b["__index__"].tolist(), b["cls"].tolist(), bytes(b["jpg"].numpy())) for b in loader]
+
+
+def test_a_dataset_over_http_reads_like_its_local_copy(image_dataset):
+    server, base = serve(image_dataset.parent)
+    try:
+        url = f"{base}/{image_dataset.name}/"
+        remote = zerowait.Dataset(url)
+        local = zerowait.Dataset(image_dataset)
+        assert len(remote) == len(local) == 48
+        assert remote[17]["jpg"] == local[17]["jpg"]
+        assert batches(zerowait.Dataset(url + "manifest.json")) == batches(local)
+    finally:
+        server.shutdown()
+
+
+def test_a_server_that_ignores_range_is_refused_clearly(image_dataset):
+    server, base = serve(image_dataset.parent, ignore_range=True)
+    try:
+        with pytest.raises(zerowait.UnsupportedError, match="ignores Range"):
+            dataset = zerowait.Dataset(f"{base}/{image_dataset.name}")
+            dataset[0]
+    finally:
+        server.shutdown()

@@ -2,13 +2,10 @@
 // part, the commit protocol, retention and the mirror tier. The read side is checkpoint_read.cpp.
 #include "zerowait/checkpoint/checkpointer.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>

@@ -42,7 +42,9 @@ class LocalWritableFile : public WritableFile {
 
 class LocalDirectoryTarget : public StorageTarget {
  public:
-  explicit LocalDirectoryTarget(std::filesystem::path root) : root_(std::move(root)) {}
+  // `refused`: why every operation fails (a URL root), or ok.
+  LocalDirectoryTarget(std::filesystem::path root, Status refused)
+      : root_(std::move(root)), refused_(std::move(refused)) {}
 
   std::string describe() const override { return root_.string(); }
 
@@ -140,8 +142,7 @@ class LocalDirectoryTarget : public StorageTarget {
 
  private:
   Result<std::string> full_path(const std::string& path) const {
-    // A URL root (kept as given by make_local_directory_target) fails every operation.
-    ZW_RETURN_IF_ERROR(internal::require_local_path(root_, "path"));
+    ZW_RETURN_IF_ERROR(refused_);
     return internal::join_target_path(root_.string(), path);
   }
 
@@ -173,6 +174,7 @@ class LocalDirectoryTarget : public StorageTarget {
   }
 
   std::filesystem::path root_;
+  Status refused_;
 };
 
 // Forwards to the inner target's file, recording each call through the owning target.
@@ -291,13 +293,13 @@ class FaultInjectingSource final : public ByteSource {
 std::shared_ptr<StorageTarget> make_local_directory_target(const std::filesystem::path& root) {
   // A URL is kept as given, not normalised into "<cwd>/s3:/bucket": every operation of the
   // target then refuses it by name.
-  if (!internal::require_local_path(root, "").is_ok()) {
-    return std::make_shared<LocalDirectoryTarget>(root);
+  if (Status refused = internal::require_local_path(root, "path"); !refused.is_ok()) {
+    return std::make_shared<LocalDirectoryTarget>(root, std::move(refused));
   }
   std::filesystem::path absolute = std::filesystem::absolute(root).lexically_normal();
   // "/ckpt/" normalises to "/ckpt/"; messages read better without the trailing separator.
   if (!absolute.has_filename() && absolute.has_relative_path()) absolute = absolute.parent_path();
-  return std::make_shared<LocalDirectoryTarget>(std::move(absolute));
+  return std::make_shared<LocalDirectoryTarget>(std::move(absolute), Status::ok());
 }
 
 FaultInjectingTarget::FaultInjectingTarget(std::shared_ptr<StorageTarget> inner)

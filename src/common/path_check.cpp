@@ -4,9 +4,7 @@
 #include <string>
 
 namespace zerowait::internal {
-namespace {
 
-// The scheme of "scheme://rest", or empty when `text` does not start with one.
 std::string_view url_scheme(std::string_view text) {
   const size_t colon = text.find("://");
   if (colon == std::string_view::npos || colon == 0) return {};
@@ -19,8 +17,6 @@ std::string_view url_scheme(std::string_view text) {
   }
   return scheme;
 }
-
-}  // namespace
 
 Status require_local_path(const std::filesystem::path& path, std::string_view what) {
   const std::string text = path.string();

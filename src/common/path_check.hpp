@@ -11,6 +11,10 @@
 
 namespace zerowait::internal {
 
+// The scheme of "scheme://rest" as written (RFC 3986: a letter, then letters, digits, '+', '-',
+// '.'), or empty when `text` does not start with one.
+std::string_view url_scheme(std::string_view text);
+
 // ok for a local filesystem path; kInvalidArgument naming `what` ("checkpoint mirror",
 // "dataset", ...) and `path` when `path` starts with `scheme://` (RFC 3986 scheme: a letter,
 // then letters, digits, '+', '-', '.'). file:// is refused too: give the path itself.

@@ -3,13 +3,15 @@
 #include <curl/curl.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstring>
 #include <random>
 #include <thread>
 
 #include "common/clock.hpp"
+#include "common/path_check.hpp"
 #include "common/random.hpp"
+#include "common/text.hpp"
+#include "io/file_sources.hpp"
 
 namespace zerowait::internal {
 namespace {
@@ -19,11 +21,6 @@ using SteadyClock = std::chrono::steady_clock;
 void global_init() {
   static const CURLcode init = curl_global_init(CURL_GLOBAL_DEFAULT);
   (void)init;
-}
-
-std::string lowercase(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
 }
 
 // The URL as errors show it: without the query, which can carry request parameters only the
@@ -124,7 +121,7 @@ struct Transfer {
       while (!value.empty() && (value.back() == '\r' || value.back() == '\n')) {
         value.remove_suffix(1);
       }
-      t->response->headers[lowercase(std::string(line.substr(0, colon)))] = std::string(value);
+      t->response->headers[ascii_lower(line.substr(0, colon))] = std::string(value);
     }
     return size * count;
   }
@@ -169,12 +166,22 @@ void HttpClient::release(std::unique_ptr<Handle> handle) {
 Result<HttpResponse> HttpClient::send(const HttpRequest& request, Deadline deadline) {
   std::string range;
   for (const auto& [name, value] : request.headers) {
-    if (lowercase(name) == "range") range = " (" + value + ")";
+    if (ascii_lower(name) == "range") range = " (" + value + ")";
   }
   const std::string what = request.method + " " + url_for_errors(request.url) + range;
   std::unique_ptr<Handle> handle = acquire();
   if (handle->curl == nullptr) return Status(ErrorCode::kInternal, "curl_easy_init failed");
   struct curl_slist* headers = nullptr;
+  // On every way out: the header list freed, the handle (and its connections) back in the pool.
+  struct Cleanup {
+    HttpClient* client;
+    std::unique_ptr<Handle>& handle;
+    curl_slist*& headers;
+    ~Cleanup() {
+      curl_slist_free_all(headers);
+      client->release(std::move(handle));
+    }
+  } cleanup{this, handle, headers};
   for (const auto& [name, value] : request.headers) {
     headers = curl_slist_append(headers, (name + ": " + value).c_str());
   }
@@ -238,8 +245,6 @@ Result<HttpResponse> HttpClient::send(const HttpRequest& request, Deadline deadl
     const CURLcode code = curl_easy_perform(curl);
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.status);
     if (transfer.overflow) {
-      curl_slist_free_all(headers);
-      release(std::move(handle));
       if (response.status == 200 && !range.empty()) {
         return unsupported(what + ": the server ignores Range requests (it answered with the " +
                            "whole object), so the object cannot be read in place");
@@ -248,8 +253,6 @@ Result<HttpResponse> HttpClient::send(const HttpRequest& request, Deadline deadl
                      std::to_string(request.into.size()) + " bytes asked for");
     }
     if (code == CURLE_OK && !transient_status(response.status)) {
-      curl_slist_free_all(headers);
-      release(std::move(handle));
       return response;
     }
     if (code == CURLE_OK) {
@@ -262,13 +265,9 @@ Result<HttpResponse> HttpClient::send(const HttpRequest& request, Deadline deadl
           std::string(curl_easy_strerror(code)) + (error[0] ? std::string(": ") + error : "");
     }
     if (code != CURLE_OK && !transient_code(code)) {
-      curl_slist_free_all(headers);
-      release(std::move(handle));
       return io_error(what + ": " + last_problem);
     }
   }
-  curl_slist_free_all(headers);
-  release(std::move(handle));
   const std::string tries =
       std::to_string(response.attempts) + (response.attempts == 1 ? " attempt" : " attempts");
   if (deadline.passed() ||
@@ -280,14 +279,8 @@ Result<HttpResponse> HttpClient::send(const HttpRequest& request, Deadline deadl
 }
 
 bool is_http_url(std::string_view path) {
-  auto starts = [&](std::string_view scheme) {
-    if (path.size() < scheme.size()) return false;
-    for (size_t i = 0; i < scheme.size(); ++i) {
-      if (std::tolower(static_cast<unsigned char>(path[i])) != scheme[i]) return false;
-    }
-    return true;
-  };
-  return starts("http://") || starts("https://");
+  const std::string scheme = ascii_lower(url_scheme(path));
+  return scheme == "http" || scheme == "https";
 }
 
 std::shared_ptr<HttpClient> default_http_client() {
@@ -307,17 +300,11 @@ class HttpSource final : public ByteSource {
   uint64_t size() const override { return size_; }
 
   Status read(std::span<const ReadRequest> requests, Deadline deadline) override {
-    for (const ReadRequest& r : requests) {
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const ReadRequest& r = requests[i];
       if (r.dst.empty()) continue;
-      if (r.offset + r.dst.size() > size_) {
-        return corrupt("short read of '" + url_ + "' at offset " + std::to_string(r.offset) +
-                       ": needs " + std::to_string(r.offset + r.dst.size() - size_) +
-                       " more bytes, the object ends there");
-      }
-      if (deadline.passed()) {
-        return Status(ErrorCode::kDeadlineExceeded, "deadline passed while reading '" + url_ +
-                                                        "' at offset " + std::to_string(r.offset));
-      }
+      ZW_RETURN_IF_ERROR(check_range(url_, size_, r));
+      if (deadline.passed()) return deadline_status(url_, r.offset, requests.size() - i);
       HttpRequest get;
       const std::string range =
           "bytes=" + std::to_string(r.offset) + "-" + std::to_string(r.offset + r.dst.size() - 1);

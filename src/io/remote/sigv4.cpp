@@ -9,6 +9,8 @@
 #include <ctime>
 #include <map>
 
+#include "common/text.hpp"
+
 namespace zerowait::internal::sigv4 {
 namespace {
 
@@ -123,12 +125,6 @@ std::string canonical_query(std::string_view query) {
   return out;
 }
 
-std::string lowercase(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 // Leading and trailing spaces removed, runs of spaces inside made one.
 std::string trimmed_value(std::string_view value) {
   std::string out;
@@ -149,7 +145,7 @@ std::string trimmed_value(std::string_view value) {
 std::map<std::string, std::string> canonical_headers(const Request& request) {
   std::map<std::string, std::string> headers;
   for (const auto& [name, value] : request.headers) {
-    std::string& joined = headers[lowercase(name)];
+    std::string& joined = headers[ascii_lower(name)];
     if (!joined.empty()) joined += ',';
     joined += trimmed_value(value);
   }

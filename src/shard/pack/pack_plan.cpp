@@ -1,25 +1,20 @@
 #include "shard/pack/pack_plan.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <filesystem>
 #include <map>
 #include <set>
 
+#include "common/text.hpp"
 #include "zerowait/shard/webdataset.hpp"
 
 namespace zerowait::internal {
 namespace fs = std::filesystem;
 namespace {
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 // The image extensions torchvision's ImageFolder accepts, mapped to one field name each.
 std::string imagefolder_field(const std::string& extension) {
-  const std::string e = lower(extension);
+  const std::string e = ascii_lower(extension);
   if (e == "jpg" || e == "jpeg") return "jpg";
   if (e == "tif") return "tiff";
   static const std::set<std::string> kOthers = {"png", "ppm", "bmp", "pgm", "tiff", "webp"};

@@ -131,7 +131,9 @@ TEST(HttpClient, AStalledServerIsADeadlineErrorNotAHang) {
   HttpOptions options = quick_options();
   options.stall_timeout = 60s;  // only the deadline can end it
   HttpClient client(options);
-  server.fail_next({.stall = 60s});
+  // Every attempt stalls: a retry sent in the last millisecond before the deadline must not
+  // find a healthy server and pass for an answer within the deadline.
+  server.fail_next({.stall = 60s}, 10);
   auto response = client.send({.url = server.url("/o")}, Deadline::after(1500ms));
   ASSERT_FALSE(response.is_ok());
   EXPECT_EQ(response.status().code(), ErrorCode::kDeadlineExceeded);

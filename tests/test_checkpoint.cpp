@@ -347,6 +347,47 @@ TEST(Checkpoint, AFailingMirrorIsReportedAndLeavesLocalStepsAlone) {
   EXPECT_EQ(read_all(*mirror, 2), state.values);
 }
 
+// A record whose integer fields hold numbers of another kind (a float, a negative, one past
+// 2^64) is a corrupt record naming the file, never a value converted with undefined behaviour.
+TEST(Checkpoint, RecordIntegersThatDoNotFitAreCorrupt) {
+  TempDir dir;
+  auto target = make_local_directory_target(dir.path());
+  State state = State::make({100});
+  state.fill_all(1);
+  {
+    auto cp = open_or_die(target, CheckpointOptions{});
+    save_and_wait(*cp, state.request(3));
+  }
+  const std::string step_record = testing::read_file(dir / "step-3/manifest.json");
+  const std::string rank_record = testing::read_file(dir / "step-3/rank-00000.json");
+  const auto replace_field = [](std::string text, const std::string& field,
+                                const std::string& value) {
+    const size_t key = text.find("\"" + field + "\"");
+    EXPECT_NE(key, std::string::npos) << field;
+    const size_t begin = text.find(':', key) + 1;
+    const size_t end = text.find_first_of(",}", begin);
+    return text.replace(begin, end - begin, value);
+  };
+  for (const char* value : {"5.55556e+22", "-1", "2.5", "18446744073709551616"}) {
+    testing::write_file(dir / "step-3/manifest.json",
+                        replace_field(step_record, "bytes_total", value));
+    auto info = read_step_info(*target, 3);
+    EXPECT_EQ(info.status().code(), ErrorCode::kCorrupt) << value;
+    EXPECT_NE(info.status().message().find("manifest.json"), std::string::npos)
+        << info.status().message();
+    testing::write_file(dir / "step-3/manifest.json", step_record);
+
+    testing::write_file(dir / "step-3/rank-00000.json",
+                        replace_field(rank_record, "nbytes", value));
+    auto rank = read_rank_manifest(*target, 3, 0);
+    EXPECT_EQ(rank.status().code(), ErrorCode::kCorrupt) << value;
+    EXPECT_NE(rank.status().message().find("rank-00000.json"), std::string::npos)
+        << rank.status().message();
+  }
+  testing::write_file(dir / "step-3/rank-00000.json", rank_record);
+  EXPECT_TRUE(read_rank_manifest(*target, 3, 0).is_ok());
+}
+
 // A damaged local file must not reach the mirror: step 2 is incremental and keeps tensor 0 in
 // step 1's file, so copying step 2 reads that damaged file.
 TEST(Checkpoint, MirrorRefusesACorruptLocalCopy) {

@@ -71,13 +71,32 @@ TEST(Dataset, MissingAndMalformedPaths) {
   auto bad = Dataset::open(dir / "bad");
   EXPECT_EQ(bad.status().code(), ErrorCode::kCorrupt);
   EXPECT_NE(bad.status().message().find("manifest.json"), std::string::npos);
-  testing::write_file(dir / "v2/manifest.json",
-                      R"({"format":"zerowait-dataset","version":2,"samples":0,"bytes":0,"shards":[]})");
+  testing::write_file(
+      dir / "v2/manifest.json",
+      R"({"format":"zerowait-dataset","version":2,"samples":0,"bytes":0,"shards":[]})");
   EXPECT_EQ(Dataset::open(dir / "v2").status().code(), ErrorCode::kUnsupported);
   testing::write_file(dir / "esc/manifest.json",
                       R"({"format":"zerowait-dataset","version":1,"samples":0,"bytes":0,)"
                       R"("shards":[{"path":"../x.zws","samples":0,"bytes":0}]})");
   EXPECT_EQ(Dataset::open(dir / "esc").status().code(), ErrorCode::kCorrupt);
+}
+
+// Counts that are not integers of the field's width (a fuzzer found 5.5e22) are a corrupt
+// manifest naming the field, not a number converted with undefined behaviour or wrapped.
+TEST(Dataset, ManifestCountsThatDoNotFitAreCorrupt) {
+  TempDir dir;
+  for (const char* samples : {"5.55556e+22", "-1", "1.5", "18446744073709551616", "\"3\""}) {
+    testing::write_file(dir / "m/manifest.json",
+                        std::string(R"({"format":"zerowait-dataset","version":1,"samples":)") +
+                            samples + R"(,"bytes":0,"shards":[]})");
+    auto ds = Dataset::open(dir / "m");
+    EXPECT_EQ(ds.status().code(), ErrorCode::kCorrupt) << samples;
+    EXPECT_NE(ds.status().message().find("manifest.json"), std::string::npos) << samples;
+  }
+  testing::write_file(dir / "m/manifest.json",
+                      R"({"format":"zerowait-dataset","version":4294967297,"samples":0,)"
+                      R"("bytes":0,"shards":[]})");
+  EXPECT_EQ(Dataset::open(dir / "m").status().code(), ErrorCode::kCorrupt);
 }
 
 TEST(Dataset, MissingShardIsNamedOnFirstUse) {

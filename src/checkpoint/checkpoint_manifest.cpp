@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file.hpp"
+#include "common/json_number.hpp"
 
 namespace zerowait::internal {
 namespace {
@@ -42,7 +43,7 @@ Status check_format(const json& doc, const char* expected, const std::string& pa
   if (doc.value("format", "") != expected) {
     return corrupt("'" + path + "' is not a " + std::string(expected) + " document");
   }
-  const int version = doc.at("version").get<int>();
+  const int version = json_integer<int>(doc.at("version"));
   if (version > kCheckpointFormatVersion) {
     return unsupported("'" + path + "' has format version " + std::to_string(version) +
                        "; this zerowait reads up to " + std::to_string(kCheckpointFormatVersion) +
@@ -130,18 +131,18 @@ Result<CommitRecord> decode_commit_record(std::string_view text, const std::stri
     ZW_RETURN_IF_ERROR(check_format(doc, "zerowait-checkpoint", path));
     CommitRecord record;
     StepInfo& info = record.info;
-    info.step = doc.at("step").get<uint64_t>();
+    info.step = json_integer<uint64_t>(doc.at("step"));
     info.run_id = doc.value("run_id", "");
-    info.world_size = doc.at("world_size").get<uint32_t>();
+    info.world_size = json_integer<uint32_t>(doc.at("world_size"));
     info.created = doc.value("created", "");
-    info.bytes_total = doc.at("bytes_total").get<uint64_t>();
-    info.bytes_stored = doc.at("bytes_stored").get<uint64_t>();
-    info.references = doc.at("references").get<std::vector<uint64_t>>();
+    info.bytes_total = json_integer<uint64_t>(doc.at("bytes_total"));
+    info.bytes_stored = json_integer<uint64_t>(doc.at("bytes_stored"));
+    info.references = json_integers<uint64_t>(doc.at("references"));
     for (const json& r : doc.at("ranks")) {
       RankEntry entry;
-      entry.rank = r.at("rank").get<uint32_t>();
+      entry.rank = json_integer<uint32_t>(r.at("rank"));
       entry.manifest = r.at("manifest").get<std::string>();
-      entry.bytes = r.at("bytes").get<uint64_t>();
+      entry.bytes = json_integer<uint64_t>(r.at("bytes"));
       ZW_ASSIGN_OR_RETURN(entry.xxh3, parse_hex64(r.at("xxh3"), path + ": ranks[].xxh3"));
       record.ranks.push_back(std::move(entry));
     }
@@ -199,15 +200,15 @@ Result<RankManifest> decode_rank_manifest(std::string_view text, const std::stri
   return decode_json<RankManifest>(text, path, [&](const json& doc) -> Result<RankManifest> {
     ZW_RETURN_IF_ERROR(check_format(doc, "zerowait-checkpoint-rank", path));
     RankManifest m;
-    m.step = doc.at("step").get<uint64_t>();
+    m.step = json_integer<uint64_t>(doc.at("step"));
     m.run_id = doc.value("run_id", "");
-    m.rank = doc.at("rank").get<uint32_t>();
-    m.world_size = doc.at("world_size").get<uint32_t>();
+    m.rank = json_integer<uint32_t>(doc.at("rank"));
+    m.world_size = json_integer<uint32_t>(doc.at("world_size"));
     m.structure_json = doc.at("structure").dump();
     for (const json& f : doc.at("files")) {
       StoredFile file;
       file.path = f.at("path").get<std::string>();
-      file.bytes = f.at("bytes").get<uint64_t>();
+      file.bytes = json_integer<uint64_t>(f.at("bytes"));
       ZW_ASSIGN_OR_RETURN(file.xxh3, parse_hex64(f.at("xxh3"), path + ": files[].xxh3"));
       file.container = f.at("container").get<std::string>();
       if (!step_of_path(file.path) || file.path.find("..") != std::string::npos) {
@@ -219,18 +220,18 @@ Result<RankManifest> decode_rank_manifest(std::string_view text, const std::stri
       StoredTensor tensor;
       tensor.name = t.at("name").get<std::string>();
       tensor.dtype = t.at("dtype").get<std::string>();
-      tensor.shape = t.at("shape").get<std::vector<int64_t>>();
-      tensor.nbytes = t.at("nbytes").get<uint64_t>();
+      tensor.shape = json_integers<int64_t>(t.at("shape"));
+      tensor.nbytes = json_integer<uint64_t>(t.at("nbytes"));
       ZW_ASSIGN_OR_RETURN(tensor.xxh3,
                           parse_hex64(t.at("xxh3"), path + ": tensor '" + tensor.name + "' xxh3"));
       tensor.file = t.at("file").get<std::string>();
-      tensor.offset = t.at("offset").get<uint64_t>();
-      tensor.stored_bytes = t.at("stored_bytes").get<uint64_t>();
+      tensor.offset = json_integer<uint64_t>(t.at("offset"));
+      tensor.stored_bytes = json_integer<uint64_t>(t.at("stored_bytes"));
       tensor.codec = t.at("codec").get<std::string>();
       if (tensor.codec == "zstd") {
-        tensor.group_bytes = t.at("group_bytes").get<uint32_t>();
-        tensor.chunk_bytes = t.at("chunk_bytes").get<uint64_t>();
-        tensor.chunks = t.at("chunks").get<std::vector<uint64_t>>();
+        tensor.group_bytes = json_integer<uint32_t>(t.at("group_bytes"));
+        tensor.chunk_bytes = json_integer<uint64_t>(t.at("chunk_bytes"));
+        tensor.chunks = json_integers<uint64_t>(t.at("chunks"));
       } else if (tensor.codec != "none") {
         return unsupported("'" + path + "': tensor '" + tensor.name + "' uses codec '" +
                            tensor.codec + "', unknown to this zerowait");

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file.hpp"
+#include "common/json_number.hpp"
 
 namespace zerowait {
 namespace {
@@ -48,13 +49,13 @@ Result<Manifest> Manifest::parse(const std::string& json_text, const std::string
       return corrupt("'" + name + "' is not a zerowait manifest (field \"format\" is not \"" +
                      std::string(kFormatName) + "\")");
     }
-    m.version = j.at("version").get<uint32_t>();
+    m.version = internal::json_integer<uint32_t>(j.at("version"));
     if (m.version != 1) {
       return unsupported("manifest '" + name + "' has version " + std::to_string(m.version) +
                          "; this build reads version 1: upgrade zerowait");
     }
-    m.samples = j.at("samples").get<uint64_t>();
-    m.bytes = j.at("bytes").get<uint64_t>();
+    m.samples = internal::json_integer<uint64_t>(j.at("samples"));
+    m.bytes = internal::json_integer<uint64_t>(j.at("bytes"));
     m.aligned = j.value("aligned", false);
     m.fields = j.value("fields", std::vector<std::string>{});
     m.classes = j.value("classes", std::vector<std::string>{});
@@ -62,8 +63,8 @@ Result<Manifest> Manifest::parse(const std::string& json_text, const std::string
     for (const json& s : j.at("shards")) {
       ManifestShard shard;
       shard.path = s.at("path").get<std::string>();
-      shard.samples = s.at("samples").get<uint64_t>();
-      shard.bytes = s.at("bytes").get<uint64_t>();
+      shard.samples = internal::json_integer<uint64_t>(s.at("samples"));
+      shard.bytes = internal::json_integer<uint64_t>(s.at("bytes"));
       shard.checksum = s.value("index_xxh3", std::string());
       if (shard.path.empty() || shard.path.front() == '/' ||
           shard.path.find("..") != std::string::npos) {

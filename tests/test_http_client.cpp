@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "io/remote/http_client.hpp"
+#include "io/remote/remote_object.hpp"
 #include "testing/http_server.hpp"
 #include "testing/testing.hpp"
 

@@ -1,16 +1,20 @@
-// Datasets served over HTTP: a packed dataset's files behind a real server on 127.0.0.1 open
-// with one GET of the manifest and read with ranged GETs; the loader delivers the same batches
-// as from the local copy; a stalled server is a read error naming the URL, not a hang; and what
-// is not supported yet says so.
+// Remote datasets: a packed dataset's files behind a real HTTP server on 127.0.0.1, and in a
+// bucket of the real S3 server ctest starts (Ceph RGW, tests/s3/rgw.sh), open with one GET of the
+// manifest and read with ranged GETs; the loader delivers the same batches as from the local
+// copy; a stalled server is a read error naming the URL, not a hang; what is missing is named;
+// and what is not supported yet says so.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "io/remote/s3_client.hpp"
 #include "testing/http_server.hpp"
+#include "testing/s3_server.hpp"
 #include "testing/testing.hpp"
 #include "zerowait/loader/loader.hpp"
 #include "zerowait/shard/dataset.hpp"
@@ -157,9 +161,98 @@ TEST_F(RemoteDatasetTest, WhatIsMissingOrNotSupportedSaysSo) {
   ASSERT_FALSE(tar.is_ok());
   EXPECT_EQ(tar.status().code(), ErrorCode::kUnsupported);
 
+  // s3:// without credentials anywhere: the error says where they were looked for.
+  for (const char* name : {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"}) {
+    ::unsetenv(name);
+  }
+  ::setenv("AWS_SHARED_CREDENTIALS_FILE", (dir_ / "no-credentials").c_str(), 1);
+  ::setenv("AWS_CONFIG_FILE", (dir_ / "no-config").c_str(), 1);
   auto s3 = Dataset::open("s3://bucket/ds");
   ASSERT_FALSE(s3.is_ok());
-  EXPECT_EQ(s3.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(s3.status().code(), ErrorCode::kNotFound) << s3.status().to_string();
+  EXPECT_NE(s3.status().message().find("AWS_ACCESS_KEY_ID"), std::string::npos)
+      << s3.status().message();
+}
+
+// The same dataset in a bucket of the real S3 server, under a prefix, opened as s3://.
+class S3DatasetTest : public RemoteDatasetTest {
+ protected:
+  void SetUp() override {
+    auto env = testing::test_s3_server_env();
+    if (!env) GTEST_SKIP() << "no S3 server: run through ctest, which starts one (tests/s3/rgw.sh)";
+    RemoteDatasetTest::SetUp();
+    testing::export_test_s3_env(*env);
+    client_ = std::make_unique<internal::S3Client>(testing::test_s3_config(*env),
+                                                   std::make_shared<internal::HttpClient>());
+    bucket_ = testing::unique_bucket_name();
+    ASSERT_TRUE(client_->create_bucket(bucket_, Deadline::after(std::chrono::seconds(60))).is_ok());
+    for (const auto& entry : fs::directory_iterator(dir_ / "ds")) {
+      ASSERT_TRUE(client_
+                      ->put(bucket_, "team/ds/" + entry.path().filename().string(),
+                            testing::read_file(entry.path().string()),
+                            Deadline::after(std::chrono::seconds(60)))
+                      .is_ok());
+    }
+  }
+
+  std::string url(const std::string& key) const { return "s3://" + bucket_ + "/" + key; }
+
+  std::unique_ptr<internal::S3Client> client_;
+  std::string bucket_;
+};
+
+TEST_F(S3DatasetTest, OpensThroughItsManifestAndLoadsTheSameBatchesAsTheLocalCopy) {
+  auto local = Dataset::open(dir_ / "ds");
+  ASSERT_TRUE(local.is_ok());
+  for (const std::string where : {url("team/ds"), url("team/ds/"), url("team/ds/manifest.json")}) {
+    auto remote = Dataset::open(where);
+    ASSERT_TRUE(remote.is_ok()) << where << ": " << remote.status().to_string();
+    ASSERT_EQ((*remote)->size(), 120u);
+    EXPECT_EQ((*remote)->classes(), (*local)->classes());
+    EXPECT_EQ((*remote)->shard_path(0),
+              url("team/ds/") + fs::path((*local)->shard_path(0)).filename().string());
+  }
+  auto remote = Dataset::open(url("team/ds"));
+  ASSERT_TRUE(remote.is_ok());
+  for (uint64_t i = 0; i < 120; ++i) {
+    auto sample = (*remote)->read(i);
+    ASSERT_TRUE(sample.is_ok()) << i << ": " << sample.status().to_string();
+    EXPECT_EQ(sample->buffer, (*local)->read(i)->buffer) << i;
+  }
+  EXPECT_EQ(epoch(url("team/ds"), options()), epoch(dir_ / "ds", options()));
+
+  // One shard on its own, by its key.
+  const std::string shard_name = fs::path((*local)->shard_path(1)).filename().string();
+  auto shard = Dataset::open(url("team/ds/" + shard_name));
+  ASSERT_TRUE(shard.is_ok()) << shard.status().to_string();
+  auto local_shard = Dataset::open((*local)->shard_path(1));
+  ASSERT_TRUE(local_shard.is_ok());
+  ASSERT_EQ((*shard)->size(), (*local_shard)->size());
+  EXPECT_EQ((*shard)->read(0)->buffer, (*local_shard)->read(0)->buffer);
+}
+
+TEST_F(S3DatasetTest, AMissingManifestOrShardIsNamed) {
+  auto missing = Dataset::open(url("team/elsewhere"));
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_EQ(missing.status().code(), ErrorCode::kNotFound) << missing.status().to_string();
+  EXPECT_NE(missing.status().message().find(url("team/elsewhere/manifest.json")), std::string::npos)
+      << missing.status().message();
+
+  auto dataset = Dataset::open(url("team/ds"));
+  ASSERT_TRUE(dataset.is_ok());
+  const std::string shard_key =
+      "team/ds/" + fs::path((*dataset)->shard_path(1)).filename().string();
+  ASSERT_TRUE(
+      client_->remove(bucket_, shard_key, Deadline::after(std::chrono::seconds(60))).is_ok());
+  const uint64_t in_shard_1 = (*dataset)->manifest().shards[0].samples;
+  auto sample = (*dataset)->read(in_shard_1);
+  ASSERT_FALSE(sample.is_ok());
+  EXPECT_EQ(sample.status().code(), ErrorCode::kNotFound) << sample.status().to_string();
+  EXPECT_NE(sample.status().message().find(shard_key), std::string::npos)
+      << sample.status().message();
+  EXPECT_NE(sample.status().message().find(bucket_), std::string::npos)
+      << sample.status().message();
+  EXPECT_TRUE((*dataset)->read(0).is_ok());  // the other shards still read
 }
 
 }  // namespace

@@ -4,14 +4,10 @@
 // upload in parallel, DELETE — and the server's own verdict on a wrong signature.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <fstream>
-#include <map>
-#include <optional>
-#include <random>
 #include <string>
 
 #include "io/remote/s3_client.hpp"
+#include "testing/s3_server.hpp"
 #include "testing/testing.hpp"
 
 namespace zerowait::internal {
@@ -19,39 +15,17 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// The server's settings, as rgw.sh wrote them; nullopt when no server was started for us.
-std::optional<std::map<std::string, std::string>> server_env() {
-  const char* dir = std::getenv("ZEROWAIT_TEST_S3_DIR");
-  if (dir == nullptr) return std::nullopt;
-  std::ifstream in(std::string(dir) + "/env");
-  std::map<std::string, std::string> env;
-  for (std::string line; std::getline(in, line);) {
-    const size_t eq = line.find('=');
-    if (eq != std::string::npos) env[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  return env;
-}
-
 class S3ClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto env = server_env();
+    auto env = testing::test_s3_server_env();
     if (!env) {
       GTEST_SKIP() << "no S3 server: run through ctest, which starts one (tests/s3/rgw.sh)";
     }
     ASSERT_TRUE(env->count("AWS_ENDPOINT_URL")) << "rgw.sh wrote no env file";
-    auto resolved =
-        resolve_s3_config([env = *env](const std::string& name) -> std::optional<std::string> {
-          auto it = env.find(name);
-          if (it == env.end()) return std::nullopt;
-          return it->second;
-        });
-    ASSERT_TRUE(resolved.is_ok()) << resolved.status().to_string();
-    config_ = *resolved;
+    config_ = testing::test_s3_config(*env);
     client_ = std::make_unique<S3Client>(config_, std::make_shared<HttpClient>());
-    // A bucket of this test's own: tests run in parallel against one server.
-    bucket_ = "zw-" + std::to_string(std::random_device{}()) + "-" +
-              std::to_string(::testing::UnitTest::GetInstance()->random_seed());
+    bucket_ = testing::unique_bucket_name();
     ASSERT_TRUE(client_->create_bucket(bucket_, Deadline::after(60s)).is_ok());
   }
 

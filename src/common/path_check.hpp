@@ -1,7 +1,7 @@
 // Local paths only where remote storage is not supported (yet): a path that starts with a URL
 // scheme ("s3://bucket/x", "https://host/x", "file:///x") is refused instead of being taken for
-// a relative folder named "s3:". Callers that do read some URLs (Dataset::open reads http(s))
-// dispatch those first.
+// a relative folder named "s3:". Callers that do read some URLs (Dataset::open reads http(s) and
+// s3) dispatch those first.
 #pragma once
 
 #include <filesystem>

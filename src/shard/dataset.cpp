@@ -5,7 +5,7 @@
 #include <set>
 
 #include "common/path_check.hpp"
-#include "io/remote/http_client.hpp"
+#include "io/remote/remote_object.hpp"
 #include "zerowait/shard/format.hpp"
 
 namespace zerowait {
@@ -16,9 +16,9 @@ bool is_shard_file(const std::string& name) {
   return name.ends_with(format::kShardExtension) || name.ends_with(".tar");
 }
 
-// Where the manifest of a dataset at an http(s) URL is: the URL itself when it names a .json,
-// else manifest.json under it (a web server's folders cannot be listed, so a dataset served over
-// HTTP is found through its manifest).
+// Where the manifest of a dataset at a URL is: the URL itself when it names a .json, else
+// manifest.json under it. A web server's folders cannot be listed, and listing a bucket costs
+// requests (and, for large prefixes, minutes), so a remote dataset is found through its manifest.
 std::string remote_manifest_url(std::string url) {
   if (url.ends_with(".json")) return url;
   while (url.ends_with('/')) url.pop_back();
@@ -28,7 +28,7 @@ std::string remote_manifest_url(std::string url) {
 }  // namespace
 
 Result<std::shared_ptr<Dataset>> Dataset::open(const std::string& path, DatasetOptions options) {
-  if (internal::is_http_url(path)) return open_remote(path, std::move(options));
+  if (internal::is_remote_url(path)) return open_remote(path, std::move(options));
   ZW_RETURN_IF_ERROR(internal::require_local_path(path, "dataset"));
   std::shared_ptr<Dataset> ds(new Dataset());
   ds->path_ = path;
@@ -83,20 +83,15 @@ Result<std::shared_ptr<Dataset>> Dataset::open_remote(const std::string& url,
     return ds;
   }
   const std::string manifest_url = remote_manifest_url(url);
-  internal::HttpRequest get;
-  get.url = manifest_url;
-  ZW_ASSIGN_OR_RETURN(
-      internal::HttpResponse response,
-      internal::default_http_client()->send(get, Deadline::after(internal::kRemoteOpenTimeout)));
-  if (response.status == 404) {
+  auto manifest_text =
+      internal::read_remote_object(manifest_url, Deadline::after(internal::kRemoteOpenTimeout));
+  if (manifest_text.status().code() == ErrorCode::kNotFound) {
     return not_found("dataset '" + url + "': there is no " + manifest_url +
-                     " (404); a dataset served over HTTP is found through its manifest");
+                     "; a remote dataset is found through its manifest (" +
+                     manifest_text.status().message() + ")");
   }
-  if (response.status != 200) {
-    return io_error("dataset '" + url + "': GET " + manifest_url + " answered " +
-                    std::to_string(response.status));
-  }
-  ZW_ASSIGN_OR_RETURN(ds->manifest_, Manifest::parse(response.body, manifest_url));
+  ZW_RETURN_IF_ERROR(manifest_text.status());
+  ZW_ASSIGN_OR_RETURN(ds->manifest_, Manifest::parse(*manifest_text, manifest_url));
   const std::string base = manifest_url.substr(0, manifest_url.rfind('/') + 1);
   std::vector<std::string> shards;
   for (const ManifestShard& s : ds->manifest_.shards) shards.push_back(base + s.path);

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "io/remote/http_client.hpp"
+#include "io/remote/remote_object.hpp"
 #include "zerowait/shard/webdataset.hpp"
 
 namespace zerowait {
@@ -75,18 +75,17 @@ Result<std::shared_ptr<ShardReader>> ShardReader::open(std::shared_ptr<ByteSourc
 Result<std::shared_ptr<ShardReader>> ShardReader::open_path(const std::string& path,
                                                             IoBackend backend,
                                                             const SourceWrapper& wrap) {
-  const bool remote = internal::is_http_url(path);
+  const bool remote = internal::is_remote_url(path);
   if (path.ends_with(".tar")) {
     if (!remote) return open_tar_shard(path, backend, wrap);
     return unsupported("'" + path +
-                       "': WebDataset tars over HTTP are not supported yet; pack them into "
-                       ".zws shards (zerowait pack) and serve those");
+                       "': remote WebDataset tars are not supported yet; pack them into .zws "
+                       "shards (zerowait pack) and serve those");
   }
   // `backend` is a local file's; an object is read with ranged GETs.
   ZW_ASSIGN_OR_RETURN(
       std::unique_ptr<ByteSource> opened,
-      remote ? internal::open_http_source(internal::default_http_client(), path,
-                                          Deadline::after(internal::kRemoteOpenTimeout))
+      remote ? internal::open_remote_source(path, Deadline::after(internal::kRemoteOpenTimeout))
              : open_file_source(path, backend));
   std::shared_ptr<ByteSource> source = std::move(opened);
   return open(wrap ? wrap(std::move(source)) : std::move(source));

@@ -35,8 +35,10 @@ class Dataset {
  public:
   // `path` is one of: a manifest.json; a directory holding one; a directory of .zws / .tar files
   // (no manifest: each shard's footer or tar index is read); a single .zws; a single .tar.
-  // Or an http(s) URL of a manifest.json, of a folder holding one, or of a single .zws: the
-  // manifest comes with one GET, and shards are read with ranged GETs (docs/remote.md).
+  // Or an http(s):// or s3://BUCKET/KEY URL of a manifest.json, of a folder (prefix) holding
+  // one, or of a single .zws: the manifest comes with one GET (no listing), and shards are read
+  // with ranged GETs (docs/remote.md). s3:// takes its settings from the environment and the AWS
+  // config files, as the AWS SDKs do.
   static Result<std::shared_ptr<Dataset>> open(const std::string& path,
                                                DatasetOptions options = {});
 

@@ -11,7 +11,6 @@
 #include "common/path_check.hpp"
 #include "common/random.hpp"
 #include "common/text.hpp"
-#include "io/file_sources.hpp"
 
 namespace zerowait::internal {
 namespace {
@@ -22,10 +21,6 @@ void global_init() {
   static const CURLcode init = curl_global_init(CURL_GLOBAL_DEFAULT);
   (void)init;
 }
-
-// The URL as errors show it: without the query, which can carry request parameters only the
-// caller should see.
-std::string url_for_errors(const std::string& url) { return url.substr(0, url.find('?')); }
 
 // What one attempt did.
 struct Attempt {
@@ -278,6 +273,8 @@ Result<HttpResponse> HttpClient::send(const HttpRequest& request, Deadline deadl
   return io_error(what + ": gave up after " + tries + "; the last: " + last_problem);
 }
 
+std::string url_for_errors(const std::string& url) { return url.substr(0, url.find('?')); }
+
 bool is_http_url(std::string_view path) {
   const std::string scheme = ascii_lower(url_scheme(path));
   return scheme == "http" || scheme == "https";
@@ -286,76 +283,6 @@ bool is_http_url(std::string_view path) {
 std::shared_ptr<HttpClient> default_http_client() {
   static const auto client = std::make_shared<HttpClient>();
   return client;
-}
-
-// --- https:// objects as byte sources -------------------------------------------------------
-
-namespace {
-
-class HttpSource final : public ByteSource {
- public:
-  HttpSource(std::shared_ptr<HttpClient> client, std::string url, uint64_t size)
-      : client_(std::move(client)), url_(std::move(url)), size_(size) {}
-  const std::string& name() const override { return url_; }
-  uint64_t size() const override { return size_; }
-
-  Status read(std::span<const ReadRequest> requests, Deadline deadline) override {
-    for (size_t i = 0; i < requests.size(); ++i) {
-      const ReadRequest& r = requests[i];
-      if (r.dst.empty()) continue;
-      ZW_RETURN_IF_ERROR(check_range(url_, size_, r));
-      if (deadline.passed()) return deadline_status(url_, r.offset, requests.size() - i);
-      HttpRequest get;
-      const std::string range =
-          "bytes=" + std::to_string(r.offset) + "-" + std::to_string(r.offset + r.dst.size() - 1);
-      get.url = url_;
-      get.headers = {{"Range", range}};
-      get.into = r.dst;
-      ZW_ASSIGN_OR_RETURN(HttpResponse response, client_->send(get, deadline));
-      const bool whole = response.status == 200 && r.offset == 0 && r.dst.size() == size_;
-      if (response.status != 206 && !whole) {
-        if (response.status == 200) {
-          return unsupported("'" + url_ + "' ignores Range requests (answered " + range +
-                             " with the whole object): it cannot be read in place");
-        }
-        return io_error("GET '" + url_ + "' (" + range + ") answered " +
-                        std::to_string(response.status));
-      }
-      if (response.body_bytes != r.dst.size()) {
-        return corrupt("GET '" + url_ + "' (" + range + ") returned " +
-                       std::to_string(response.body_bytes) + " bytes instead of " +
-                       std::to_string(r.dst.size()));
-      }
-    }
-    return Status::ok();
-  }
-
- private:
-  std::shared_ptr<HttpClient> client_;
-  std::string url_;
-  uint64_t size_;
-};
-
-}  // namespace
-
-Result<std::unique_ptr<ByteSource>> open_http_source(std::shared_ptr<HttpClient> client,
-                                                     const std::string& url, Deadline deadline) {
-  HttpRequest head;
-  head.method = "HEAD";
-  head.url = url;
-  ZW_ASSIGN_OR_RETURN(HttpResponse response, client->send(head, deadline));
-  if (response.status == 404)
-    return not_found("'" + url_for_errors(url) + "' does not exist (404)");
-  if (response.status != 200) {
-    return io_error("HEAD '" + url_for_errors(url) + "' answered " +
-                    std::to_string(response.status));
-  }
-  const std::string length = response.header("content-length");
-  if (length.empty() || length.find_first_not_of("0123456789") != std::string::npos) {
-    return unsupported("HEAD '" + url_for_errors(url) + "' gave no Content-Length");
-  }
-  return std::unique_ptr<ByteSource>(
-      std::make_unique<HttpSource>(std::move(client), url, std::stoull(length)));
 }
 
 }  // namespace zerowait::internal

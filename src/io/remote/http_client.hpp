@@ -84,6 +84,10 @@ class HttpClient {
   std::vector<std::unique_ptr<Handle>> idle_;
 };
 
+// The URL as errors show it: without the query, which can carry request parameters only the
+// caller should see.
+std::string url_for_errors(const std::string& url);
+
 // True for "http://..." and "https://..." (case-insensitive scheme).
 bool is_http_url(std::string_view path);
 
@@ -92,11 +96,5 @@ std::shared_ptr<HttpClient> default_http_client();
 
 // How long opening a remote dataset's manifest or a shard (HEAD, footer, index) may take.
 inline constexpr std::chrono::seconds kRemoteOpenTimeout{60};
-
-// A ByteSource over one object at an http(s) URL, read with ranged GETs (one per request). Its
-// size comes from a HEAD at open. A server that ignores Range, or answers a range with other
-// bytes than asked, is kUnsupported / kCorrupt naming the URL and range.
-Result<std::unique_ptr<ByteSource>> open_http_source(std::shared_ptr<HttpClient> client,
-                                                     const std::string& url, Deadline deadline);
 
 }  // namespace zerowait::internal

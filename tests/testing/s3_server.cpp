@@ -1,0 +1,48 @@
+#include "testing/s3_server.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <random>
+
+namespace zerowait::testing {
+
+std::optional<std::map<std::string, std::string>> test_s3_server_env() {
+  const char* dir = std::getenv("ZEROWAIT_TEST_S3_DIR");
+  if (dir == nullptr) return std::nullopt;
+  std::ifstream in(std::string(dir) + "/env");
+  std::map<std::string, std::string> env;
+  for (std::string line; std::getline(in, line);) {
+    const size_t eq = line.find('=');
+    if (eq != std::string::npos) env[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return env;
+}
+
+internal::S3Config test_s3_config(const std::map<std::string, std::string>& env) {
+  auto resolved =
+      internal::resolve_s3_config([&env](const std::string& name) -> std::optional<std::string> {
+        auto it = env.find(name);
+        if (it == env.end()) return std::nullopt;
+        return it->second;
+      });
+  if (!resolved.is_ok()) {
+    ADD_FAILURE() << "the test server's settings do not resolve: " << resolved.status().to_string();
+    return {};
+  }
+  return *resolved;
+}
+
+void export_test_s3_env(const std::map<std::string, std::string>& env) {
+  for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
+  ::setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/zerowait-test/credentials", 1);
+  ::setenv("AWS_CONFIG_FILE", "/nonexistent/zerowait-test/config", 1);
+}
+
+std::string unique_bucket_name() {
+  return "zw-" + std::to_string(std::random_device{}()) + "-" +
+         std::to_string(::testing::UnitTest::GetInstance()->random_seed());
+}
+
+}  // namespace zerowait::testing

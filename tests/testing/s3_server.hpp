@@ -1,0 +1,27 @@
+// The real S3 server the C++ tests run against: Ceph's RADOS Gateway, started once per ctest run
+// by tests/s3/rgw.sh (a CTest fixture that sets $ZEROWAIT_TEST_S3_DIR; see tests/CMakeLists.txt).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "io/remote/s3_client.hpp"
+
+namespace zerowait::testing {
+
+// The server's settings (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...) as rgw.sh wrote them to
+// $ZEROWAIT_TEST_S3_DIR/env; nullopt when no server was started for this test.
+std::optional<std::map<std::string, std::string>> test_s3_server_env();
+
+// Those settings as a client configuration; ADD_FAILURE when they do not resolve.
+internal::S3Config test_s3_config(const std::map<std::string, std::string>& env);
+
+// Sets those settings in this process's environment (and points the AWS config files at nothing)
+// so that s3:// URLs opened through the public API reach the test server.
+void export_test_s3_env(const std::map<std::string, std::string>& env);
+
+// A bucket name of this test's own: tests run in parallel against one server.
+std::string unique_bucket_name();
+
+}  // namespace zerowait::testing

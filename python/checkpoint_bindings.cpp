@@ -23,11 +23,9 @@ using internal::from_seconds;
 
 double default_read_timeout_s() { return internal::seconds(kDefaultReadTimeout); }
 
-// The readers' and listings' directory (Checkpointer::open checks its own paths).
-std::shared_ptr<StorageTarget> local_target(py::handle directory) {
-  const std::filesystem::path path = fs_path(directory);
-  throw_if_error(internal::require_local_path(path, "checkpoint directory"));
-  return make_local_directory_target(path);
+// A checkpoint directory or s3://BUCKET/PREFIX (other URLs are refused by name when used).
+std::shared_ptr<StorageTarget> checkpoint_target(py::handle directory) {
+  return value_or_throw(open_storage_target(fs_path(directory)));
 }
 
 py::dict save_result_dict(const SaveResult& r) {
@@ -57,7 +55,7 @@ using TensorTuple =
 class CheckpointReader {
  public:
   CheckpointReader(py::handle directory, uint64_t step, uint32_t rank)
-      : target_(local_target(directory)) {
+      : target_(checkpoint_target(directory)) {
     manifest_ =
         value_or_throw(without_gil([&] { return read_rank_manifest(*target_, step, rank); }));
   }
@@ -76,9 +74,9 @@ class CheckpointReader {
 py::dict restore_newest_py(py::handle directory, py::object mirror, std::optional<uint64_t> step,
                            uint32_t rank, bool fallback, py::function plan, py::function on_skip,
                            unsigned threads, bool direct, double read_timeout_s) {
-  auto primary = local_target(directory);
+  auto primary = checkpoint_target(directory);
   std::shared_ptr<StorageTarget> mirror_target;
-  if (!mirror.is_none()) mirror_target = local_target(mirror);
+  if (!mirror.is_none()) mirror_target = checkpoint_target(mirror);
   std::exception_ptr raised;
   RestoreNewestOptions options;
   options.step = step;
@@ -183,9 +181,10 @@ void bind_checkpoint(py::module_& m) {
              o.caller_coordinates = caller_coordinates;
              o.commit_timeout_s = commit_timeout_s;
              o.run_id = std::move(run_id);
-             // Checkpointer::open refuses a URL, naming it as the directory or the mirror.
-             if (!mirror.is_none()) o.mirror = make_local_directory_target(fs_path(mirror));
-             auto target = make_local_directory_target(fs_path(directory));
+             // A local directory or s3://BUCKET/PREFIX; Checkpointer::open refuses other URLs,
+             // naming them as the directory or the mirror.
+             if (!mirror.is_none()) o.mirror = checkpoint_target(mirror);
+             auto target = checkpoint_target(directory);
              return value_or_throw(without_gil([&] { return Checkpointer::open(target, o); }));
            }),
            py::arg("directory"), py::kw_only(), py::arg("keep_last") = 0, py::arg("keep_every") = 0,
@@ -238,11 +237,11 @@ void bind_checkpoint(py::module_& m) {
         py::kw_only(), py::arg("threads") = 0, py::arg("direct") = true,
         py::arg("read_timeout_s") = default_read_timeout_s());
   m.def("_ckpt_list_steps", [](py::handle directory) {
-    auto target = local_target(directory);
+    auto target = checkpoint_target(directory);
     return value_or_throw(without_gil([&] { return list_steps(*target); }));
   });
   m.def("_ckpt_step_info", [](py::handle directory, uint64_t step) {
-    auto target = local_target(directory);
+    auto target = checkpoint_target(directory);
     const StepInfo info =
         value_or_throw(without_gil([&] { return read_step_info(*target, step); }));
     py::dict d;
@@ -256,7 +255,7 @@ void bind_checkpoint(py::module_& m) {
     return d;
   });
   m.def("_ckpt_verify", [](py::handle directory, uint64_t step) {
-    auto target = local_target(directory);
+    auto target = checkpoint_target(directory);
     const VerifyReport r = value_or_throw(without_gil([&] { return verify_step(*target, step); }));
     py::dict d;
     d["step"] = r.step;
@@ -269,7 +268,7 @@ void bind_checkpoint(py::module_& m) {
   m.def(
       "_ckpt_gc",
       [](py::handle directory, uint32_t keep_last, uint64_t keep_every) {
-        auto target = local_target(directory);
+        auto target = checkpoint_target(directory);
         const GcReport r = value_or_throw(
             without_gil([&] { return collect_garbage(*target, keep_last, keep_every, true); }));
         py::dict d;

@@ -265,7 +265,8 @@ TEST(Checkpoint, IncrementalSavesWriteOnlyChangesAndRetentionKeepsWhatIsReferenc
 }
 
 // A URL is not a local folder: "s3://bucket/ck" once became a folder "s3:" under the working
-// directory. Refused before anything is created, for the directory and for the mirror.
+// directory. Refused by a local directory target before anything is created, for the directory
+// and for the mirror (open_storage_target gives s3:// URLs a target of their own).
 TEST(Checkpoint, RefusesAUrlAsDirectoryOrMirror) {
   TempDir cwd;
   const fs::path previous = fs::current_path();

@@ -17,6 +17,7 @@
 #include "commands/ckpt_common.hpp"
 #include "common/file.hpp"
 #include "common/path_check.hpp"
+#include "io/remote/remote_object.hpp"
 #include "output.hpp"
 #include "progress_bar.hpp"
 #include "zerowait/checkpoint/checkpointer.hpp"
@@ -513,8 +514,8 @@ CLI::Option* add_step_argument(CLI::App* command, CkptArgs* args, const std::str
 }  // namespace
 
 std::shared_ptr<StorageTarget> open_checkpoint_directory(const std::string& dir) {
-  check(internal::require_local_path(dir, "checkpoint directory"));
-  std::shared_ptr<StorageTarget> target = make_local_directory_target(dir);
+  if (!internal::is_s3_url(dir)) check(internal::require_local_path(dir, "checkpoint directory"));
+  std::shared_ptr<StorageTarget> target = unwrap(open_storage_target(dir));
   if (!unwrap(target->exists(""))) {
     throw CliError("checkpoint directory '" + dir + "' does not exist");
   }
@@ -531,7 +532,9 @@ std::string help_footer(const std::string& description, const std::string& probl
 }
 
 void add_directory_argument(CLI::App* command, std::string* dir) {
-  command->add_option("DIR", *dir, "Checkpoint directory (holds step-N/ directories)")
+  command
+      ->add_option("DIR", *dir,
+                   "Checkpoint directory (holds step-N/ directories), or s3://BUCKET/PREFIX")
       ->type_name("DIR")
       ->required();
 }

@@ -1,9 +1,9 @@
 // Where checkpoints are written and read back: one small interface (create, write, sync, atomic
-// publish, list, delete, ranged reads) so a local directory, a mirror directory, memory and,
-// later, an object store are interchangeable under the checkpoint engine. Restore, verification
-// and the mirror copy read only through open_for_read(): no reader needs a local path. Paths are
-// relative to the target's root and use '/' as separator; they never start with '/' and never
-// contain "..".
+// publish, list, delete, ranged reads) so a local directory, a mirror directory, memory and an
+// S3 bucket are interchangeable under the checkpoint engine. Restore, verification and the
+// mirror copy read only through open_for_read(): no reader needs a local path. Paths are relative
+// to the target's root and use '/' as separator; they never start with '/' and never contain
+// "..".
 #pragma once
 
 #include <cerrno>
@@ -78,8 +78,21 @@ class StorageTarget {
 };
 
 // A directory on a local (or network-mounted) filesystem. A URL ("s3://bucket/ck") is not one:
-// every operation of its target fails with kInvalidArgument naming it (remote tiers come later).
+// every operation of its target fails with kInvalidArgument naming it (use open_storage_target).
 std::shared_ptr<StorageTarget> make_local_directory_target(const std::filesystem::path& root);
+
+// A prefix in an S3 bucket ("s3://bucket/team/ckpt"), with the settings the AWS SDKs read
+// (environment, ~/.aws files; docs/remote.md). Files are spooled locally (unnamed temp files) and
+// uploaded on sync/close; a directory is published by copying its objects on the server with
+// commit records (manifest.json) last, so a step is seen whole or not at all. Not atomic against
+// a second writer publishing the same directory at the same moment: give each run its own
+// prefix. kInvalidArgument for a URL that is not s3://BUCKET[/PREFIX]; kNotFound when no
+// credentials are found.
+Result<std::shared_ptr<StorageTarget>> make_s3_target(const std::string& url);
+
+// s3:// URLs to make_s3_target, anything else to make_local_directory_target (which refuses other
+// URLs by name).
+Result<std::shared_ptr<StorageTarget>> open_storage_target(const std::string& path_or_url);
 
 // A target held in memory, described as "memory:<name>": the contract of an object store (no
 // local path, nothing survives the process) for tests and tools. Files are visible while they

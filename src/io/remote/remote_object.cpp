@@ -10,13 +10,6 @@
 namespace zerowait::internal {
 namespace {
 
-bool is_s3_url(std::string_view path) { return ascii_lower(url_scheme(path)) == "s3"; }
-
-// The scheme in lower case, the rest as written: parse_s3_url wants "s3://".
-std::string normalized_s3_url(std::string_view url) {
-  return "s3" + std::string(url.substr(url_scheme(url).size()));
-}
-
 // Fills `dst` with the object's bytes from `offset`, within `deadline`.
 using FetchRange =
     std::function<Status(uint64_t offset, std::span<std::byte> dst, Deadline deadline)>;
@@ -76,6 +69,8 @@ Status http_get_range(HttpClient& client, const std::string& url, uint64_t size,
 
 }  // namespace
 
+bool is_s3_url(std::string_view path) { return ascii_lower(url_scheme(path)) == "s3"; }
+
 bool is_remote_url(std::string_view path) { return is_http_url(path) || is_s3_url(path); }
 
 Result<std::shared_ptr<S3Client>> default_s3_client() {
@@ -116,19 +111,25 @@ Result<std::unique_ptr<ByteSource>> open_http_source(std::shared_ptr<HttpClient>
 
 Result<std::unique_ptr<ByteSource>> open_remote_source(const std::string& url, Deadline deadline) {
   if (!is_s3_url(url)) return open_http_source(default_http_client(), url, deadline);
-  ZW_ASSIGN_OR_RETURN(S3Location location, parse_s3_url(normalized_s3_url(url)));
+  ZW_ASSIGN_OR_RETURN(S3Location location, parse_s3_url(url));
   ZW_ASSIGN_OR_RETURN(auto client, default_s3_client());
+  return open_s3_source(std::move(client), std::move(location), deadline);
+}
+
+Result<std::unique_ptr<ByteSource>> open_s3_source(std::shared_ptr<S3Client> client,
+                                                   S3Location location, Deadline deadline) {
   ZW_ASSIGN_OR_RETURN(S3Object object, client->head(location.bucket, location.key, deadline));
+  std::string url = "s3://" + location.bucket + "/" + location.key;
   auto fetch = [client, location](uint64_t offset, std::span<std::byte> dst, Deadline d) {
     return client->get_range(location.bucket, location.key, offset, dst, d);
   };
   return std::unique_ptr<ByteSource>(
-      std::make_unique<RangedGetSource>(url, object.size, std::move(fetch)));
+      std::make_unique<RangedGetSource>(std::move(url), object.size, std::move(fetch)));
 }
 
 Result<std::string> read_remote_object(const std::string& url, Deadline deadline) {
   if (is_s3_url(url)) {
-    ZW_ASSIGN_OR_RETURN(S3Location location, parse_s3_url(normalized_s3_url(url)));
+    ZW_ASSIGN_OR_RETURN(S3Location location, parse_s3_url(url));
     ZW_ASSIGN_OR_RETURN(auto client, default_s3_client());
     return client->get(location.bucket, location.key, deadline);
   }

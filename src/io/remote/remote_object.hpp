@@ -20,6 +20,8 @@ namespace zerowait::internal {
 
 // True for http://, https:// and s3:// (case-insensitive scheme).
 bool is_remote_url(std::string_view path);
+// True for s3:// (case-insensitive scheme).
+bool is_s3_url(std::string_view path);
 
 // The S3 client s3:// URLs use, made on first use from resolve_s3_config() and then shared by
 // the process. A failed resolution (no credentials, a bad endpoint) is returned, not kept: the
@@ -29,6 +31,10 @@ Result<std::shared_ptr<S3Client>> default_s3_client();
 // A ByteSource over the object at `url` (its size from one HEAD). Each read request is one ranged
 // GET with the read's deadline; errors name the URL and range.
 Result<std::unique_ptr<ByteSource>> open_remote_source(const std::string& url, Deadline deadline);
+
+// The same for one object through `client` (a checkpoint target's own).
+Result<std::unique_ptr<ByteSource>> open_s3_source(std::shared_ptr<S3Client> client,
+                                                   S3Location location, Deadline deadline);
 
 // The same for an http(s) URL through `client`. A server that ignores Range, or answers a range
 // with other bytes than asked, is kUnsupported / kCorrupt naming the URL and range.

@@ -8,6 +8,8 @@
 #include <thread>
 #include <utility>
 
+#include "common/path_check.hpp"
+#include "common/text.hpp"
 #include "io/remote/sigv4.hpp"
 
 namespace zerowait::internal {
@@ -69,10 +71,21 @@ std::string scheme_of(const std::string& endpoint) {
   return endpoint.substr(0, endpoint.find("://") + 3);
 }
 
+// S3 answers CompleteMultipartUpload and CopyObject with 200 before the work is done, and when
+// it then fails the error is in the body.
+Status error_in_body(const HttpResponse& response, const std::string& what) {
+  if (response.body.find("<Error>") == std::string::npos) return Status::ok();
+  auto error = XmlLeaves::parse(response.body, what);
+  return io_error(what + ": " +
+                  (error.is_ok()
+                       ? error->first("Error/Code") + " (" + error->first("Error/Message") + ")"
+                       : std::string("an error")));
+}
+
 }  // namespace
 
 Result<S3Location> parse_s3_url(std::string_view url) {
-  if (!url.starts_with("s3://")) {
+  if (ascii_lower(url_scheme(url)) != "s3") {
     return invalid_argument("'" + std::string(url) + "' is not an s3:// URL");
   }
   const std::string_view rest = url.substr(5);
@@ -206,6 +219,21 @@ Status S3Client::put(const std::string& bucket, const std::string& key, std::str
       .status();
 }
 
+Status S3Client::copy(const std::string& bucket, const std::string& from_key,
+                      const std::string& to_key, Deadline deadline) {
+  const std::string what = "CopyObject s3://" + bucket + "/" + from_key + " to " + to_key;
+  ZW_ASSIGN_OR_RETURN(
+      HttpResponse response,
+      send({.operation = "CopyObject",
+            .method = "PUT",
+            .bucket = bucket,
+            .key = to_key,
+            .headers = {{"x-amz-copy-source",
+                         "/" + bucket + "/" + sigv4::uri_encode(from_key, /*keep_slash=*/true)}}},
+           deadline));
+  return error_in_body(response, what);
+}
+
 Status S3Client::remove(const std::string& bucket, const std::string& key, Deadline deadline) {
   return send({.operation = "DELETE", .method = "DELETE", .bucket = bucket, .key = key}, deadline)
       .status();
@@ -318,15 +346,9 @@ Status S3Client::put_multipart(const std::string& bucket, const std::string& key
                            .query = id_query,
                            .body = xml},
                           deadline);
-    status = completed.status();
-    // S3 may answer 200 and still fail: the error is then in the body.
-    if (status.is_ok() && completed->body.find("<Error>") != std::string::npos) {
-      auto error = XmlLeaves::parse(completed->body, "CompleteMultipartUpload");
-      status = io_error(
-          "CompleteMultipartUpload s3://" + bucket + "/" + key + ": " +
-          (error.is_ok() ? error->first("Error/Code") + " (" + error->first("Error/Message") + ")"
-                         : std::string("an error")));
-    }
+    status = completed.is_ok()
+                 ? error_in_body(*completed, "CompleteMultipartUpload s3://" + bucket + "/" + key)
+                 : completed.status();
   }
   if (!status.is_ok()) {
     // No parts left behind: they would be billed and never seen. The abort gets its own short

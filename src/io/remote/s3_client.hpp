@@ -1,7 +1,7 @@
 // An S3 client on the HTTP client and SigV4: the object operations zerowait needs — HEAD,
-// ranged GET, GET, PUT, DELETE, ListObjectsV2 with pagination, multipart upload with parts in
-// parallel (aborted on failure) — against AWS S3 and S3-compatible stores (Ceph RGW, MinIO,
-// SeaweedFS), path-style or virtual-host addressing (aws_config.hpp).
+// ranged GET, GET, PUT, CopyObject, DELETE, ListObjectsV2 with pagination, multipart upload with
+// parts in parallel (aborted on failure) — against AWS S3 and S3-compatible stores (Ceph RGW,
+// MinIO, SeaweedFS), path-style or virtual-host addressing (aws_config.hpp).
 //
 // Every call takes a deadline; transient failures are retried by the HTTP client. Errors name
 // the operation, bucket, key, range, HTTP status and S3 error code ("NoSuchKey",
@@ -26,7 +26,8 @@
 
 namespace zerowait::internal {
 
-// "s3://bucket/key/with/slashes" -> {"bucket", "key/with/slashes"}; kInvalidArgument otherwise.
+// "s3://bucket/key/with/slashes" -> {"bucket", "key/with/slashes"} (the scheme in any case);
+// kInvalidArgument otherwise.
 struct S3Location {
   std::string bucket;
   std::string key;
@@ -50,6 +51,10 @@ class S3Client {
   Result<std::string> get(const std::string& bucket, const std::string& key, Deadline deadline);
   Status put(const std::string& bucket, const std::string& key, std::string_view body,
              Deadline deadline);
+  // Copies an object within the bucket on the server (CopyObject: up to 5 GiB, S3's limit for
+  // one copy); the client moves no data.
+  Status copy(const std::string& bucket, const std::string& from_key, const std::string& to_key,
+              Deadline deadline);
   Status remove(const std::string& bucket, const std::string& key, Deadline deadline);
   // Every object under `prefix`, in key order, following continuation tokens; `page_size` keys
   // per request (at most 1000).

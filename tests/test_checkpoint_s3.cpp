@@ -1,0 +1,163 @@
+// Checkpoints in an S3 bucket of the real server ctest starts (Ceph RGW, tests/s3/rgw.sh),
+// through the same public API as on disk: a local primary mirrored to s3://, restored from the
+// bucket once the local copy is gone; a primary on s3:// itself with incremental saves,
+// retention and verification; and a step the bucket holds only in part never counting.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "io/remote/s3_client.hpp"
+#include "testing/checkpoint_state.hpp"
+#include "testing/s3_server.hpp"
+#include "testing/testing.hpp"
+#include "zerowait/checkpoint/checkpointer.hpp"
+#include "zerowait/checkpoint/maintenance.hpp"
+#include "zerowait/checkpoint/manifest.hpp"
+#include "zerowait/checkpoint/restore.hpp"
+
+namespace zerowait {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::read_all;
+using testing::save_and_wait;
+using testing::TempDir;
+using testing::TrainingState;
+
+class S3CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto env = testing::test_s3_server_env();
+    if (!env) GTEST_SKIP() << "no S3 server: run through ctest, which starts one";
+    testing::export_test_s3_env(*env);
+    client_ = std::make_unique<internal::S3Client>(testing::test_s3_config(*env),
+                                                   std::make_shared<internal::HttpClient>());
+    bucket_ = testing::unique_bucket_name();
+    ASSERT_TRUE(client_->create_bucket(bucket_, Deadline::after(60s)).is_ok());
+  }
+
+  std::shared_ptr<StorageTarget> bucket_target(const std::string& prefix) {
+    auto target = open_storage_target("s3://" + bucket_ + "/" + prefix);
+    EXPECT_TRUE(target.is_ok()) << target.status().to_string();
+    return target.is_ok() ? *target : nullptr;
+  }
+
+  // Every tensor of the newest step the tiers hold, read through restore_newest as load() does.
+  Result<RestoredStep> restore(StorageTarget& primary, StorageTarget* mirror,
+                               std::vector<std::vector<float>>* out) {
+    return restore_newest(primary, mirror, {}, [&](const StepCopy& copy) {
+      out->clear();
+      std::vector<TensorRead> reads;
+      for (const StoredTensor& t : copy.manifest->tensors) out->emplace_back(t.nbytes / 4);
+      for (size_t i = 0; i < out->size(); ++i) {
+        reads.push_back({i, reinterpret_cast<std::byte*>((*out)[i].data())});
+      }
+      return read_tensors(*copy.target, *copy.manifest, reads);
+    });
+  }
+
+  std::unique_ptr<internal::S3Client> client_;
+  std::string bucket_;
+};
+
+TEST_F(S3CheckpointTest, AStepMirroredToTheBucketRestoresExactlyOnceTheLocalCopyIsGone) {
+  TempDir local_dir;
+  auto mirror = bucket_target("runs/a");
+  ASSERT_TRUE(mirror);
+  // 40 MiB in the large tensor: its file goes up as a multipart upload with parts in parallel.
+  TrainingState state = TrainingState::make({1000, 10 << 20});
+  CheckpointOptions options;
+  options.mirror = mirror;
+  {
+    auto cp = testing::open_or_die(make_local_directory_target(local_dir.path()), options);
+    for (uint64_t step = 1; step <= 2; ++step) {
+      state.fill_all(step);
+      save_and_wait(*cp, state.request(step));
+    }
+    ASSERT_TRUE(cp->wait_all().is_ok());
+  }
+  EXPECT_EQ(list_steps(*mirror).value(), (std::vector<uint64_t>{1, 2}));
+  auto verified = verify_step(*mirror, 2);
+  ASSERT_TRUE(verified.is_ok()) << verified.status().to_string();
+  EXPECT_TRUE(verified->problems.empty());
+  EXPECT_GT(verified->bytes, 40u << 20);
+
+  // The CLI reads the bucket as it reads a directory.
+  std::vector<std::string> env;
+  const auto server = testing::test_s3_server_env();
+  for (const auto& [name, value] : *server) env.push_back(name + "=" + value);
+  const std::string url = "s3://" + bucket_ + "/runs/a";
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"ckpt", "ls", url}, {"ckpt", "verify", url, "2"}}) {
+    const testing::CommandResult cli = testing::run_cli(args, env);
+    EXPECT_EQ(cli.exit_code, 0) << args[1] << ": " << cli.err;
+    EXPECT_NE(cli.out.find("2"), std::string::npos) << cli.out;
+  }
+
+  std::filesystem::remove_all(local_dir.path());
+  auto empty_local = make_local_directory_target(local_dir.path());
+  ASSERT_TRUE(empty_local->create_directory("").is_ok());
+  std::vector<std::vector<float>> restored;
+  auto r = restore(*empty_local, mirror.get(), &restored);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->step, 2u);
+  EXPECT_EQ(r->tier, Tier::kMirror);
+  EXPECT_EQ(restored, state.values);
+}
+
+TEST_F(S3CheckpointTest, APrimaryInTheBucketSavesIncrementallyKeepsTheNewestAndVerifies) {
+  auto target = bucket_target("runs/b");
+  ASSERT_TRUE(target);
+  TrainingState state = TrainingState::make({1000, 2000, 3000});
+  CheckpointOptions options;
+  options.incremental = true;
+  options.keep_last = 2;
+  auto cp = testing::open_or_die(target, options);
+  state.fill_all(1);
+  save_and_wait(*cp, state.request(1));
+  for (uint64_t step = 2; step <= 4; ++step) {
+    state.fill(0, step);  // only the first tensor changes: the others are referenced
+    const SaveResult saved = save_and_wait(*cp, state.request(step));
+    EXPECT_EQ(saved.tensors_referenced, 2u) << step;
+  }
+  ASSERT_TRUE(cp->wait_all().is_ok());
+  EXPECT_EQ(list_steps(*target).value(), (std::vector<uint64_t>{3, 4}));
+  EXPECT_EQ(read_all(*target, 4), state.values);
+  for (uint64_t step : {3u, 4u}) {
+    auto verified = verify_step(*target, step);
+    ASSERT_TRUE(verified.is_ok()) << verified.status().to_string();
+    EXPECT_TRUE(verified->problems.empty()) << verified->problems[0];
+  }
+  // Nothing left under a temporary name.
+  const std::vector<std::string> names = target->list("").value();
+  for (const std::string& name : names) EXPECT_FALSE(name.ends_with(".tmp")) << name;
+}
+
+TEST_F(S3CheckpointTest, AStepWhoseCommitRecordNeverArrivedDoesNotCount) {
+  auto target = bucket_target("runs/c");
+  ASSERT_TRUE(target);
+  TrainingState state = TrainingState::make({1000});
+  state.fill_all(1);
+  {
+    auto cp = testing::open_or_die(target, {});
+    save_and_wait(*cp, state.request(1));
+  }
+  // Step 2 copied to the bucket without its commit record, as an interrupted publish leaves it.
+  const std::vector<std::string> names = target->list("step-1").value();
+  for (const std::string& name : names) {
+    if (name == "manifest.json") continue;
+    ASSERT_TRUE(
+        client_
+            ->copy(bucket_, "runs/c/step-1/" + name, "runs/c/step-2/" + name, Deadline::after(60s))
+            .is_ok());
+  }
+  EXPECT_EQ(list_steps(*target).value(), std::vector<uint64_t>{1});
+  std::vector<std::vector<float>> restored;
+  auto r = restore(*target, nullptr, &restored);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->step, 1u);
+  EXPECT_EQ(restored, state.values);
+}
+
+}  // namespace
+}  // namespace zerowait

@@ -132,9 +132,12 @@ py::dict batch_arrays(std::shared_ptr<const Batch> batch) {
   return out;
 }
 
+// 2: the "random" order is a Feistel permutation (version 1 states of that order are refused).
+constexpr int kLoaderStateVersion = 2;
+
 py::dict state_to_dict(const LoaderState& s) {
   py::dict d;
-  d["version"] = 1;
+  d["version"] = kLoaderStateVersion;
   d["epoch"] = s.epoch;
   d["position"] = s.position;
   d["seed"] = s.seed;
@@ -149,8 +152,19 @@ py::dict state_to_dict(const LoaderState& s) {
 }
 
 LoaderState state_from_dict(const py::dict& d) {
-  if (!d.contains("version") || d["version"].cast<int>() != 1) {
-    throw StatusError(invalid_argument("not a zerowait loader state (version 1 expected)"));
+  const int version = d.contains("version") ? d["version"].cast<int>() : 0;
+  if (version != 1 && version != kLoaderStateVersion) {
+    throw StatusError(invalid_argument("not a zerowait loader state (version " +
+                                       std::to_string(kLoaderStateVersion) + " expected)"));
+  }
+  // Version 1 states were saved before the "random" order became a Feistel permutation; their
+  // "none" and "quasi" orders are unchanged.
+  if (version == 1 && d["shuffle"].cast<std::string>() == "random") {
+    throw StatusError(invalid_argument(
+        "cannot resume: this loader state (version 1) was saved by a zerowait whose 'random' "
+        "order differs from this one's, so the rest of the epoch would repeat and skip samples; "
+        "start the next epoch instead (set 'position' to 0 and 'epoch' one higher) or resume "
+        "with the version that saved it"));
   }
   LoaderState s;
   s.epoch = d["epoch"].cast<uint64_t>();

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -14,9 +15,9 @@
 namespace zerowait {
 namespace {
 
-std::shared_ptr<const std::vector<uint64_t>> order_of(const std::vector<uint64_t>& shards,
-                                                      ShuffleOptions shuffle, uint64_t epoch) {
-  return std::make_shared<const std::vector<uint64_t>>(epoch_order(shards, shuffle, epoch));
+std::shared_ptr<const EpochOrder> order_of(const std::vector<uint64_t>& shards,
+                                           ShuffleOptions shuffle, uint64_t epoch) {
+  return std::make_shared<const EpochOrder>(shards, shuffle, epoch);
 }
 
 bool is_permutation_of_all(const std::vector<uint64_t>& order, uint64_t total) {
@@ -47,9 +48,66 @@ TEST(SamplePlan, KnownOrderIsStableAcrossBuilds) {
   // saved states, so it must be deliberate (and the loader state version bumped).
   const std::vector<uint64_t> one_shard = {10};
   EXPECT_EQ(epoch_order(one_shard, {ShuffleMode::kRandom, 1, 4096, 4}, 0),
-            (std::vector<uint64_t>{8, 0, 7, 3, 6, 9, 5, 2, 1, 4}));
+            (std::vector<uint64_t>{8, 9, 6, 4, 3, 0, 5, 1, 7, 2}));
   EXPECT_EQ(epoch_order(one_shard, {ShuffleMode::kQuasiRandom, 1, 3, 2}, 0),
             (std::vector<uint64_t>{0, 2, 3, 4, 1, 5, 7, 9, 6, 8}));
+}
+
+// The random order is a keyed Feistel permutation, not a drawn array: check that it shuffles
+// as a shuffle should. Over 100,000 samples, a sample's new position must not follow its old one
+// (rank correlation near 0), each tenth of the order must draw from every tenth of the data set
+// about equally, and samples that keep their place must be as rare as in a uniform permutation
+// (one expected).
+TEST(SamplePlan, RandomOrderShowsNoPattern) {
+  const uint64_t n = 100000;
+  const std::vector<uint64_t> shards = {n};
+  const auto order = epoch_order(shards, {ShuffleMode::kRandom, 11, 64, 256}, 3);
+  double sum_d2 = 0;
+  uint64_t fixed = 0;
+  std::vector<std::vector<uint64_t>> tenths(10, std::vector<uint64_t>(10, 0));
+  for (uint64_t p = 0; p < n; ++p) {
+    const double d = static_cast<double>(p) - static_cast<double>(order[p]);
+    sum_d2 += d * d;
+    fixed += order[p] == p;
+    ++tenths[p * 10 / n][order[p] * 10 / n];
+  }
+  const double nd = static_cast<double>(n);
+  const double spearman = 1 - 6 * sum_d2 / (nd * (nd * nd - 1));
+  EXPECT_LT(std::abs(spearman), 0.01) << spearman;
+  EXPECT_LT(fixed, 10u) << "expected about 1 fixed point, as a uniform permutation has";
+  for (size_t a = 0; a < 10; ++a) {
+    for (size_t b = 0; b < 10; ++b) {
+      // 1,000 expected; a binomial's standard deviation here is about 30.
+      EXPECT_NEAR(static_cast<double>(tenths[a][b]), 1000.0, 150.0) << a << ", " << b;
+    }
+  }
+}
+
+// Planning over a billion samples holds nothing per sample: the order is looked up, and a
+// partition's batches come from positions alone, so resuming anywhere is exact and immediate.
+TEST(SamplePlan, ABillionSamplesArePlannedWithoutAnArray) {
+  const std::vector<uint64_t> shards(1000, 1000000);  // 10^9 samples
+  const auto order = order_of(shards, {ShuffleMode::kRandom, 5, 64, 256}, 2);
+  ASSERT_EQ(order->size(), 1000000000u);
+  EXPECT_EQ(order->table_bytes(), 0u);
+  const PartitionOptions options{256, 3, 8, false};
+  RankPartition partition(order, 0, options);
+  EXPECT_EQ(partition.batch_count(), (1000000000u + 2047) / 2048);
+  std::vector<uint64_t> first, later, resumed;
+  partition.batch(0, &first);
+  std::set<uint64_t> distinct(first.begin(), first.end());
+  EXPECT_EQ(distinct.size(), 256u);
+  EXPECT_LT(*distinct.rbegin(), 1000000000u);
+  // Resume at batch 123,456 with another world size: the same global positions follow.
+  partition.batch(123456, &later);
+  const uint64_t position = partition.position_after(123456);
+  RankPartition again(order, position, {256 * 2, 1, 4, false});
+  again.batch(0, &resumed);
+  ASSERT_EQ(resumed.size(), 512u);
+  // Rank 3 of 8 took the 4th run of 256 in each step of 2048; rank 1 of 4 takes runs 3 and 4.
+  EXPECT_EQ(std::vector<uint64_t>(resumed.begin() + 256, resumed.end()),
+            std::vector<uint64_t>(later.begin(), later.end()))
+      << "rank 1 of 4 in batches of 512 covers ranks 2-3 of 8 in batches of 256";
 }
 
 TEST(SamplePlan, QuasiRandomKeepsWindowsTogether) {
@@ -73,8 +131,8 @@ struct Coverage {
   std::vector<uint64_t> batch_counts;
 };
 
-Coverage cover(std::shared_ptr<const std::vector<uint64_t>> order, uint64_t start,
-               uint64_t batch_size, uint32_t world, bool drop_last) {
+Coverage cover(std::shared_ptr<const EpochOrder> order, uint64_t start, uint64_t batch_size,
+               uint32_t world, bool drop_last) {
   Coverage c;
   std::vector<uint64_t> batch;
   for (uint32_t rank = 0; rank < world; ++rank) {
@@ -148,7 +206,9 @@ TEST(SamplePlan, ResumeWithAnotherWorldSizeContinuesTheGlobalOrder) {
   // The first resumed step is exactly the next 40 positions of the global order.
   RankPartition r0(order, position, {20, 0, 2, false});
   r0.batch(0, &batch);
-  EXPECT_EQ(batch, std::vector<uint64_t>(order->begin() + 240, order->begin() + 260));
+  std::vector<uint64_t> next_positions;
+  for (uint64_t p = 240; p < 260; ++p) next_positions.push_back((*order)[p]);
+  EXPECT_EQ(batch, next_positions);
 }
 
 TEST(SamplePlan, InvalidOptionsAreNamed) {

@@ -119,8 +119,7 @@ struct Loader::Impl {
   // This rank's partition of epoch `e` from position `from`. Reads only values fixed at
   // construction, so workers call it too (to plan the following epochs).
   RankPartition plan(uint64_t e, uint64_t from) const {
-    auto order = std::make_shared<const std::vector<uint64_t>>(
-        epoch_order(shard_samples, options.shuffle, e));
+    auto order = std::make_shared<const EpochOrder>(shard_samples, options.shuffle, e);
     return RankPartition(std::move(order), from, partition_options());
   }
 

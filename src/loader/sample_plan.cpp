@@ -1,6 +1,7 @@
 #include "zerowait/loader/sample_plan.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <numeric>
 
 #include "common/random.hpp"
@@ -87,22 +88,63 @@ Status PartitionOptions::validate() const {
   return Status::ok();
 }
 
-std::vector<uint64_t> epoch_order(std::span<const uint64_t> shard_samples,
-                                  const ShuffleOptions& shuffle, uint64_t epoch) {
-  const uint64_t total = std::accumulate(shard_samples.begin(), shard_samples.end(), uint64_t{0});
-  if (shuffle.mode == ShuffleMode::kQuasiRandom) {
-    return quasi_random_order(shard_samples, shuffle, epoch, total);
-  }
-  std::vector<uint64_t> order(total);
-  std::iota(order.begin(), order.end(), uint64_t{0});
-  if (shuffle.mode == ShuffleMode::kRandom) {
+EpochOrder::EpochOrder(std::span<const uint64_t> shard_samples, const ShuffleOptions& shuffle,
+                       uint64_t epoch)
+    : mode_(shuffle.mode),
+      total_(std::accumulate(shard_samples.begin(), shard_samples.end(), uint64_t{0})) {
+  if (mode_ == ShuffleMode::kQuasiRandom) {
+    table_ = quasi_random_order(shard_samples, shuffle, epoch, total_);
+  } else if (mode_ == ShuffleMode::kRandom) {
+    const int bits = total_ <= 1 ? 0 : std::bit_width(total_ - 1);
+    half_bits_ = std::max(1, (bits + 1) / 2);
     internal::Rng rng(internal::combine_seed(shuffle.seed, epoch, kPermutationStream));
-    internal::shuffle_range(order.begin(), order.end(), rng);
+    for (uint64_t& key : keys_) key = rng.next();
   }
-  return order;
 }
 
-RankPartition::RankPartition(std::shared_ptr<const std::vector<uint64_t>> order, uint64_t start,
+// One pass of the Feistel network over [0, 4^half_bits): a bijection there, since each round
+// only XORs one half with a function of the other. Six rounds of a SplitMix64-keyed round
+// function leave no pattern a shuffle could show (tests/test_sample_plan.cpp measures it).
+uint64_t EpochOrder::permute(uint64_t position) const {
+  const uint64_t mask = (uint64_t{1} << half_bits_) - 1;
+  uint64_t left = position >> half_bits_;
+  uint64_t right = position & mask;
+  for (uint64_t key : keys_) {
+    const uint64_t next = left ^ (internal::mix64(right ^ key) & mask);
+    left = right;
+    right = next;
+  }
+  return (left << half_bits_) | right;
+}
+
+uint64_t EpochOrder::operator[](uint64_t position) const {
+  switch (mode_) {
+    case ShuffleMode::kNone:
+      return position;
+    case ShuffleMode::kQuasiRandom:
+      return table_[position];
+    case ShuffleMode::kRandom:
+      break;
+  }
+  // Cycle walking: following the permutation of the larger domain from a position inside
+  // [0, total) until it lands inside again is a permutation of [0, total). The domain is under
+  // 4x total, so a lookup takes under 4 passes on average.
+  uint64_t index = position;
+  do {
+    index = permute(index);
+  } while (index >= total_);
+  return index;
+}
+
+std::vector<uint64_t> epoch_order(std::span<const uint64_t> shard_samples,
+                                  const ShuffleOptions& shuffle, uint64_t epoch) {
+  const EpochOrder order(shard_samples, shuffle, epoch);
+  std::vector<uint64_t> out(order.size());
+  for (uint64_t p = 0; p < out.size(); ++p) out[p] = order[p];
+  return out;
+}
+
+RankPartition::RankPartition(std::shared_ptr<const EpochOrder> order, uint64_t start,
                              PartitionOptions options)
     : order_(std::move(order)), options_(options) {
   const uint64_t total = order_->size();
@@ -124,22 +166,22 @@ uint64_t RankPartition::count_batches(uint64_t total, uint64_t start,
 
 uint64_t RankPartition::batch(uint64_t j, std::vector<uint64_t>* out) const {
   out->clear();
-  const std::vector<uint64_t>& order = *order_;
+  const EpochOrder& order = *order_;
   const uint64_t world = options_.world_size;
   const uint64_t rank = options_.rank;
+  auto take = [&](uint64_t begin, uint64_t end) {
+    out->reserve(end - begin);
+    for (uint64_t p = begin; p < end; ++p) out->push_back(order[p]);
+  };
   if (j < full_steps_) {
     const uint64_t first = start_ + j * options_.batch_size * world + rank * options_.batch_size;
-    out->assign(order.begin() + static_cast<ptrdiff_t>(first),
-                order.begin() + static_cast<ptrdiff_t>(first + options_.batch_size));
+    take(first, first + options_.batch_size);
     return 0;
   }
   if (j != full_steps_ || tail_ == 0) return 0;
   // The partial last step: rank r takes [r*t/W, (r+1)*t/W) of its t samples.
   const uint64_t tail_first = start_ + full_steps_ * options_.batch_size * world;
-  const uint64_t begin = tail_first + rank * tail_ / world;
-  const uint64_t end = tail_first + (rank + 1) * tail_ / world;
-  out->assign(order.begin() + static_cast<ptrdiff_t>(begin),
-              order.begin() + static_cast<ptrdiff_t>(end));
+  take(tail_first + rank * tail_ / world, tail_first + (rank + 1) * tail_ / world);
   if (!out->empty()) return 0;
   out->push_back(order[rank % order.size()]);
   return 1;

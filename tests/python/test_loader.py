@@ -111,6 +111,24 @@ def test_load_state_dict_refuses_another_seed(image_dataset):
         zerowait.Loader(image_dataset, seed=2).load_state_dict(state)
 
 
+def test_a_state_saved_before_the_random_order_changed_is_refused_unless_unaffected(
+        image_dataset):
+    """Version 1 states were saved when "random" was another permutation: resuming one would
+    repeat and skip samples, so it is refused with the way out; "quasi" and "none" orders did not
+    change, and their version 1 states still resume."""
+    state = zerowait.Loader(image_dataset, batch_size=4, seed=1).state_dict()
+    assert state["version"] == 2
+    old = dict(state, version=1)
+    with pytest.raises(zerowait.InvalidArgumentError, match="version 1.*'random' order differs"):
+        zerowait.Loader(image_dataset, batch_size=4, seed=1).load_state_dict(old)
+    quasi = zerowait.Loader(image_dataset, batch_size=4, seed=1, shuffle="quasi")
+    next(iter(quasi))
+    old_quasi = dict(quasi.state_dict(), version=1)
+    resumed = zerowait.Loader(image_dataset, batch_size=4, seed=1, shuffle="quasi")
+    resumed.load_state_dict(old_quasi)
+    assert resumed.state_dict()["position"] == 4
+
+
 def corrupt_first_sample(dataset: Path) -> str:
     """Flips a byte inside the first sample of the first shard; returns that sample's key."""
     ds = zerowait.Dataset(dataset)

@@ -18,7 +18,7 @@ namespace zerowait {
 enum class ShuffleMode {
   kNone,         // dataset order
   kQuasiRandom,  // blocks of consecutive samples shuffled, then samples shuffled in a window
-  kRandom,       // a uniform permutation of all samples
+  kRandom,       // a pseudo-random permutation of all samples (no per-sample memory)
 };
 
 // "none" / "quasi" / "random".
@@ -39,9 +39,39 @@ struct ShuffleOptions {
   Status validate() const;
 };
 
-// The global sample order of one epoch: a permutation of [0, total samples).
-// `shard_samples[s]` is the sample count of shard s; global indices number shards in order.
-// `shuffle` must have passed validate(); no errors otherwise. O(total samples) time and memory.
+// The global sample order of one epoch: a permutation of [0, total samples), looked up by
+// position. `shard_samples[s]` is the sample count of shard s; global indices number shards in
+// order. `shuffle` must have passed validate(); no errors otherwise.
+//   kNone    the identity.
+//   kRandom  a keyed pseudo-random permutation: a Feistel network over the smallest even-bit
+//            power of two that holds every index, walked along its cycle until it lands inside
+//            [0, total). Nothing is held per sample: building one over 10^9 samples takes
+//            microseconds and a few bytes, and each lookup a few dozen nanoseconds.
+//   kQuasiRandom  the order as a table (8 bytes a sample, built in O(total) time).
+// Immutable once built: any number of threads may look up positions at once.
+class EpochOrder {
+ public:
+  EpochOrder(std::span<const uint64_t> shard_samples, const ShuffleOptions& shuffle,
+             uint64_t epoch);
+
+  uint64_t size() const { return total_; }
+  // The global index at `position` (< size()).
+  uint64_t operator[](uint64_t position) const;
+  // Memory held beyond the object itself (the kQuasiRandom table).
+  uint64_t table_bytes() const { return table_.size() * sizeof(uint64_t); }
+
+ private:
+  static constexpr int kRounds = 6;
+  uint64_t permute(uint64_t position) const;
+
+  ShuffleMode mode_;
+  uint64_t total_ = 0;
+  int half_bits_ = 0;  // kRandom: the Feistel halves' width
+  uint64_t keys_[kRounds] = {};
+  std::vector<uint64_t> table_;  // kQuasiRandom
+};
+
+// Every position of one epoch's order, materialised (tests, tools): O(total) memory.
 std::vector<uint64_t> epoch_order(std::span<const uint64_t> shard_samples,
                                   const ShuffleOptions& shuffle, uint64_t epoch);
 
@@ -67,8 +97,7 @@ struct PartitionOptions {
 // pass the end of `order`. Copyable; const methods are thread-safe.
 class RankPartition {
  public:
-  RankPartition(std::shared_ptr<const std::vector<uint64_t>> order, uint64_t start,
-                PartitionOptions options);
+  RankPartition(std::shared_ptr<const EpochOrder> order, uint64_t start, PartitionOptions options);
 
   // Batches this rank gets between `start` and the end of the epoch; the same on every rank.
   uint64_t batch_count() const { return batch_count_; }
@@ -83,7 +112,7 @@ class RankPartition {
   const PartitionOptions& options() const { return options_; }
 
  private:
-  std::shared_ptr<const std::vector<uint64_t>> order_;
+  std::shared_ptr<const EpochOrder> order_;
   uint64_t start_ = 0;
   PartitionOptions options_;
   uint64_t full_steps_ = 0;

@@ -17,6 +17,8 @@ struct Command {
 };
 
 Command add_pack_command(CLI::App& app);
+// `zerowait merge`: joins the parts of `pack --part I/N`.
+Command add_merge_command(CLI::App& app);
 Command add_inspect_command(CLI::App& app);
 Command add_verify_command(CLI::App& app);
 Command add_cat_command(CLI::App& app);

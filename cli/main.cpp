@@ -98,10 +98,10 @@ int run(int argc, char** argv) {
   app.failure_message(usage_failure_message);
   app.footer(kFooter);
 
-  std::vector<Command> commands = {add_pack_command(app),   add_inspect_command(app),
-                                   add_verify_command(app), add_cat_command(app),
-                                   add_unpack_command(app), add_generate_command(app),
-                                   add_ckpt_command(app)};
+  std::vector<Command> commands = {add_pack_command(app),     add_merge_command(app),
+                                   add_inspect_command(app),  add_verify_command(app),
+                                   add_cat_command(app),      add_unpack_command(app),
+                                   add_generate_command(app), add_ckpt_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,5 +1,6 @@
 // pack() end to end: grouping, ImageFolder, quarantine, determinism, shard rolling, tar inputs,
-// and a pack killed part-way (fault injection in a real `zerowait pack` process).
+// a pack killed part-way (fault injection in a real `zerowait pack` process), and packing in
+// parts (`--part I/N`) joined by merge_parts().
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include "testing/testing.hpp"
 #include "zerowait/shard/dataset.hpp"
 #include "zerowait/shard/format.hpp"
+#include "zerowait/shard/manifest.hpp"
 #include "zerowait/shard/pack.hpp"
 
 namespace zerowait {
@@ -279,6 +281,319 @@ TEST(Pack, InterruptedPackLeavesNoManifest) {
       EXPECT_EQ(read_all(out).size(), 300u);
     }
   }
+}
+
+// Every sample key of a dataset, in its global order.
+std::vector<std::string> keys_of(const std::string& path) {
+  std::vector<std::string> keys;
+  auto ds = Dataset::open(path);
+  EXPECT_TRUE(ds.is_ok()) << ds.status().to_string();
+  if (!ds.is_ok()) return keys;
+  for (size_t s = 0; s < (*ds)->shard_count(); ++s) {
+    auto shard = (*ds)->shard(s);
+    EXPECT_TRUE(shard.is_ok()) << shard.status().to_string();
+    if (!shard.is_ok()) return keys;
+    for (uint64_t i = 0; i < (*shard)->size(); ++i) keys.emplace_back((*shard)->key(i));
+  }
+  return keys;
+}
+
+// Samples of one to three fields with sizes from 0 to 6 KB in a few directories.
+void write_sample_tree(const std::string& root, int samples, uint64_t seed) {
+  for (int i = 0; i < samples; ++i) {
+    const std::string key = root + "/d" + std::to_string(i % 3) + "/s" + std::to_string(i);
+    testing::write_file(key + ".bin", testing::random_bytes((i * 997 + seed) % 6000, seed + i));
+    if (i % 2 == 0) testing::write_file(key + ".json", "{\"i\":" + std::to_string(i) + "}");
+    if (i % 5 == 0) testing::write_file(key + ".seg.txt", std::string(i * 40, 'x'));
+  }
+}
+
+// Packs `options` in `count` parts into options.out_dir, one call per part as N machines would.
+void pack_in_parts(PackOptions options, uint32_t count) {
+  options.part_count = count;
+  for (uint32_t i = 0; i < count; ++i) {
+    options.part_index = i;
+    auto report = pack(options);
+    ASSERT_TRUE(report.is_ok()) << report.status().to_string();
+    EXPECT_EQ(report->manifest_path,
+              options.out_dir + "/" + pack_part_dir_name(i, count) + "/manifest.json");
+  }
+}
+
+Status merge_in(const std::string& out, std::vector<std::string> parts = {},
+                bool overwrite = false) {
+  return merge_parts({.out_dir = out, .parts = std::move(parts), .overwrite = overwrite}).status();
+}
+
+void expect_error(const Status& status, ErrorCode code, const std::vector<std::string>& words) {
+  EXPECT_EQ(status.code(), code) << status.to_string();
+  for (const std::string& w : words) {
+    EXPECT_NE(status.message().find(w), std::string::npos)
+        << "'" << w << "' not in: " << status.to_string();
+  }
+}
+
+TEST(PackParts, FourPartsMergeIntoTheSamplesOfOnePack) {
+  TempDir dir;
+  write_sample_tree(dir / "tree", 150, 1);
+  for (const char* name : {"t0", "t1", "t2"}) {
+    write_sample_tree(dir / ("tars/" + std::string(name)), 9, name[1]);
+    ASSERT_EQ(testing::run_command(
+                  {"/bin/tar", "-cf", dir / (std::string(name) + ".tar"), "-C", dir / "tars", name})
+                  .exit_code,
+              0);
+  }
+  const PackOptions whole{.sources = {dir / "tree", dir / "t0.tar", dir / "t1.tar", dir / "t2.tar"},
+                          .out_dir = dir / "whole",
+                          .shard_size = 32 << 10,
+                          .sync = false};
+  ASSERT_TRUE(pack(whole).is_ok());
+  PackOptions parts = whole;
+  parts.out_dir = dir / "parts";
+  pack_in_parts(parts, 4);
+
+  auto report = merge_parts({.out_dir = dir / "parts", .sync = false});
+  ASSERT_TRUE(report.is_ok()) << report.status().to_string();
+  EXPECT_EQ(report->part_count, 4u);
+  EXPECT_EQ(report->manifest_path, dir / "parts/manifest.json");
+  // Same samples, same bytes, and even the same order: parts are contiguous ranges.
+  EXPECT_EQ(read_all(dir / "parts"), read_all(dir / "whole"));
+  EXPECT_EQ(keys_of(dir / "parts"), keys_of(dir / "whole"));
+  EXPECT_EQ(report->samples, keys_of(dir / "whole").size());
+
+  std::set<std::string> fingerprints;
+  for (uint32_t i = 0; i < 4; ++i) {
+    const std::string part_dir = pack_part_dir_name(i, 4);
+    auto m = Manifest::load(dir / ("parts/" + part_dir + "/manifest.json"));
+    ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+    ASSERT_TRUE(m->part.has_value());
+    EXPECT_EQ(m->part->index, i);
+    EXPECT_EQ(m->part->count, 4u);
+    fingerprints.insert(m->part->input);
+    EXPECT_GT(m->samples, 0u) << part_dir;  // bytes are spread over all four
+    EXPECT_EQ(report->parts[i].dir, part_dir);
+    EXPECT_EQ(report->parts[i].samples, m->samples);
+  }
+  EXPECT_EQ(fingerprints.size(), 1u);
+  auto merged = *Manifest::load(dir / "parts/manifest.json");
+  EXPECT_FALSE(merged.part.has_value());
+  EXPECT_EQ(merged.fields, (*Dataset::open(dir / "whole"))->fields());
+  EXPECT_EQ(merged.shards.front().path, "part-0000-of-0004/shard-000000.zws");
+  EXPECT_EQ(merged.shards.back().path.substr(0, 18), "part-0003-of-0004/");
+}
+
+// Each part assigns class ids from the class list of the whole input: the last part below holds
+// only "zebra" images, which must still be class 2, not class 0 of a one-class list.
+TEST(PackParts, ImageFolderPartsUseTheClassListOfTheWholeInput) {
+  TempDir dir;
+  const std::vector<std::string> classes = {"cat", "dog", "zebra"};
+  for (size_t c = 0; c < classes.size(); ++c) {
+    for (int i = 0; i < 12; ++i) {
+      testing::write_file(dir / ("src/" + classes[c] + "/img" + std::to_string(i) + ".jpg"),
+                          testing::make_jpeg(24, 16 + i, c * 100 + i));
+    }
+  }
+  PackOptions options{
+      .sources = {dir / "src"}, .out_dir = dir / "whole", .imagefolder = true, .sync = false};
+  ASSERT_TRUE(pack(options).is_ok());
+  options.out_dir = dir / "parts";
+  pack_in_parts(options, 4);
+  ASSERT_TRUE(merge_in(dir / "parts").is_ok());
+
+  auto last = read_all(dir / ("parts/" + pack_part_dir_name(3, 4)));
+  ASSERT_FALSE(last.empty());
+  for (const auto& [key, fields] : last) {
+    EXPECT_EQ(key.substr(0, 6), "zebra/");
+    EXPECT_EQ(fields.at("cls"), "2") << key;
+  }
+  EXPECT_EQ((*Dataset::open(dir / "parts"))->classes(), classes);
+  EXPECT_EQ(read_all(dir / "parts"), read_all(dir / "whole"));
+}
+
+TEST(PackParts, PartZeroOfOneIsAPlainPack) {
+  TempDir dir;
+  write_sample_tree(dir / "src", 40, 2);
+  ASSERT_TRUE(pack({.sources = {dir / "src"}, .out_dir = dir / "a"}).is_ok());
+  ASSERT_TRUE(
+      pack({.sources = {dir / "src"}, .out_dir = dir / "b", .part_index = 0, .part_count = 1})
+          .is_ok());
+  EXPECT_EQ(shard_bytes(dir / "a"), shard_bytes(dir / "b"));
+  EXPECT_EQ(testing::read_file(dir / "a/manifest.json").find("\"part\""), std::string::npos);
+}
+
+TEST(PackParts, BadPartValuesAreClearErrors) {
+  uint32_t index = 9, count = 9;
+  ASSERT_TRUE(parse_pack_part("3/4", &index, &count).is_ok());
+  EXPECT_EQ(index, 3u);
+  EXPECT_EQ(count, 4u);
+  for (const char* text : {"3/3", "0/0", "5/2"}) {
+    expect_error(parse_pack_part(text, &index, &count), ErrorCode::kInvalidArgument,
+                 {std::string("part ") + text + " does not exist", "0 <= I < N"});
+  }
+  for (const char* text : {"x", "", "1/", "/2", "-1/4", "1/2/3", " 1/2", "1/x", "1.0/2"}) {
+    expect_error(parse_pack_part(text, &index, &count), ErrorCode::kInvalidArgument,
+                 {"I/N", "'" + std::string(text) + "'"});
+  }
+  TempDir dir;
+  testing::write_file(dir / "src/a.txt", "a");
+  expect_error(
+      pack({.sources = {dir / "src"}, .out_dir = dir / "out", .part_index = 3, .part_count = 3})
+          .status(),
+      ErrorCode::kInvalidArgument, {"part 3/3 does not exist"});
+  EXPECT_FALSE(fs::exists(dir / "out"));
+  for (const char* text : {"3/3", "0/0", "x"}) {
+    auto r = testing::run_cli({"pack", dir / "src", "-o", dir / "out", "--part", text});
+    EXPECT_EQ(r.exit_code, 2) << text << ": " << r.err;
+    EXPECT_NE(r.err.find("--part"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(text), std::string::npos) << r.err;
+  }
+}
+
+TEST(PackParts, MergeRefusesMissingDuplicatedAndForeignParts) {
+  TempDir dir;
+  write_sample_tree(dir / "src", 60, 3);
+  const PackOptions options{.sources = {dir / "src"}, .out_dir = dir / "out", .sync = false};
+  pack_in_parts(options, 4);
+  const auto part = [&](uint32_t i) { return dir / ("out/" + pack_part_dir_name(i, 4)); };
+
+  expect_error(merge_in(dir / "out", {part(0), part(1), part(3)}), ErrorCode::kNotFound,
+               {"1 of 4 parts missing (2)", "--part 2/4,", "part-0002-of-0004"});
+  fs::copy(part(1), dir / "out/copy-of-1", fs::copy_options::recursive);
+  expect_error(merge_in(dir / "out", {part(0), part(1), dir / "out/copy-of-1", part(2), part(3)}),
+               ErrorCode::kInvalidArgument, {"part 1/4 is given twice", "copy-of-1/manifest.json"});
+  fs::create_directories(dir / "elsewhere");
+  fs::copy(part(2), dir / "elsewhere/p2", fs::copy_options::recursive);
+  expect_error(merge_in(dir / "out", {part(0), part(1), dir / "elsewhere/p2", part(3)}),
+               ErrorCode::kInvalidArgument, {"not inside the merge output", "-o"});
+  ASSERT_TRUE(
+      pack({.sources = {dir / "src"}, .out_dir = dir / "out/plain", .sync = false}).is_ok());
+  expect_error(merge_in(dir / "out", {part(0), dir / "out/plain"}), ErrorCode::kInvalidArgument,
+               {"out/plain/manifest.json", "not the manifest of a part", "--part I/N"});
+  // A part whose pack has not finished: its directory has no manifest yet.
+  fs::create_directories(dir / "out/part-0004-of-0008");
+  expect_error(merge_in(dir / "out"), ErrorCode::kNotFound,
+               {"part-0004-of-0008", "holds no manifest.json", "--overwrite"});
+  fs::remove(dir / "out/part-0004-of-0008");
+  ASSERT_TRUE(merge_in(dir / "out").is_ok());
+  expect_error(merge_in(dir / "out"), ErrorCode::kAlreadyExists, {"manifest.json", "--overwrite"});
+  EXPECT_TRUE(merge_in(dir / "out", {}, /*overwrite=*/true).is_ok());
+
+  // Parts of another run: another part count, other options, an input that changed.
+  PackOptions other = options;
+  other.out_dir = dir / "mixed";
+  pack_in_parts(other, 2);
+  other.part_index = 1;
+  other.part_count = 3;
+  ASSERT_TRUE(pack(other).is_ok());
+  expect_error(merge_in(dir / "mixed"), ErrorCode::kInvalidArgument,
+               {"different part counts", "part 0/2", "part 1/3"});
+
+  other.out_dir = dir / "aligned";
+  pack_in_parts(other, 2);
+  other.part_index = 1;
+  other.part_count = 2;
+  other.align = true;
+  other.overwrite = true;
+  ASSERT_TRUE(pack(other).is_ok());
+  expect_error(merge_in(dir / "aligned"), ErrorCode::kInvalidArgument, {"--align", "part 1/2"});
+
+  other.out_dir = dir / "changed";
+  other.align = false;
+  pack_in_parts(other, 2);
+  testing::write_file(dir / "src/d0/s0.bin", "one file of the input changed in between");
+  ASSERT_TRUE(pack(other).is_ok());
+  expect_error(merge_in(dir / "changed"), ErrorCode::kInvalidArgument,
+               {"another input listing or other options", "part 1/2", "part 0/2"});
+}
+
+TEST(PackParts, MergeRefusesPartsWithDifferentClassLists) {
+  TempDir dir;
+  for (const char* cls : {"ant", "bee", "cow"}) {
+    testing::write_file(dir / ("three/" + std::string(cls) + "/x.jpg"),
+                        testing::make_jpeg(8, 8, 1));
+  }
+  fs::copy(dir / "three", dir / "two", fs::copy_options::recursive);
+  fs::remove_all(dir / "two/bee");
+  PackOptions options{.sources = {dir / "three"},
+                      .out_dir = dir / "out",
+                      .imagefolder = true,
+                      .sync = false,
+                      .part_index = 0,
+                      .part_count = 2};
+  ASSERT_TRUE(pack(options).is_ok());
+  options.sources = {dir / "two"};
+  options.part_index = 1;
+  ASSERT_TRUE(pack(options).is_ok());
+  expect_error(merge_in(dir / "out"), ErrorCode::kInvalidArgument,
+               {"class lists differ", "class 1 is 'bee'", "'cow'", "part 1/2"});
+}
+
+// A key that two sources hold is packed once: a later directory's copy is quarantined by the
+// part that meets it, as one pack would; a copy inside tars of two parts (keys in a tar are
+// not known before it is read) is refused by merge.
+TEST(PackParts, DuplicateKeysAcrossParts) {
+  TempDir dir;
+  for (int i = 0; i < 20; ++i) {
+    testing::write_file(dir / ("a/k" + std::to_string(i) + ".bin"), testing::random_bytes(900, i));
+    testing::write_file(dir / ("b/k" + std::to_string(i + 15) + ".bin"),
+                        testing::random_bytes(900, 100 + i));
+  }
+  PackOptions options{.sources = {dir / "a", dir / "b"}, .out_dir = dir / "whole", .sync = false};
+  auto whole = pack(options);
+  ASSERT_TRUE(whole.is_ok());
+  ASSERT_EQ(whole->quarantined.size(), 5u);  // k15..k19 of b
+  options.out_dir = dir / "parts";
+  options.part_count = 2;
+  std::vector<QuarantineEntry> quarantined;
+  for (uint32_t i = 0; i < 2; ++i) {
+    options.part_index = i;
+    auto report = pack(options);
+    ASSERT_TRUE(report.is_ok()) << report.status().to_string();
+    quarantined.insert(quarantined.end(), report->quarantined.begin(), report->quarantined.end());
+  }
+  ASSERT_EQ(quarantined.size(), whole->quarantined.size());
+  for (size_t i = 0; i < quarantined.size(); ++i) {
+    EXPECT_EQ(quarantined[i].path, whole->quarantined[i].path);
+    EXPECT_EQ(quarantined[i].reason, whole->quarantined[i].reason);
+  }
+  ASSERT_TRUE(merge_in(dir / "parts").is_ok());
+  EXPECT_EQ(read_all(dir / "parts"), read_all(dir / "whole"));
+
+  // Two tars of the same size, one per part, both holding "dup/0".
+  for (const char* t : {"x", "y"}) {
+    testing::write_file(dir / ("t" + std::string(t) + "/dup/0.txt"), std::string("copy ") + t);
+    ASSERT_EQ(testing::run_command({"/bin/tar", "-cf", dir / (std::string(t) + ".tar"), "-C",
+                                    dir / ("t" + std::string(t)), "dup"})
+                  .exit_code,
+              0);
+  }
+  pack_in_parts({.sources = {dir / "x.tar", dir / "y.tar"}, .out_dir = dir / "tars", .sync = false},
+                2);
+  expect_error(merge_in(dir / "tars"), ErrorCode::kInvalidArgument,
+               {"sample key 'dup/0'", "part 0/2", "part 1/2", "pack those parts again"});
+  EXPECT_FALSE(fs::exists(dir / "tars/manifest.json"));
+}
+
+// Packing a part again would change shards that a merged manifest lists: the merged manifest is
+// refused, or removed first with overwrite, and merging again publishes the new part.
+TEST(PackParts, RepackingAPartUnpublishesTheMergedManifest) {
+  TempDir dir;
+  write_sample_tree(dir / "src", 30, 4);
+  PackOptions options{.sources = {dir / "src"}, .out_dir = dir / "out", .sync = false};
+  pack_in_parts(options, 2);
+  ASSERT_TRUE(merge_in(dir / "out").is_ok());
+  options.part_index = 1;
+  options.part_count = 2;
+  options.shard_size = 4096;
+  expect_error(pack(options).status(), ErrorCode::kAlreadyExists,
+               {dir / "out/manifest.json", "--overwrite"});
+  EXPECT_TRUE(fs::exists(dir / "out/manifest.json"));
+  options.overwrite = true;
+  ASSERT_TRUE(pack(options).is_ok());
+  EXPECT_FALSE(fs::exists(dir / "out/manifest.json"));
+  ASSERT_TRUE(merge_in(dir / "out").is_ok());
+  EXPECT_EQ(read_all(dir / "out").size(), 30u);
+  EXPECT_GT((*Dataset::open(dir / "out"))->shard_count(), 3u);
 }
 
 }  // namespace

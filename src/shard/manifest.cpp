@@ -29,6 +29,7 @@ std::string Manifest::to_json() const {
   j["aligned"] = aligned;
   j["fields"] = fields;
   j["classes"] = classes;
+  if (part) j["part"] = {{"index", part->index}, {"count", part->count}, {"input", part->input}};
   json shard_list = json::array();
   for (const ManifestShard& s : shards) {
     shard_list.push_back(
@@ -59,6 +60,17 @@ Result<Manifest> Manifest::parse(const std::string& json_text, const std::string
     m.aligned = j.value("aligned", false);
     m.fields = j.value("fields", std::vector<std::string>{});
     m.classes = j.value("classes", std::vector<std::string>{});
+    if (j.contains("part")) {
+      const json& p = j.at("part");
+      ManifestPart part{internal::json_integer<uint32_t>(p.at("index")),
+                        internal::json_integer<uint32_t>(p.at("count")),
+                        p.at("input").get<std::string>()};
+      if (part.count < 2 || part.index >= part.count || !is_hex16(part.input)) {
+        return corrupt("manifest '" + name + "': \"part\" must hold an index below a count of 2 " +
+                       "or more and a 16-hex-digit input fingerprint");
+      }
+      m.part = std::move(part);
+    }
     uint64_t total_samples = 0, total_bytes = 0;
     for (const json& s : j.at("shards")) {
       ManifestShard shard;

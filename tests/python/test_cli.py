@@ -143,3 +143,57 @@ def test_ckpt_gc_keep_every_keeps_milestones_besides_the_newest(cli, tmp_path):
     # Without --keep-every the same retention keeps only the newest.
     report = json.loads(run(cli, "ckpt", "gc", root, "--keep-last", "1", "--json").stdout)
     assert report["retired_steps"] == [10, 20, 30] and report["kept_steps"] == [35]
+
+
+def test_pack_in_parts_and_merge_read_like_one_pack(cli, image_tree, tmp_path):
+    """Four `pack --part I/4` runs (as four machines would) and `merge` give the samples, class
+    list and order of one pack of the same ImageFolder tree, with no shard copied."""
+    whole = tmp_path / "whole"
+    assert run(cli, "pack", image_tree, "-o", whole, "--imagefolder", "--no-sync").returncode == 0
+    out = tmp_path / "parts"
+    for i in range(4):
+        result = run(cli, "pack", image_tree, "-o", out, "--imagefolder", "--shard-size", "16K",
+                     "--part", f"{i}/4", "--no-sync", "--json")
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout)
+        assert report["part"] == {"index": i, "count": 4}
+        assert report["manifest"] == str(out / f"part-{i:04d}-of-0004" / "manifest.json")
+    assert not (out / "manifest.json").exists()
+
+    result = run(cli, "merge", out, "--json", "--no-sync")
+    assert result.returncode == 0, result.stderr
+    merged = json.loads(result.stdout)
+    assert merged["part_count"] == 4
+    assert [p["dir"] for p in merged["parts"]] == [f"part-{i:04d}-of-0004" for i in range(4)]
+    assert merged["samples"] == sum(p["samples"] for p in merged["parts"]) == 48
+    assert merged["shards"] == sum(p["shards"] for p in merged["parts"]) > 4
+
+    one, parts = zerowait.Dataset(whole), zerowait.Dataset(out)
+    assert parts.classes == one.classes
+    assert [parts.key(i) for i in range(len(parts))] == [one.key(i) for i in range(len(one))]
+    assert {parts.key(i): parts[i] for i in range(len(parts))} == {
+        one.key(i): one[i] for i in range(len(one))}
+    assert run(cli, "verify", out).returncode == 0
+    again = run(cli, "merge", out)
+    assert again.returncode == 1 and "--overwrite" in again.stderr
+
+
+def test_pack_part_rejects_bad_values(cli, random_tree, tmp_path):
+    root, _ = random_tree
+    for value in ("3/3", "0/0", "x", "1/2/3", "-1/2"):
+        result = run(cli, "pack", root, "-o", tmp_path / "out", "--part", value)
+        assert result.returncode == 2, (value, result.stderr)
+        assert "--part" in result.stderr and value in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_merge_refuses_a_missing_part(cli, random_tree, tmp_path):
+    root, _ = random_tree
+    out = tmp_path / "out"
+    for i in (0, 1, 3):
+        assert run(cli, "pack", root, "-o", out, "--part", f"{i}/4", "--no-sync").returncode == 0
+    result = run(cli, "merge", out)
+    assert result.returncode == 1
+    assert "1 of 4 parts missing (2)" in result.stderr
+    assert "--part 2/4" in result.stderr and "part-0002-of-0004" in result.stderr
+    assert not (out / "manifest.json").exists()

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,14 @@ struct ManifestShard {
   uint64_t samples = 0;
   uint64_t bytes = 0;    // file size
   std::string checksum;  // the shard's index checksum (footer), 16 hex digits
+};
+
+// Which part of a `zerowait pack --part I/N` run a manifest describes. Only part manifests carry
+// one; merge_parts() (zerowait/shard/pack.hpp) joins parts into a manifest without it.
+struct ManifestPart {
+  uint32_t index = 0;  // I, < count
+  uint32_t count = 0;  // N, > 1
+  std::string input;   // fingerprint of the full input listing and options, 16 hex digits
 };
 
 // A plain value: no hidden state, safe to copy and to read from many threads; not synchronised
@@ -30,6 +39,7 @@ struct Manifest {
   bool aligned = false;
   std::vector<std::string> fields;   // every field name that occurs, sorted
   std::vector<std::string> classes;  // ImageFolder class names; "cls" values index this
+  std::optional<ManifestPart> part;  // absent for a whole dataset
   std::vector<ManifestShard> shards;
 
   // JSON text (stable key order, so equal manifests are equal bytes).

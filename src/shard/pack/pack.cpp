@@ -14,6 +14,7 @@
 #include "common/file.hpp"
 #include "common/path_check.hpp"
 #include "shard/pack/image_check.hpp"
+#include "shard/pack/pack_part.hpp"
 #include "shard/pack/pack_plan.hpp"
 #include "shard/pack/shard_set_writer.hpp"
 #include "shard/tar/tar_stream.hpp"
@@ -177,11 +178,15 @@ class OrderedLoader {
 // Everything one pack run accumulates while writing.
 class PackRun {
  public:
-  PackRun(const PackOptions& options, uint64_t files_total, uint64_t bytes_total)
+  // Writes into `dir`: options.out_dir, or its part directory. `earlier_keys` were packed by
+  // earlier parts: a sample with one of them is a duplicate.
+  PackRun(const PackOptions& options, const std::string& dir, uint64_t files_total,
+          uint64_t bytes_total, std::unordered_set<std::string> earlier_keys)
       : options_(options),
         mode_(options.verify_images ? internal::ImageCheck::kDecode
                                     : internal::ImageCheck::kHeader),
-        writer_(options.out_dir, options.shard_size, {options.align, options.sync}) {
+        writer_(dir, options.shard_size, {options.align, options.sync}),
+        keys_(std::move(earlier_keys)) {
     progress_.files_total = files_total;
     progress_.bytes_total = bytes_total;
   }
@@ -303,21 +308,23 @@ Status write_quarantine(const std::string& path, const std::vector<QuarantineEnt
   return internal::write_file_atomic(path, j.dump(1) + "\n", sync);
 }
 
-// Makes out_dir ready: created if missing; an existing dataset is refused unless overwriting,
-// in which case its manifest goes first so no reader ever sees it pointing at new shards.
-Status prepare_out_dir(const PackOptions& options) {
+// Makes `dir` ready: created if missing; an existing dataset is refused unless overwriting, in
+// which case its manifest goes first so no reader ever sees it pointing at new shards. A part
+// runs this on out_dir too, for a merged manifest there lists the part's shards.
+Status prepare_out_dir(const std::string& dir, const PackOptions& options) {
   std::error_code ec;
-  fs::create_directories(options.out_dir, ec);
-  if (ec) return errno_status(ec.value(), "cannot create output directory", options.out_dir);
-  const std::string manifest = options.out_dir + "/" + format::kManifestName;
+  fs::create_directories(dir, ec);
+  if (ec) return errno_status(ec.value(), "cannot create output directory", dir);
+  const std::string manifest = dir + "/" + format::kManifestName;
   if (fs::exists(manifest, ec)) {
     if (!options.overwrite) {
       return Status(ErrorCode::kAlreadyExists,
-                    "'" + options.out_dir + "' already holds a dataset (" + manifest +
+                    "'" + dir + "' already holds a dataset (" + manifest +
                         "): pass --overwrite to replace it, or choose another directory");
     }
-    if (!fs::remove(manifest, ec)) return errno_status(ec.value(), "cannot remove", manifest);
-    if (options.sync) ZW_RETURN_IF_ERROR(internal::sync_directory(options.out_dir));
+    // Parts packed at once may race to remove a merged manifest: gone is what they want.
+    if (!fs::remove(manifest, ec) && ec) return errno_status(ec.value(), "cannot remove", manifest);
+    if (options.sync) ZW_RETURN_IF_ERROR(internal::sync_directory(dir));
   }
   return Status::ok();
 }
@@ -346,12 +353,21 @@ Result<PackReport> pack(const PackOptions& options) {
     ZW_RETURN_IF_ERROR(internal::require_local_path(source, "pack input"));
   }
   ZW_RETURN_IF_ERROR(internal::require_local_path(options.out_dir, "pack output"));
+  ZW_RETURN_IF_ERROR(internal::check_part(options.part_index, options.part_count));
   ZW_ASSIGN_OR_RETURN(internal::PackPlan plan, internal::plan_pack(options));
-  ZW_RETURN_IF_ERROR(prepare_out_dir(options));
+  std::string dir = options.out_dir;
+  internal::PartPlan part;
+  if (options.part_count > 1) {
+    part = internal::select_part(std::move(plan), options);
+    plan = std::move(part.plan);
+    ZW_RETURN_IF_ERROR(prepare_out_dir(options.out_dir, options));
+    dir += "/" + pack_part_dir_name(options.part_index, options.part_count);
+  }
+  ZW_RETURN_IF_ERROR(prepare_out_dir(dir, options));
   const unsigned threads =
       options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
 
-  PackRun run(options, plan.files, plan.bytes);
+  PackRun run(options, dir, plan.files, plan.bytes, std::move(part.earlier_keys));
   run.report().ignored = plan.ignored;
   for (const auto& source : plan.sources) {
     ZW_RETURN_IF_ERROR(source.is_tar ? pack_tar(source.source, &run)
@@ -367,11 +383,14 @@ Result<PackReport> pack(const PackOptions& options) {
   manifest.classes = plan.classes;
   manifest.shards = run.writer().shards();
   for (const auto& s : manifest.shards) manifest.bytes += s.bytes;
-  ZW_RETURN_IF_ERROR(write_quarantine(options.out_dir + "/" + format::kQuarantineName,
-                                      report.quarantined, options.sync));
-  report.manifest_path = options.out_dir + "/" + format::kManifestName;
+  if (options.part_count > 1) {
+    manifest.part = ManifestPart{options.part_index, options.part_count, part.input};
+  }
+  ZW_RETURN_IF_ERROR(
+      write_quarantine(dir + "/" + format::kQuarantineName, report.quarantined, options.sync));
+  report.manifest_path = dir + "/" + format::kManifestName;
   ZW_RETURN_IF_ERROR(manifest.save(report.manifest_path, options.sync));
-  remove_stale_shards(options.out_dir, manifest.shards);
+  remove_stale_shards(dir, manifest.shards);
 
   report.samples = manifest.samples;
   report.shards = manifest.shards.size();

@@ -80,6 +80,8 @@ Result<PackPlan> plan_pack(const PackOptions& options) {
                                 "'");
       }
       sp.is_tar = true;
+      sp.archive_bytes = fs::file_size(src, ec);
+      if (ec) return errno_status(ec.value(), "cannot stat pack source", src);
     } else {
       ZW_ASSIGN_OR_RETURN(found[i], walk(src, &plan.ignored));
       if (options.imagefolder) {

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "zerowait/shard/pack.hpp"
 #include "zerowait/common/status.hpp"
+#include "zerowait/shard/pack.hpp"
 
 namespace zerowait::internal {
 
@@ -25,8 +25,9 @@ struct PlannedSample {
 
 struct SourcePlan {
   std::string source;
-  bool is_tar = false;                  // streamed by the tar path instead; counted as it streams
-  std::vector<PlannedSample> samples;   // directories only
+  bool is_tar = false;                 // streamed by the tar path instead; counted as it streams
+  std::vector<PlannedSample> samples;  // directories only
+  uint64_t archive_bytes = 0;          // tar only: the archive's size (cuts --part ranges)
   uint64_t files = 0;
   uint64_t bytes = 0;
 };

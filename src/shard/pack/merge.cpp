@@ -1,0 +1,292 @@
+// merge_parts(): joins the parts of a `pack --part I/N` run into one manifest, after checking
+// that they are all there, belong together and are intact.
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <set>
+
+#include "common/clock.hpp"
+#include "common/path_check.hpp"
+#include "common/xxhash.hpp"
+#include "zerowait/shard/dataset.hpp"
+#include "zerowait/shard/format.hpp"
+#include "zerowait/shard/manifest.hpp"
+#include "zerowait/shard/pack.hpp"
+
+namespace zerowait {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr size_t kMissingShown = 10;  // missing parts named in an error, then "and N more"
+
+struct Part {
+  std::string manifest_path;
+  std::string rel;  // the part directory relative to out_dir, '/'-separated
+  Manifest manifest;
+  ManifestPart record;  // manifest.part's value
+};
+
+std::string part_name(const ManifestPart& p) {
+  return std::to_string(p.index) + "/" + std::to_string(p.count);
+}
+
+std::string describe(const Part& p) {
+  return "part " + part_name(p.record) + " (" + p.manifest_path + ")";
+}
+
+fs::path normal_absolute(const std::string& path) {
+  fs::path p = fs::absolute(path).lexically_normal();
+  if (p.has_relative_path() && p.filename().empty()) p = p.parent_path();  // "out/" -> "out"
+  return p;
+}
+
+// The directories named part-IIII-of-NNNN directly in out_dir, sorted.
+Result<std::vector<std::string>> find_part_dirs(const std::string& out_dir) {
+  static const std::regex kPartDir("part-[0-9]+-of-[0-9]+");
+  std::vector<std::string> dirs;
+  std::error_code ec;
+  for (fs::directory_iterator it(out_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->is_directory(ec) && std::regex_match(it->path().filename().string(), kPartDir)) {
+      dirs.push_back(it->path().string());
+    }
+  }
+  if (ec) return errno_status(ec.value(), "cannot list directory", out_dir);
+  if (dirs.empty()) {
+    return not_found("'" + out_dir +
+                     "' holds no part-IIII-of-NNNN directories: pack each part first with "
+                     "`zerowait pack SRC... -o " +
+                     out_dir + " --part I/N`, or name the part directories");
+  }
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
+}
+
+// Loads the part at `path` (a part directory or its manifest.json), which must lie inside
+// out_dir since the merged manifest names shards relative to it.
+Result<Part> load_part(const fs::path& root, const std::string& path) {
+  std::error_code ec;
+  Part part;
+  fs::path given = path;  // errors name the part as it was given
+  if (!fs::is_directory(given, ec) && given.filename() == format::kManifestName) {
+    given = given.has_parent_path() ? given.parent_path() : ".";
+  }
+  const fs::path rel = normal_absolute(given.string()).lexically_relative(root);
+  if (rel.empty() || rel == "." || *rel.begin() == "..") {
+    return invalid_argument("part '" + path + "' is not inside the merge output '" + root.string() +
+                            "': the merged manifest names shards relative to it; pack the parts "
+                            "with -o " +
+                            root.string() + " (or move them into it) and merge again");
+  }
+  part.rel = rel.generic_string();
+  part.manifest_path = (given / format::kManifestName).string();
+  if (!fs::is_directory(given, ec)) {
+    return not_found("part directory '" + given.string() + "' does not exist");
+  }
+  if (!fs::exists(part.manifest_path, ec)) {
+    return not_found("part directory '" + given.string() + "' holds no " + format::kManifestName +
+                     ": its pack has not finished or failed; run that part's "
+                     "`zerowait pack ... --part I/N --overwrite` again, then merge");
+  }
+  ZW_ASSIGN_OR_RETURN(part.manifest, Manifest::load(part.manifest_path));
+  if (!part.manifest.part) {
+    return invalid_argument("'" + part.manifest_path +
+                            "' is not the manifest of a part (it records no \"part\"): only the "
+                            "output of `zerowait pack --part I/N` can be merged");
+  }
+  part.record = *part.manifest.part;
+  return part;
+}
+
+// Every part 0..N-1 exactly once, all of one input and options. `parts` is sorted by index.
+Status check_parts_belong_together(const std::vector<Part>& parts) {
+  const Part& first = parts.front();
+  const uint32_t count = first.record.count;
+  for (const Part& p : parts) {
+    if (p.record.count != count) {
+      return invalid_argument(describe(first) + " and " + describe(p) +
+                              " come from runs with different part counts: merge the parts of "
+                              "one run (same N in --part I/N): remove the other run's "
+                              "directories, or name the part directories to merge");
+    }
+  }
+  for (size_t i = 1; i < parts.size(); ++i) {
+    if (parts[i].record.index == parts[i - 1].record.index) {
+      return invalid_argument("part " + part_name(parts[i].record) +
+                              " is given twice: " + parts[i - 1].manifest_path + " and " +
+                              parts[i].manifest_path + "; remove or leave out one of them");
+    }
+  }
+  if (parts.size() != count) {
+    std::vector<uint32_t> missing;
+    size_t next = 0;
+    for (uint32_t i = 0; i < count; ++i) {
+      if (next < parts.size() && parts[next].record.index == i) {
+        ++next;
+      } else {
+        missing.push_back(i);
+      }
+    }
+    std::string list;
+    for (size_t i = 0; i < missing.size() && i < kMissingShown; ++i) {
+      list += (i ? ", " : "") + std::to_string(missing[i]);
+    }
+    if (missing.size() > kMissingShown) {
+      list += " and " + std::to_string(missing.size() - kMissingShown) + " more";
+    }
+    const std::string first_missing = std::to_string(missing.front()) + "/" + std::to_string(count);
+    return not_found(std::to_string(missing.size()) + " of " + std::to_string(count) +
+                     " parts missing (" + list + "): run the parts' pack command with --part " +
+                     first_missing + (missing.size() > 1 ? " (and so on)" : "") +
+                     ", which writes " + pack_part_dir_name(missing.front(), count) +
+                     " beside the others, then merge again");
+  }
+  for (const Part& p : parts) {
+    const auto& a = first.manifest.classes;
+    const auto& b = p.manifest.classes;
+    if (a != b) {
+      const size_t i = std::mismatch(a.begin(), a.end(), b.begin(), b.end()).first - a.begin();
+      const auto name = [i](const std::vector<std::string>& c) {
+        return i < c.size() ? "'" + c[i] + "'" : std::string("missing");
+      };
+      return invalid_argument(
+          "ImageFolder class lists differ: class " + std::to_string(i) + " is " + name(a) + " in " +
+          describe(first) + " and " + name(b) + " in " + describe(p) +
+          ", so their cls values would mean different classes. The parts were packed from "
+          "different inputs; pack every part again from the same sources");
+    }
+    if (p.manifest.aligned != first.manifest.aligned) {
+      return invalid_argument(describe(p) + " and " + describe(first) +
+                              " differ in --align: pack every part with the same options");
+    }
+    if (p.record.input != first.record.input) {
+      return invalid_argument(
+          describe(p) + " was packed from another input listing or other options than " +
+          describe(first) + " (input fingerprints " + p.record.input + " and " +
+          first.record.input +
+          "): pack every part from the same sources with the same --imagefolder, --align and "
+          "--verify-images, and the files unchanged in between");
+    }
+  }
+  return Status::ok();
+}
+
+// Opens every shard of every part (footer and index, checked against the part's manifest) and
+// refuses a sample key that two parts hold. Keys are compared by XXH3, 24 bytes per sample held
+// at once; equal hashes are confirmed against the keys themselves.
+Status check_shards_and_keys(const std::vector<Part>& parts) {
+  struct KeyRef {
+    uint64_t hash;
+    uint32_t part;
+    uint32_t shard;
+    uint64_t local;
+  };
+  std::vector<KeyRef> keys;
+  for (uint32_t p = 0; p < parts.size(); ++p) {
+    ZW_ASSIGN_OR_RETURN(auto ds, Dataset::open(parts[p].manifest_path));
+    for (uint32_t s = 0; s < ds->shard_count(); ++s) {
+      ZW_ASSIGN_OR_RETURN(auto shard, ds->shard(s));
+      for (uint64_t i = 0; i < shard->size(); ++i) {
+        const std::string_view key = shard->key(i);
+        keys.push_back({XXH3_64bits(key.data(), key.size()), p, s, i});
+      }
+    }
+  }
+  std::sort(keys.begin(), keys.end(), [](const KeyRef& a, const KeyRef& b) {
+    return a.hash != b.hash ? a.hash < b.hash : a.part < b.part;
+  });
+  const auto key_of = [&](const KeyRef& k) -> Result<std::string> {
+    ZW_ASSIGN_OR_RETURN(auto ds, Dataset::open(parts[k.part].manifest_path));
+    ZW_ASSIGN_OR_RETURN(auto shard, ds->shard(k.shard));
+    return std::string(shard->key(k.local));
+  };
+  for (size_t run = 0; run < keys.size();) {
+    size_t end = run + 1;
+    while (end < keys.size() && keys[end].hash == keys[run].hash) ++end;
+    for (size_t a = run; a < end; ++a) {
+      for (size_t b = a + 1; b < end; ++b) {
+        if (keys[a].part == keys[b].part) continue;  // pack keeps keys unique within a part
+        ZW_ASSIGN_OR_RETURN(std::string key_a, key_of(keys[a]));
+        ZW_ASSIGN_OR_RETURN(std::string key_b, key_of(keys[b]));
+        if (key_a != key_b) continue;
+        return invalid_argument(
+            "sample key '" + key_a + "' is in " + describe(parts[keys[a].part]) + " and in " +
+            describe(parts[keys[b].part]) +
+            ": the input holds it twice, in tars packed by different parts (one pack would "
+            "quarantine the second); remove or rename one of them and pack those parts again");
+      }
+    }
+    run = end;
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<MergeReport> merge_parts(const MergeOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  if (options.out_dir.empty()) return invalid_argument("merge needs the output directory");
+  ZW_RETURN_IF_ERROR(internal::require_local_path(options.out_dir, "merge output"));
+  for (const std::string& p : options.parts) {
+    ZW_RETURN_IF_ERROR(internal::require_local_path(p, "merge part"));
+  }
+  std::error_code ec;
+  if (!fs::is_directory(options.out_dir, ec)) {
+    return not_found("merge output '" + options.out_dir +
+                     "' is not a directory: it is the -o OUT_DIR the parts were packed with");
+  }
+  const fs::path root = normal_absolute(options.out_dir);
+  const std::string manifest_path = options.out_dir + "/" + format::kManifestName;
+  if (fs::exists(manifest_path, ec) && !options.overwrite) {
+    return Status(ErrorCode::kAlreadyExists,
+                  "'" + manifest_path +
+                      "' already exists: pass --overwrite to replace it with the merged one");
+  }
+  std::vector<std::string> dirs = options.parts;
+  if (dirs.empty()) {
+    ZW_ASSIGN_OR_RETURN(dirs, find_part_dirs(options.out_dir));
+  }
+
+  std::vector<Part> parts;
+  for (const std::string& dir : dirs) {
+    ZW_ASSIGN_OR_RETURN(Part part, load_part(root, dir));
+    parts.push_back(std::move(part));
+  }
+  std::stable_sort(parts.begin(), parts.end(),
+                   [](const Part& a, const Part& b) { return a.record.index < b.record.index; });
+  ZW_RETURN_IF_ERROR(check_parts_belong_together(parts));
+  ZW_RETURN_IF_ERROR(check_shards_and_keys(parts));
+
+  Manifest merged;
+  merged.aligned = parts.front().manifest.aligned;
+  merged.classes = parts.front().manifest.classes;
+  std::set<std::string> fields;
+  MergeReport report;
+  report.part_count = static_cast<uint32_t>(parts.size());
+  for (const Part& p : parts) {
+    fields.insert(p.manifest.fields.begin(), p.manifest.fields.end());
+    for (ManifestShard shard : p.manifest.shards) {
+      shard.path = p.rel + "/" + shard.path;
+      merged.shards.push_back(std::move(shard));
+    }
+    merged.samples += p.manifest.samples;
+    merged.bytes += p.manifest.bytes;
+    report.parts.push_back(
+        {p.rel, p.record.index, p.manifest.samples, p.manifest.shards.size(), p.manifest.bytes});
+  }
+  merged.fields.assign(fields.begin(), fields.end());
+  // What readers will parse: a part directory whose name the format refuses ("a..b") fails here,
+  // before anything is written.
+  ZW_RETURN_IF_ERROR(Manifest::parse(merged.to_json(), manifest_path).status());
+  ZW_RETURN_IF_ERROR(merged.save(manifest_path, options.sync));
+
+  report.manifest_path = manifest_path;
+  report.samples = merged.samples;
+  report.shards = merged.shards.size();
+  report.bytes = merged.bytes;
+  report.seconds = internal::seconds_since(start);
+  return report;
+}
+
+}  // namespace zerowait

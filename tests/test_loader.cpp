@@ -115,6 +115,40 @@ LoaderOptions base_options() {
   return o;
 }
 
+// Far more shards than the index budget holds: the dataset keeps the indexes it holds within the
+// budget (plus the one shard just opened) throughout a shuffled epoch, closing and reopening
+// shards as the order needs them, and every sample still arrives once with its bytes.
+TEST(Loader, AnEpochOverMoreShardsThanTheIndexBudgetHoldsStaysWithinIt) {
+  TempDir dir;
+  write_dataset(dir.path(), std::vector<uint64_t>(60, 50));
+  auto probe = Dataset::open(dir.path());
+  ASSERT_TRUE(probe.is_ok());
+  const uint64_t one_index = (*probe)->shard(0).value()->index().memory_bytes();
+  DatasetOptions dataset_options;
+  dataset_options.index_budget_bytes = 3 * one_index;
+  auto dataset = Dataset::open(dir.path(), dataset_options);
+  ASSERT_TRUE(dataset.is_ok()) << dataset.status().to_string();
+  EXPECT_LE((*dataset)->index_use().bytes, 3 * one_index + one_index);
+  LoaderOptions options = base_options();
+  options.shuffle = {ShuffleMode::kRandom, 3, 64, 256};
+  auto loader = Loader::create(*dataset, options);
+  ASSERT_TRUE(loader.is_ok()) << loader.status().to_string();
+  std::set<int64_t> seen;
+  uint64_t most = 0;
+  for (;;) {
+    auto next = (*loader)->next();
+    ASSERT_TRUE(next.is_ok()) << next.status().to_string();
+    if (*next == nullptr) break;
+    for (int64_t index : int_column(**next, "__index__")) EXPECT_TRUE(seen.insert(index).second);
+    most = std::max(most, (*dataset)->index_use().bytes);
+  }
+  EXPECT_EQ(seen.size(), 3000u);
+  // Each shard's index is about the same size; at most the budget plus the one just opened.
+  EXPECT_LE(most, 4 * one_index + one_index / 4) << "one index: " << one_index;
+  EXPECT_LE((*dataset)->index_use().shards_open, 4u);
+  EXPECT_GT((*dataset)->index_use().opens, 60u + 60u) << "shards are reopened as needed";
+}
+
 class LoaderTest : public ::testing::Test {
  protected:
   void SetUp() override { write_dataset(dir_.path(), {120, 75, 200, 1}); }  // 396 samples

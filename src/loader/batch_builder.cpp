@@ -144,10 +144,13 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, const LoaderOptions& options,
 Result<BatchBuilder::Needs> BatchBuilder::plan(const std::vector<uint64_t>& indices) {
   items_.clear();
   raw_bytes_.assign(fields_.size(), 0);
+  for (size_t s : shards_held_) shards_[s].reset();
+  shards_held_.clear();
   for (uint64_t global : indices) {
     ZW_ASSIGN_OR_RETURN(SampleLocation where, dataset_.locate(global));
     if (shards_[where.shard] == nullptr) {
       ZW_ASSIGN_OR_RETURN(shards_[where.shard], dataset_.shard(where.shard));
+      shards_held_.push_back(where.shard);
     }
     const ShardReader& shard = *shards_[where.shard];
     const format::ShardIndex& index = shard.index();

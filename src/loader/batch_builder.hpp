@@ -84,11 +84,14 @@ class BatchBuilder {
   const Dataset& dataset_;
   const LoaderOptions& options_;
   const std::vector<FieldSpec>& fields_;
-  std::vector<size_t> column_of_field_;               // first batch column of each field
-  std::vector<bool> per_sample_column_;               // 8 bytes a sample: always copied out
-  std::vector<std::shared_ptr<ShardReader>> shards_;  // opened lazily, kept for the worker's life
-  std::vector<Item> items_;                           // in batch order
-  std::vector<size_t> by_offset_;                     // item numbers sorted by (shard, offset)
+  std::vector<size_t> column_of_field_;  // first batch column of each field
+  std::vector<bool> per_sample_column_;  // 8 bytes a sample: always copied out
+  // The shards of the batch being built, by shard number; released when the next batch is
+  // planned, so the dataset's index budget decides what stays open.
+  std::vector<std::shared_ptr<ShardReader>> shards_;
+  std::vector<size_t> shards_held_;
+  std::vector<Item> items_;        // in batch order
+  std::vector<size_t> by_offset_;  // item numbers sorted by (shard, offset)
   std::vector<Range> ranges_;
   std::vector<ReadRequest> requests_;
   std::vector<uint64_t> raw_bytes_;  // per field: bytes of all samples (raw fields)

@@ -102,6 +102,7 @@ Result<std::shared_ptr<Dataset>> Dataset::open_remote(const std::string& url,
 Status Dataset::add_shard_paths(const std::vector<std::string>& paths, bool from_manifest) {
   shard_paths_ = paths;
   readers_.assign(paths.size(), nullptr);
+  place_in_recent_.assign(paths.size(), recently_used_.end());
   first_index_.assign(1, 0);
   if (from_manifest) {
     // The manifest is the index of shards: nothing else is read until a shard is used.
@@ -112,9 +113,13 @@ Status Dataset::add_shard_paths(const std::vector<std::string>& paths, bool from
   }
   std::set<std::string> fields;
   for (size_t i = 0; i < paths.size(); ++i) {
-    ZW_ASSIGN_OR_RETURN(readers_[i],
+    ZW_ASSIGN_OR_RETURN(auto reader,
                         ShardReader::open_path(paths[i], options_.backend, options_.wrap_source));
-    const ShardReader& r = *readers_[i];
+    const ShardReader& r = *reader;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      hold(i, reader);
+    }
     for (const auto& n : r.index().names) fields.insert(n);
     ManifestShard s;
     s.path = paths[i];
@@ -147,7 +152,10 @@ Result<std::shared_ptr<ShardReader>> Dataset::shard(size_t s) const {
                             "' has " + std::to_string(shard_paths_.size()) + " shards");
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  if (readers_[s]) return readers_[s];
+  if (readers_[s]) {
+    recently_used_.splice(recently_used_.begin(), recently_used_, place_in_recent_[s]);
+    return readers_[s];
+  }
   ZW_ASSIGN_OR_RETURN(
       auto reader, ShardReader::open_path(shard_paths_[s], options_.backend, options_.wrap_source));
   const ManifestShard& expected = manifest_.shards[s];
@@ -163,8 +171,30 @@ Result<std::shared_ptr<ShardReader>> Dataset::shard(size_t s) const {
                    format::checksum_hex(reader->index_checksum()) + "; the manifest says " +
                    expected.checksum + ": the shard was replaced after packing");
   }
-  readers_[s] = reader;
+  hold(s, reader);
   return reader;
+}
+
+void Dataset::hold(size_t s, std::shared_ptr<ShardReader> reader) const {
+  index_use_.bytes += reader->index().memory_bytes();
+  ++index_use_.shards_open;
+  ++index_use_.opens;
+  readers_[s] = std::move(reader);
+  recently_used_.push_front(s);
+  place_in_recent_[s] = recently_used_.begin();
+  while (index_use_.bytes > options_.index_budget_bytes && recently_used_.size() > 1) {
+    const size_t oldest = recently_used_.back();
+    recently_used_.pop_back();
+    place_in_recent_[oldest] = recently_used_.end();
+    index_use_.bytes -= readers_[oldest]->index().memory_bytes();
+    --index_use_.shards_open;
+    readers_[oldest].reset();
+  }
+}
+
+Dataset::IndexUse Dataset::index_use() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return index_use_;
 }
 
 Result<Sample> Dataset::read(uint64_t global_index, const ReadOptions& options) const {

@@ -153,6 +153,13 @@ uint32_t ShardIndex::intern_name(std::string_view name) {
   return static_cast<uint32_t>(names.size() - 1);
 }
 
+uint64_t ShardIndex::memory_bytes() const {
+  uint64_t bytes = samples.capacity() * sizeof(SampleEntry) +
+                   fields.capacity() * sizeof(FieldEntry) + strings.capacity();
+  for (const std::string& name : names) bytes += sizeof(std::string) + name.capacity();
+  return bytes;
+}
+
 std::string ShardIndex::serialize() const {
   std::string names_blob;
   for (const auto& n : names) names_blob += n;

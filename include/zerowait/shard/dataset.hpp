@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,6 +21,11 @@ struct DatasetOptions {
   // Every shard file, once opened with `backend`, is read through what this returns (empty:
   // the file itself). See SourceWrapper.
   SourceWrapper wrap_source;
+  // The most memory the open shards' indexes may hold (about 48 bytes a sample): past it, the
+  // shards used longest ago are closed (a reader still in use stays valid until released) and
+  // reopened when needed again. At 10^9 samples every index at once would take ~48 GB. The shard
+  // just opened is always kept, so a single larger shard still works.
+  uint64_t index_budget_bytes = 1ull << 30;
 };
 
 // Where global sample i lives.
@@ -29,8 +35,9 @@ struct SampleLocation {
 };
 
 // Thread-safe: every method may be called from many threads; shards open lazily on first use,
-// under a lock, once each, and stay open while the Dataset lives. Readers returned by shard()
-// are shared: they stay valid after the Dataset is gone. Errors name the manifest or shard file.
+// under a lock, and stay open while their indexes fit `index_budget_bytes`. Readers returned by
+// shard() are shared: they stay valid after the Dataset closed them or is gone. Errors name the
+// manifest or shard file.
 class Dataset {
  public:
   // `path` is one of: a manifest.json; a directory holding one; a directory of .zws / .tar files
@@ -53,9 +60,16 @@ class Dataset {
 
   // kInvalidArgument when i >= size().
   Result<SampleLocation> locate(uint64_t global_index) const;
-  // Opens (once) and returns shard s. A shard whose sample count or size disagrees with the
-  // manifest is kCorrupt.
+  // Opens (unless open) and returns shard s. A shard whose sample count or size disagrees with
+  // the manifest is kCorrupt.
   Result<std::shared_ptr<ShardReader>> shard(size_t s) const;
+  // The indexes held now, and how many times a shard was opened (reopens included).
+  struct IndexUse {
+    uint64_t bytes = 0;
+    uint64_t shards_open = 0;
+    uint64_t opens = 0;
+  };
+  IndexUse index_use() const;
   // Reads one sample into a buffer of its own. Its key and field names point into the shard's
   // index: valid while this Dataset lives.
   Result<Sample> read(uint64_t global_index, const ReadOptions& options = {}) const;
@@ -71,8 +85,14 @@ class Dataset {
   Manifest manifest_;
   std::vector<std::string> shard_paths_;  // absolute or relative to the working directory
   std::vector<uint64_t> first_index_;     // first global index of each shard, plus the total
+  // Keeps shard s's reader, closing the least recently used others past the budget. Locked.
+  void hold(size_t s, std::shared_ptr<ShardReader> reader) const;
+
   mutable std::mutex mutex_;
   mutable std::vector<std::shared_ptr<ShardReader>> readers_;
+  mutable std::list<size_t> recently_used_;  // open shards, most recent first
+  mutable std::vector<std::list<size_t>::iterator> place_in_recent_;
+  mutable IndexUse index_use_;
 };
 
 }  // namespace zerowait

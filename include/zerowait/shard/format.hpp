@@ -128,6 +128,8 @@ struct ShardIndex {
   }
   // Returns the id of `name`, adding it when new (writer side).
   uint32_t intern_name(std::string_view name);
+  // The heap memory this index holds (what a dataset's index budget counts).
+  uint64_t memory_bytes() const;
 
   // Encodes the index region.
   std::string serialize() const;

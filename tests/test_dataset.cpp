@@ -44,6 +44,39 @@ TEST(Dataset, OpensManifestDirectoryShardAndShardDirectory) {
   EXPECT_EQ((*one)->shard_count(), 1u);
 }
 
+// WebDataset-style shard lists: a zero-padded range and alternatives, in the order written.
+TEST(Dataset, OpensABraceListOfShards) {
+  TempDir dir;
+  make_dataset(dir, 40000);
+  auto whole = Dataset::open(dir / "ds");
+  ASSERT_TRUE(whole.is_ok());
+  const size_t shards = (*whole)->shard_count();
+  ASSERT_GE(shards, 3u);
+  auto all =
+      Dataset::open(dir / ("ds/shard-{000000..00000" + std::to_string(shards - 1) + "}.zws"));
+  ASSERT_TRUE(all.is_ok()) << all.status().to_string();
+  ASSERT_EQ((*all)->size(), 30u);
+  for (uint64_t i = 0; i < 30; ++i) EXPECT_EQ((*all)->read(i)->buffer, (*whole)->read(i)->buffer);
+
+  auto two = Dataset::open(dir / "ds/shard-00000{2,0}.zws");
+  ASSERT_TRUE(two.is_ok()) << two.status().to_string();
+  ASSERT_EQ((*two)->shard_count(), 2u);
+  EXPECT_EQ((*two)->shard_path(0), dir / "ds/shard-000002.zws");
+  EXPECT_EQ((*two)->shard_path(1), dir / "ds/shard-000000.zws");
+
+  for (const std::string bad :
+       {"ds/shard-{000003..000001}.zws", "ds/shard-{a..c}.zws", "ds/shard-{000000..000001.zws"}) {
+    auto refused = Dataset::open(dir / bad);
+    EXPECT_EQ(refused.status().code(), ErrorCode::kInvalidArgument) << bad;
+    EXPECT_NE(refused.status().message().find(bad), std::string::npos)
+        << refused.status().message();
+  }
+  auto missing = Dataset::open(dir / "ds/shard-{000000..000099}.zws");
+  EXPECT_EQ(missing.status().code(), ErrorCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("shard-0000"), std::string::npos)
+      << missing.status().message();
+}
+
 TEST(Dataset, ShardChangedAfterPackingIsNamed) {
   TempDir dir;
   make_dataset(dir);

@@ -25,9 +25,76 @@ std::string remote_manifest_url(std::string url) {
   return url + "/" + format::kManifestName;
 }
 
+// WebDataset's shard lists: "shard-{000000..000099}.tar" (a numeric range, zero-padded to the
+// width its bounds are written with) and "{train,val}/x.tar" (alternatives), any number of
+// groups, expanded left to right. Patterns without braces expand to themselves.
+constexpr size_t kMaxExpandedPaths = 1000000;
+
+Status expand_braces(const std::string& pattern, std::vector<std::string>* out) {
+  const size_t open = pattern.find('{');
+  if (open == std::string::npos) {
+    if (out->size() >= kMaxExpandedPaths) {
+      return invalid_argument("shard list '" + pattern + "' names more than " +
+                              std::to_string(kMaxExpandedPaths) + " shards");
+    }
+    out->push_back(pattern);
+    return Status::ok();
+  }
+  const size_t close = pattern.find('}', open);
+  if (close == std::string::npos) {
+    return invalid_argument("shard list '" + pattern + "' has a '{' without its '}'");
+  }
+  const std::string body = pattern.substr(open + 1, close - open - 1);
+  const std::string head = pattern.substr(0, open), tail = pattern.substr(close + 1);
+  std::vector<std::string> choices;
+  if (const size_t dots = body.find(".."); dots != std::string::npos) {
+    const std::string first = body.substr(0, dots), last = body.substr(dots + 2);
+    const bool digits = !first.empty() && !last.empty() &&
+                        first.find_first_not_of("0123456789") == std::string::npos &&
+                        last.find_first_not_of("0123456789") == std::string::npos &&
+                        first.size() <= 18 && last.size() <= 18;
+    if (!digits || std::stoull(first) > std::stoull(last)) {
+      return invalid_argument("shard list '" + pattern + "': {" + body +
+                              "} is not a range of numbers from low to high, like {000..099}");
+    }
+    const size_t width = first.size() == last.size() ? first.size() : 0;
+    for (uint64_t n = std::stoull(first), end = std::stoull(last); n <= end; ++n) {
+      std::string number = std::to_string(n);
+      if (number.size() < width) number.insert(0, width - number.size(), '0');
+      choices.push_back(std::move(number));
+      if (choices.size() > kMaxExpandedPaths) break;
+    }
+  } else {
+    for (size_t start = 0;;) {
+      const size_t comma = body.find(',', start);
+      choices.push_back(body.substr(start, comma - start));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  for (const std::string& choice : choices) {
+    ZW_RETURN_IF_ERROR(expand_braces(head + choice + tail, out));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<std::shared_ptr<Dataset>> Dataset::open(const std::string& path, DatasetOptions options) {
+  if (path.find('{') != std::string::npos) {
+    std::vector<std::string> shards;
+    ZW_RETURN_IF_ERROR(expand_braces(path, &shards));
+    std::shared_ptr<Dataset> ds(new Dataset());
+    ds->path_ = path;
+    ds->options_ = std::move(options);
+    for (const std::string& shard : shards) {
+      if (!internal::is_remote_url(shard)) {
+        ZW_RETURN_IF_ERROR(internal::require_local_path(shard, "dataset"));
+      }
+    }
+    ZW_RETURN_IF_ERROR(ds->add_shard_paths(shards, /*from_manifest=*/false));
+    return ds;
+  }
   if (internal::is_remote_url(path)) return open_remote(path, std::move(options));
   ZW_RETURN_IF_ERROR(internal::require_local_path(path, "dataset"));
   std::shared_ptr<Dataset> ds(new Dataset());

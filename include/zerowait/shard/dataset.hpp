@@ -45,7 +45,8 @@ class Dataset {
   // Or an http(s):// or s3://BUCKET/KEY URL of a manifest.json, of a folder (prefix) holding
   // one, or of a single .zws: the manifest comes with one GET (no listing), and shards are read
   // with ranged GETs (docs/remote.md). s3:// takes its settings from the environment and the AWS
-  // config files, as the AWS SDKs do.
+  // config files, as the AWS SDKs do. Or a brace list of shards, local or remote, as WebDataset
+  // writes them: "shard-{000000..000099}.tar", "{train,extra}/shard-0.zws" (each opened at once).
   static Result<std::shared_ptr<Dataset>> open(const std::string& path,
                                                DatasetOptions options = {});
 

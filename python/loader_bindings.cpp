@@ -283,12 +283,17 @@ zerowait.RandomResizedCrop(...) or zerowait.CenterCrop(...).
       .def(py::init(&make_loader), py::arg("path"), py::arg("options"))
       .def(
           "next",
-          [](Loader& loader) -> py::object {
-            std::shared_ptr<Batch> b = value_or_throw(without_gil([&] { return loader.next(); }));
+          [](Loader& loader, std::optional<double> timeout_s) -> py::object {
+            const Deadline deadline =
+                timeout_s ? Deadline::after(internal::from_seconds(*timeout_s)) : Deadline::none();
+            std::shared_ptr<Batch> b =
+                value_or_throw(without_gil([&] { return loader.next(deadline); }));
             if (b == nullptr) return py::none();
             return batch_arrays(std::move(b));
           },
-          "The next batch as a dict of numpy arrays, or None at the end of the epoch.")
+          py::arg("timeout_s") = py::none(),
+          "The next batch as a dict of numpy arrays, or None at the end of the epoch; "
+          "DeadlineExceededError after timeout_s seconds without one (nothing is lost).")
       .def("remaining_batches", &Loader::remaining_batches)
       .def("batches_per_epoch", &Loader::batches_per_epoch)
       .def_property_readonly("epoch", &Loader::epoch)

@@ -628,6 +628,32 @@ TEST_F(LoaderTest, AHungReadIsNamedByTheWatchdogAndNothingIsLost) {
   for (const auto& [index, times] : seen) ASSERT_EQ(times, 1) << "sample " << index;
 }
 
+// next() with a timeout never blocks past it: with every read slowed, the first call gives up
+// at its deadline naming what the workers are doing, and the batch is not lost — later calls
+// deliver the whole epoch, each sample once.
+TEST_F(LoaderTest, NextWithATimeoutReturnsByItAndLosesNothing) {
+  auto faults = std::make_shared<ReadFaults>();
+  auto loader = make_loader(dir_.path(), base_options(), through(faults));
+  {
+    std::lock_guard<std::mutex> lock(faults->mutex);
+    faults->delay = std::chrono::milliseconds(400);
+  }
+  auto first = loader->next(Deadline::after(std::chrono::milliseconds(50)));
+  ASSERT_FALSE(first.is_ok());
+  EXPECT_EQ(first.status().code(), ErrorCode::kDeadlineExceeded) << first.status().to_string();
+  EXPECT_NE(first.status().message().find("timeout given to next()"), std::string::npos)
+      << first.status().to_string();
+  // An error, not the batch: the call did not wait for the 400 ms read.
+  {
+    std::lock_guard<std::mutex> lock(faults->mutex);
+    faults->delay = std::chrono::milliseconds(0);
+  }
+  const EpochOutcome rest = drain_epoch(*loader);
+  EXPECT_TRUE(rest.errors.empty()) << rest.errors[0].to_string();
+  EXPECT_EQ(rest.seen.size(), 396u);
+  for (const auto& [index, times] : rest.seen) ASSERT_EQ(times, 1) << "sample " << index;
+}
+
 // ---- Autotune --------------------------------------------------------------------------------
 
 // Reads that take 2 ms each keep a consumer that does nothing waiting on every batch: autotune

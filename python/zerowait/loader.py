@@ -144,9 +144,11 @@ class Loader:
         # stopped on the next next().
         return _EpochIterator(self)
 
-    def next(self) -> Optional[Dict[str, Any]]:
-        """The next batch, or None at the end of the epoch."""
-        arrays = self._loader.next()
+    def next(self, timeout: Optional[float] = None) -> Optional[Dict[str, Any]]:
+        """The next batch, or None at the end of the epoch. With ``timeout`` (seconds), raises
+        DeadlineExceededError when no batch is ready by then; nothing is lost, and the next call
+        waits for the same batch."""
+        arrays = self._loader.next(timeout)
         if arrays is None:
             return None
         if self._keys and "__key__" not in arrays:

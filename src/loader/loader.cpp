@@ -284,11 +284,11 @@ uint64_t Loader::batches_per_epoch() const {
   return RankPartition::count_batches(impl_->dataset->size(), 0, impl_->partition_options());
 }
 
-Result<std::shared_ptr<Batch>> Loader::next() {
+Result<std::shared_ptr<Batch>> Loader::next(Deadline deadline) {
   Impl& impl = *impl_;
   if (impl.closed) return Status(ErrorCode::kCancelled, "the loader is closed");
   if (impl.run == nullptr) impl.start_run();
-  Result<std::shared_ptr<Batch>> batch = impl.run->next();
+  Result<std::shared_ptr<Batch>> batch = impl.run->next(deadline);
   if (batch.is_ok() && batch.value() == nullptr) {
     // End of the epoch. The run goes on: the next epoch's first batches are being prepared.
     impl.run->finish_epoch();

@@ -69,7 +69,7 @@ void LoaderRun::finish_epoch() {
   segments_.pop_front();
 }
 
-Result<std::shared_ptr<Batch>> LoaderRun::next() {
+Result<std::shared_ptr<Batch>> LoaderRun::next(Deadline deadline) {
   const auto wait_start = SteadyClock::now();
   std::unique_lock<std::mutex> lock(pool_->mutex());
   const Position here = position_locked();
@@ -90,7 +90,14 @@ Result<std::shared_ptr<Batch>> LoaderRun::next() {
                         ". Drop those references, keep a copy of what you need (.clone()), or "
                         "raise memory_budget");
     }
-    pool_->changed().wait_for(lock, std::chrono::milliseconds(100));
+    if (deadline.passed()) {
+      return Status(ErrorCode::kDeadlineExceeded,
+                    "no batch arrived within the timeout given to next() (nothing is lost: the "
+                    "next call waits for the same batch); " +
+                        stuck_report());
+    }
+    pool_->changed().wait_until(
+        lock, std::min(deadline.at, SteadyClock::now() + std::chrono::milliseconds(100)));
     if (finished_ != finished_seen) {
       finished_seen = finished_;
       last_progress = SteadyClock::now();

@@ -73,7 +73,7 @@ class LoaderRun {
   // The next batch in order, or nullptr once the consumer's epoch is taken. Errors as
   // Loader::next() describes them: a corrupt sample's error comes before its batch (one call
   // each), a read error replaces its batch, kResourceExhausted and kDeadlineExceeded lose nothing.
-  Result<std::shared_ptr<Batch>> next();
+  Result<std::shared_ptr<Batch>> next(Deadline deadline);
 
   void set_limits(unsigned threads, unsigned prefetch);
   unsigned active_threads() const { return active_threads_; }

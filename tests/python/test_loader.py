@@ -105,6 +105,14 @@ def test_state_dict_resumes_exactly_also_with_another_world_size(image_dataset, 
     assert sorted(seen) == list(range(48))
 
 
+def test_next_takes_a_timeout(image_dataset):
+    """The wiring of next(timeout=): a batch that is ready in time is returned as without one
+    (the C++ tests stall reads to show the timeout firing and nothing lost)."""
+    plain = zerowait.Loader(image_dataset, batch_size=4, seed=3, output="numpy")
+    timed = zerowait.Loader(image_dataset, batch_size=4, seed=3, output="numpy")
+    assert (timed.next(timeout=60.0)["__index__"] == plain.next()["__index__"]).all()
+
+
 def test_load_state_dict_refuses_another_seed(image_dataset):
     state = zerowait.Loader(image_dataset, seed=1).state_dict()
     with pytest.raises(zerowait.InvalidArgumentError, match="seed"):

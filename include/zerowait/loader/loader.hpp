@@ -200,7 +200,10 @@ class Loader {
   //   and the columns Batch::view()s hold), or kDeadlineExceeded when no batch finished within
   //   read_timeout + 5 s (naming what each worker is blocked reading): nothing is lost, a later
   //   call waits for that batch again (it arrives, or fails as a read past its deadline).
-  Result<std::shared_ptr<Batch>> next();
+  // - kDeadlineExceeded when `deadline` passes before the batch is ready (naming what each
+  //   worker is doing): nothing is lost, the next call waits for the same batch. A training loop
+  //   that must never block longer than it can afford passes one.
+  Result<std::shared_ptr<Batch>> next(Deadline deadline = Deadline::none());
 
   // Moves to the beginning of `epoch` (prepared batches are dropped), unless the loader already
   // stands in `epoch`: then its position is kept, so calling set_epoch at the top of every epoch

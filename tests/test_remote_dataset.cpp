@@ -204,7 +204,7 @@ class S3DatasetTest : public RemoteDatasetTest {
 TEST_F(S3DatasetTest, OpensThroughItsManifestAndLoadsTheSameBatchesAsTheLocalCopy) {
   auto local = Dataset::open(dir_ / "ds");
   ASSERT_TRUE(local.is_ok());
-  for (const std::string where : {url("team/ds"), url("team/ds/"), url("team/ds/manifest.json")}) {
+  for (const std::string& where : {url("team/ds"), url("team/ds/"), url("team/ds/manifest.json")}) {
     auto remote = Dataset::open(where);
     ASSERT_TRUE(remote.is_ok()) << where << ": " << remote.status().to_string();
     ASSERT_EQ((*remote)->size(), 120u);

@@ -262,18 +262,7 @@ class RestoreNewestTest : public ::testing::Test {
 
   Result<RestoredStep> restore(StorageTarget& primary, StorageTarget* mirror,
                                RestoreNewestOptions options, RestoreOptions read = {}) {
-    restored_.clear();
-    return restore_newest(primary, mirror, options, [&](const StepCopy& copy) {
-      restored_.clear();
-      std::vector<TensorRead> reads;
-      for (const StoredTensor& t : copy.manifest->tensors) {
-        restored_.emplace_back(t.nbytes / sizeof(float));
-      }
-      for (size_t i = 0; i < restored_.size(); ++i) {
-        reads.push_back({i, reinterpret_cast<std::byte*>(restored_[i].data())});
-      }
-      return read_tensors(*copy.target, *copy.manifest, reads, read);
-    });
+    return testing::restore_newest_into(primary, mirror, options, &restored_, read);
   }
 
   TempDir local_dir_;

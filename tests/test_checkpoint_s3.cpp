@@ -42,20 +42,6 @@ class S3CheckpointTest : public ::testing::Test {
     return target.is_ok() ? *target : nullptr;
   }
 
-  // Every tensor of the newest step the tiers hold, read through restore_newest as load() does.
-  Result<RestoredStep> restore(StorageTarget& primary, StorageTarget* mirror,
-                               std::vector<std::vector<float>>* out) {
-    return restore_newest(primary, mirror, {}, [&](const StepCopy& copy) {
-      out->clear();
-      std::vector<TensorRead> reads;
-      for (const StoredTensor& t : copy.manifest->tensors) out->emplace_back(t.nbytes / 4);
-      for (size_t i = 0; i < out->size(); ++i) {
-        reads.push_back({i, reinterpret_cast<std::byte*>((*out)[i].data())});
-      }
-      return read_tensors(*copy.target, *copy.manifest, reads);
-    });
-  }
-
   std::unique_ptr<internal::S3Client> client_;
   std::string bucket_;
 };
@@ -98,7 +84,7 @@ TEST_F(S3CheckpointTest, AStepMirroredToTheBucketRestoresExactlyOnceTheLocalCopy
   auto empty_local = make_local_directory_target(local_dir.path());
   ASSERT_TRUE(empty_local->create_directory("").is_ok());
   std::vector<std::vector<float>> restored;
-  auto r = restore(*empty_local, mirror.get(), &restored);
+  auto r = testing::restore_newest_into(*empty_local, mirror.get(), {}, &restored);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_EQ(r->step, 2u);
   EXPECT_EQ(r->tier, Tier::kMirror);
@@ -153,7 +139,7 @@ TEST_F(S3CheckpointTest, AStepWhoseCommitRecordNeverArrivedDoesNotCount) {
   }
   EXPECT_EQ(list_steps(*target).value(), std::vector<uint64_t>{1});
   std::vector<std::vector<float>> restored;
-  auto r = restore(*target, nullptr, &restored);
+  auto r = testing::restore_newest_into(*target, nullptr, {}, &restored);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_EQ(r->step, 1u);
   EXPECT_EQ(restored, state.values);

@@ -50,16 +50,30 @@ std::vector<std::vector<float>> read_all(StorageTarget& target, uint64_t step, u
   EXPECT_TRUE(manifest.is_ok()) << manifest.status().to_string();
   if (!manifest.is_ok()) return {};
   std::vector<std::vector<float>> out;
-  std::vector<TensorRead> reads;
-  for (size_t i = 0; i < manifest.value().tensors.size(); ++i) {
-    out.emplace_back(manifest.value().tensors[i].nbytes / sizeof(float));
-  }
-  for (size_t i = 0; i < out.size(); ++i) {
-    reads.push_back({i, reinterpret_cast<std::byte*>(out[i].data()), /*fresh=*/true});
-  }
-  Status s = read_tensors(target, manifest.value(), reads, options);
+  Status s = read_every_tensor(target, manifest.value(), &out, options, /*fresh=*/true);
   EXPECT_TRUE(s.is_ok()) << s.to_string();
   return out;
+}
+
+Status read_every_tensor(StorageTarget& target, const RankManifest& manifest,
+                         std::vector<std::vector<float>>* out, RestoreOptions options, bool fresh) {
+  out->clear();
+  std::vector<TensorRead> reads;
+  for (const StoredTensor& t : manifest.tensors) out->emplace_back(t.nbytes / sizeof(float));
+  for (size_t i = 0; i < out->size(); ++i) {
+    reads.push_back({i, reinterpret_cast<std::byte*>((*out)[i].data()), fresh});
+  }
+  return read_tensors(target, manifest, reads, options);
+}
+
+Result<RestoredStep> restore_newest_into(StorageTarget& primary, StorageTarget* mirror,
+                                         const RestoreNewestOptions& options,
+                                         std::vector<std::vector<float>>* out,
+                                         RestoreOptions read) {
+  out->clear();
+  return restore_newest(primary, mirror, options, [&](const StepCopy& copy) {
+    return read_every_tensor(*copy.target, *copy.manifest, out, read);
+  });
 }
 
 SaveResult save_and_wait(Checkpointer& cp, const SaveRequest& request) {

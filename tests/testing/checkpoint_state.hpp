@@ -29,6 +29,17 @@ struct TrainingState {
 // failure and returns what was read so far).
 std::vector<std::vector<float>> read_all(StorageTarget& target, uint64_t step, uint32_t rank = 0,
                                          RestoreOptions options = {});
+// Every tensor of `manifest` read from `target` as floats into `out` (replaced), through
+// read_tensors; `fresh` tells it the buffers are newly allocated.
+Status read_every_tensor(StorageTarget& target, const RankManifest& manifest,
+                         std::vector<std::vector<float>>* out, RestoreOptions options = {},
+                         bool fresh = false);
+// restore_newest, reading every tensor of the copy it settles on into `out` (as Python's load()
+// would): what the restore tests compare with the state they saved.
+Result<RestoredStep> restore_newest_into(StorageTarget& primary, StorageTarget* mirror,
+                                         const RestoreNewestOptions& options,
+                                         std::vector<std::vector<float>>* out,
+                                         RestoreOptions read = {});
 SaveResult save_and_wait(Checkpointer& cp, const SaveRequest& request);
 std::unique_ptr<Checkpointer> open_or_die(std::shared_ptr<StorageTarget> target,
                                           CheckpointOptions options = {});

@@ -1,5 +1,6 @@
-// `zerowait pack SRC... -o OUT_DIR [--part I/N]`: small files, ImageFolder trees and WebDataset
-// tars into shards plus a manifest; with --part, one of N parts packed on N machines.
+// `zerowait pack SRC... -o OUT_DIR|s3://BUCKET/PREFIX [--part I/N]`: small files, ImageFolder
+// trees and WebDataset tars into shards plus a manifest; with --part, one of N parts packed on N
+// machines.
 #include "zerowait/shard/pack.hpp"
 
 #include <filesystem>
@@ -118,9 +119,14 @@ Command add_pack_command(CLI::App& app) {
       ->type_name("PATH")
       ->required()
       ->check(CLI::ExistingPath);
-  cmd->add_option("-o,--output", o.out_dir, "Output directory for the shards and manifest.json")
+  cmd->add_option("-o,--output", o.out_dir,
+                  "Output directory, or s3://BUCKET/PREFIX, for the shards and manifest.json")
       ->type_name("OUT_DIR")
       ->required();
+  cmd->add_option("--tmp", o.tmp_dir,
+                  "With an s3:// output: where each shard waits for its upload (about two "
+                  "shards of space; default $TMPDIR, else /tmp)")
+      ->type_name("DIR");
   cmd->add_flag("--imagefolder", o.imagefolder,
                 "SRC is an ImageFolder tree: CLASS/NAME.ext -> fields ext and cls");
   add_size_option(cmd, "--shard-size", &o.shard_size, "Close a shard once it reaches this size");
@@ -149,10 +155,15 @@ Command add_pack_command(CLI::App& app) {
       "ranges of about equal bytes (whole samples; a tar file is never split), so N machines\n"
       "with the same command line and input pack all of it once; ImageFolder class ids come\n"
       "from the whole input. `zerowait merge OUT_DIR` then writes OUT_DIR/manifest.json.\n"
+      "With -o s3://BUCKET/PREFIX each shard is uploaded as soon as it is complete, under a\n"
+      "hash-named key prefix (PREFIX/3f2a/shard-000042.zws) that spreads the request load, and\n"
+      "manifest.json last; credentials and endpoint come from AWS_* variables or ~/.aws as for\n"
+      "the AWS CLI. --part cannot be combined with an s3:// output.\n"
       "\n"
       "Examples:\n"
       "  zerowait pack ~/data/imagenet/train -o /fast/train --imagefolder --shard-size 512M\n"
       "  zerowait pack shards/train-000*.tar -o /fast/train --json\n"
+      "  zerowait pack ~/data/imagenet/train -o s3://my-bucket/imagenet/train --imagefolder\n"
       "  zerowait pack /data/train -o /shared/train --imagefolder \\\n"
       "      --part $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT   # in each array task\n"
       "  zerowait merge /shared/train                           # after the last one");

@@ -14,7 +14,6 @@
 //   writers publishing the same new directory at once are not refused atomically; each run
 //   therefore needs its own prefix (as it needs its own directory today).
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,6 +26,7 @@
 #include "checkpoint/checkpoint_manifest.hpp"
 #include "common/file.hpp"
 #include "io/remote/remote_object.hpp"
+#include "io/remote/s3_upload.hpp"
 #include "zerowait/checkpoint/storage_target.hpp"
 
 namespace zerowait {
@@ -41,9 +41,6 @@ using namespace std::chrono_literals;
 // ends a transfer that stops moving long before the latter.
 constexpr auto kRequestTimeout = 60s;
 constexpr auto kTransferTimeout = 30min;
-constexpr uint64_t kMultipartFrom = 64ull << 20;
-constexpr uint64_t kPartBytes = 16ull << 20;
-constexpr unsigned kUploadThreads = 4;
 constexpr uint64_t kMaxCopyBytes = 5ull << 30;  // S3's limit for one CopyObject
 
 Deadline request_deadline() { return Deadline::after(kRequestTimeout); }
@@ -75,18 +72,8 @@ class S3WritableFile final : public WritableFile {
   Status upload() {
     std::lock_guard<std::mutex> lock(mutex_);
     if (uploaded_) return Status::ok();
-    const std::string what = "s3://" + bucket_ + "/" + key_;
-    void* mapped = nullptr;
-    if (size_ > 0) {
-      mapped = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, spool_.fd(), 0);
-      if (mapped == MAP_FAILED) return errno_status(errno, "cannot map the spool of", what);
-    }
-    const std::string_view body(static_cast<const char*>(mapped), size_);
-    Status status = size_ >= kMultipartFrom
-                        ? client_->put_multipart(bucket_, key_, body, kPartBytes, kUploadThreads,
-                                                 Deadline::after(kTransferTimeout))
-                        : client_->put(bucket_, key_, body, Deadline::after(kTransferTimeout));
-    if (mapped != nullptr) ::munmap(mapped, size_);
+    Status status = internal::upload_file_to_s3(*client_, bucket_, key_, spool_.fd(), size_,
+                                                Deadline::after(kTransferTimeout));
     uploaded_ = status.is_ok();
     return status;
   }

@@ -22,7 +22,12 @@ struct PackProgress {
 
 struct PackOptions {
   std::vector<std::string> sources;  // directories, .tar, .tar.gz / .tgz files
+  // A local directory, or s3://BUCKET/PREFIX: shards are then uploaded one by one as they are
+  // finished, under hash-named key prefixes (PREFIX/3f2a/shard-000042.zws), and the manifest last.
   std::string out_dir;
+  // s3:// output only: where each shard is written before its upload (about two shards of local
+  // space); empty: $TMPDIR, else /tmp.
+  std::string tmp_dir;
   uint64_t shard_size = 256ull << 20;  // a shard is closed once it reaches this many bytes
   unsigned threads = 0;                // file readers; 0 = number of CPUs
   bool align = false;                  // 4 KiB-align every sample
@@ -66,6 +71,9 @@ struct PackReport {
 // kIo for reads and writes (a full disk), never a partially published dataset.
 // With part_count > 1 the same holds for the part directory; out_dir/manifest.json (a merged
 // dataset the part would change) is refused, or removed first with `overwrite`.
+// To s3://: the same contract on the prefix (its manifest.json is uploaded last, so a failed pack
+// leaves none); errors name the bucket and key. Credentials and endpoint come from the
+// environment and AWS files (docs/remote.md); --part to s3:// is kUnsupported.
 Result<PackReport> pack(const PackOptions& options);
 
 // Parses `--part I/N`: two decimal integers with 0 <= I < N. kInvalidArgument quoting `text`.

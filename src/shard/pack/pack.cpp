@@ -13,9 +13,11 @@
 #include "common/clock.hpp"
 #include "common/file.hpp"
 #include "common/path_check.hpp"
+#include "io/remote/remote_object.hpp"
 #include "shard/pack/image_check.hpp"
 #include "shard/pack/pack_part.hpp"
 #include "shard/pack/pack_plan.hpp"
+#include "shard/pack/s3_pack_output.hpp"
 #include "shard/pack/shard_set_writer.hpp"
 #include "shard/tar/tar_stream.hpp"
 #include "zerowait/shard/format.hpp"
@@ -178,14 +180,15 @@ class OrderedLoader {
 // Everything one pack run accumulates while writing.
 class PackRun {
  public:
-  // Writes into `dir`: options.out_dir, or its part directory. `earlier_keys` were packed by
-  // earlier parts: a sample with one of them is a duplicate.
-  PackRun(const PackOptions& options, const std::string& dir, uint64_t files_total,
-          uint64_t bytes_total, std::unordered_set<std::string> earlier_keys)
+  // Publishes shards through `destination` (which must outlive the run); `sync_shards` fsyncs
+  // each one. `earlier_keys` were packed by earlier parts: a sample with one of them is a
+  // duplicate.
+  PackRun(const PackOptions& options, internal::ShardDestination& destination, bool sync_shards,
+          uint64_t files_total, uint64_t bytes_total, std::unordered_set<std::string> earlier_keys)
       : options_(options),
         mode_(options.verify_images ? internal::ImageCheck::kDecode
                                     : internal::ImageCheck::kHeader),
-        writer_(dir, options.shard_size, {options.align, options.sync}),
+        writer_(destination, options.shard_size, {options.align, sync_shards}),
         keys_(std::move(earlier_keys)) {
     progress_.files_total = files_total;
     progress_.bytes_total = bytes_total;
@@ -299,13 +302,13 @@ Status pack_tar(const std::string& archive, PackRun* run) {
   return flush();
 }
 
-Status write_quarantine(const std::string& path, const std::vector<QuarantineEntry>& entries,
-                        bool sync) {
+// The text of quarantine.json.
+std::string quarantine_json(const std::vector<QuarantineEntry>& entries) {
   nlohmann::ordered_json j;
   j["count"] = entries.size();
   j["entries"] = nlohmann::ordered_json::array();
   for (const auto& q : entries) j["entries"].push_back({{"path", q.path}, {"reason", q.reason}});
-  return internal::write_file_atomic(path, j.dump(1) + "\n", sync);
+  return j.dump(1) + "\n";
 }
 
 // Makes `dir` ready: created if missing; an existing dataset is refused unless overwriting, in
@@ -343,6 +346,54 @@ void remove_stale_shards(const std::string& dir, const std::vector<ManifestShard
   }
 }
 
+// Packs every source of `plan` through `run` and returns the manifest of the shards, all
+// published once this returns.
+Result<Manifest> write_shards(const internal::PackPlan& plan, const PackOptions& options,
+                              PackRun& run) {
+  const unsigned threads =
+      options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+  run.report().ignored = plan.ignored;
+  for (const auto& source : plan.sources) {
+    ZW_RETURN_IF_ERROR(source.is_tar ? pack_tar(source.source, &run)
+                                     : pack_directory(source, threads, &run));
+  }
+  ZW_RETURN_IF_ERROR(run.writer().finish());
+  Manifest manifest;
+  manifest.samples = run.writer().samples();
+  manifest.aligned = options.align;
+  manifest.fields.assign(run.writer().field_names().begin(), run.writer().field_names().end());
+  manifest.classes = plan.classes;
+  manifest.shards = run.writer().shards();
+  for (const auto& s : manifest.shards) manifest.bytes += s.bytes;
+  return manifest;
+}
+
+PackReport finish_report(PackRun& run, const Manifest& manifest, std::string manifest_path,
+                         std::chrono::steady_clock::time_point start) {
+  PackReport report = std::move(run.report());
+  report.manifest_path = std::move(manifest_path);
+  report.samples = manifest.samples;
+  report.shards = manifest.shards.size();
+  report.bytes_out = manifest.bytes;
+  report.seconds = internal::seconds_since(start);
+  return report;
+}
+
+// `pack -o s3://BUCKET/PREFIX`: shards are uploaded as they are finished, the manifest last.
+Result<PackReport> pack_to_s3(const internal::PackPlan& plan, const PackOptions& options,
+                              std::chrono::steady_clock::time_point start) {
+  ZW_ASSIGN_OR_RETURN(auto output, internal::S3PackOutput::open(options.out_dir, options.tmp_dir,
+                                                                options.overwrite));
+  // Spooled shards need no fsync: the upload, checked by the server, is what makes them durable.
+  PackRun run(options, *output, /*sync_shards=*/false, plan.files, plan.bytes, {});
+  ZW_ASSIGN_OR_RETURN(Manifest manifest, write_shards(plan, options, run));
+  ZW_RETURN_IF_ERROR(
+      output->put_file(format::kQuarantineName, quarantine_json(run.report().quarantined)));
+  ZW_RETURN_IF_ERROR(output->put_file(format::kManifestName, manifest.to_json()));
+  output->remove_stale_shards(manifest.shards);
+  return finish_report(run, manifest, output->url(format::kManifestName), start);
+}
+
 }  // namespace
 
 Result<PackReport> pack(const PackOptions& options) {
@@ -352,9 +403,18 @@ Result<PackReport> pack(const PackOptions& options) {
   for (const std::string& source : options.sources) {
     ZW_RETURN_IF_ERROR(internal::require_local_path(source, "pack input"));
   }
-  ZW_RETURN_IF_ERROR(internal::require_local_path(options.out_dir, "pack output"));
+  const bool to_s3 = internal::is_s3_url(options.out_dir);
+  if (!to_s3) ZW_RETURN_IF_ERROR(internal::require_local_path(options.out_dir, "pack output"));
   ZW_RETURN_IF_ERROR(internal::check_part(options.part_index, options.part_count));
+  if (to_s3 && options.part_count > 1) {
+    return unsupported("pack --part cannot write to '" + options.out_dir +
+                       "': parts are joined by `zerowait merge`, which works on local "
+                       "directories only; pack the parts to a shared filesystem, or pack the "
+                       "whole input to s3:// without --part");
+  }
   ZW_ASSIGN_OR_RETURN(internal::PackPlan plan, internal::plan_pack(options));
+  if (to_s3) return pack_to_s3(plan, options, start);
+
   std::string dir = options.out_dir;
   internal::PartPlan part;
   if (options.part_count > 1) {
@@ -364,39 +424,20 @@ Result<PackReport> pack(const PackOptions& options) {
     dir += "/" + pack_part_dir_name(options.part_index, options.part_count);
   }
   ZW_RETURN_IF_ERROR(prepare_out_dir(dir, options));
-  const unsigned threads =
-      options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
-
-  PackRun run(options, dir, plan.files, plan.bytes, std::move(part.earlier_keys));
-  run.report().ignored = plan.ignored;
-  for (const auto& source : plan.sources) {
-    ZW_RETURN_IF_ERROR(source.is_tar ? pack_tar(source.source, &run)
-                                     : pack_directory(source, threads, &run));
-  }
-  ZW_RETURN_IF_ERROR(run.writer().finish());
-
-  PackReport report = std::move(run.report());
-  Manifest manifest;
-  manifest.samples = run.writer().samples();
-  manifest.aligned = options.align;
-  manifest.fields.assign(run.writer().field_names().begin(), run.writer().field_names().end());
-  manifest.classes = plan.classes;
-  manifest.shards = run.writer().shards();
-  for (const auto& s : manifest.shards) manifest.bytes += s.bytes;
+  internal::DirectoryShardDestination destination(dir, options.sync);
+  PackRun run(options, destination, options.sync, plan.files, plan.bytes,
+              std::move(part.earlier_keys));
+  ZW_ASSIGN_OR_RETURN(Manifest manifest, write_shards(plan, options, run));
   if (options.part_count > 1) {
     manifest.part = ManifestPart{options.part_index, options.part_count, part.input};
   }
-  ZW_RETURN_IF_ERROR(
-      write_quarantine(dir + "/" + format::kQuarantineName, report.quarantined, options.sync));
-  report.manifest_path = dir + "/" + format::kManifestName;
-  ZW_RETURN_IF_ERROR(manifest.save(report.manifest_path, options.sync));
+  ZW_RETURN_IF_ERROR(internal::write_file_atomic(dir + "/" + format::kQuarantineName,
+                                                 quarantine_json(run.report().quarantined),
+                                                 options.sync));
+  const std::string manifest_path = dir + "/" + format::kManifestName;
+  ZW_RETURN_IF_ERROR(manifest.save(manifest_path, options.sync));
   remove_stale_shards(dir, manifest.shards);
-
-  report.samples = manifest.samples;
-  report.shards = manifest.shards.size();
-  report.bytes_out = manifest.bytes;
-  report.seconds = internal::seconds_since(start);
-  return report;
+  return finish_report(run, manifest, manifest_path, start);
 }
 
 }  // namespace zerowait

@@ -9,6 +9,19 @@
 
 namespace zerowait::internal {
 
+std::string DirectoryShardDestination::spool_path(const std::string& name) {
+  // A leading dot keeps partial shards out of `*.zws` globs and directory scans.
+  return dir_ + "/." + name + ".partial";
+}
+
+Result<std::string> DirectoryShardDestination::publish(const std::string& spool,
+                                                       const std::string& name) {
+  ZW_RETURN_IF_ERROR(rename_file(spool, dir_ + "/" + name));
+  return name;
+}
+
+Status DirectoryShardDestination::finish() { return sync_ ? sync_directory(dir_) : Status::ok(); }
+
 std::string ShardSetWriter::shard_name(size_t number) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "shard-%06zu%s", number, format::kShardExtension);
@@ -26,8 +39,7 @@ Status ShardSetWriter::add_sample(std::string_view key, std::span<const FieldDat
                                   uint64_t checksum) {
   if (current_ && current_->bytes_written() >= shard_size_) ZW_RETURN_IF_ERROR(close_current());
   if (!current_) {
-    // A leading dot keeps partial shards out of `*.zws` globs and directory scans.
-    current_tmp_ = dir_ + "/." + shard_name(shards_.size()) + ".partial";
+    current_tmp_ = destination_.spool_path(shard_name(shards_.size()));
     ZW_ASSIGN_OR_RETURN(ShardWriter w, ShardWriter::create(current_tmp_, options_));
     current_.emplace(std::move(w));
   }
@@ -43,17 +55,16 @@ Status ShardSetWriter::close_current() {
   ZW_ASSIGN_OR_RETURN(ShardSummary summary, current_->finish());
   current_.reset();
   const std::string name = shard_name(shards_.size());
-  ZW_RETURN_IF_ERROR(rename_file(current_tmp_, dir_ + "/" + name));
-  shards_.push_back(
-      {name, summary.samples, summary.file_bytes, format::checksum_hex(summary.index_checksum)});
+  ZW_ASSIGN_OR_RETURN(std::string path, destination_.publish(current_tmp_, name));
+  shards_.push_back({std::move(path), summary.samples, summary.file_bytes,
+                     format::checksum_hex(summary.index_checksum)});
   published_bytes_ += summary.file_bytes;
   return Status::ok();
 }
 
 Status ShardSetWriter::finish() {
   if (current_) ZW_RETURN_IF_ERROR(close_current());
-  if (options_.sync) ZW_RETURN_IF_ERROR(sync_directory(dir_));
-  return Status::ok();
+  return destination_.finish();
 }
 
 uint64_t ShardSetWriter::bytes() const {

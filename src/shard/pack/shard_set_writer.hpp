@@ -1,5 +1,6 @@
-// Writes a sequence of samples into numbered shards of a target size inside one directory:
-// each shard is written under a temporary name and renamed once complete and synced.
+// Writes a sequence of samples into numbered shards of a target size: each shard is written to a
+// local file under a temporary name and handed, once complete, to a ShardDestination that
+// publishes it (renamed into a directory, or uploaded to an object store).
 #pragma once
 
 #include <cstdint>
@@ -16,16 +17,45 @@
 
 namespace zerowait::internal {
 
+// Where finished shards go. Called from the writer thread only.
+class ShardDestination {
+ public:
+  virtual ~ShardDestination() = default;
+  // The local file shard `name` ("shard-000042.zws") is written to until it is complete.
+  virtual std::string spool_path(const std::string& name) = 0;
+  // Publishes the complete file at `spool` (which is the destination's from now on) and returns
+  // the shard's path relative to the dataset root, as the manifest lists it. May return before the
+  // shard is durable; finish() waits for that.
+  virtual Result<std::string> publish(const std::string& spool, const std::string& name) = 0;
+  // Returns once every published shard is durable (or the first error of one that is not).
+  virtual Status finish() = 0;
+};
+
+// Shards in a local directory: written as ".<name>.partial" beside their final name, renamed into
+// place, the directory fsynced by finish() when `sync`.
+class DirectoryShardDestination final : public ShardDestination {
+ public:
+  DirectoryShardDestination(std::string dir, bool sync) : dir_(std::move(dir)), sync_(sync) {}
+  std::string spool_path(const std::string& name) override;
+  Result<std::string> publish(const std::string& spool, const std::string& name) override;
+  Status finish() override;
+
+ private:
+  std::string dir_;
+  bool sync_;
+};
+
 class ShardSetWriter {
  public:
-  ShardSetWriter(std::string dir, uint64_t shard_size, ShardWriterOptions options)
-      : dir_(std::move(dir)), shard_size_(shard_size), options_(options) {}
+  // `destination` must outlive the writer.
+  ShardSetWriter(ShardDestination& destination, uint64_t shard_size, ShardWriterOptions options)
+      : destination_(destination), shard_size_(shard_size), options_(options) {}
   ~ShardSetWriter();  // removes a partial shard left by an error
 
   // Appends a sample, opening a new shard first when the current one reached the target size.
   // `checksum` is ShardWriter::sample_checksum(fields), computed by the caller.
   Status add_sample(std::string_view key, std::span<const FieldData> fields, uint64_t checksum);
-  // Finishes and publishes the last shard.
+  // Publishes the last shard and waits until the destination holds every shard.
   Status finish();
 
   const std::vector<ManifestShard>& shards() const { return shards_; }
@@ -39,7 +69,7 @@ class ShardSetWriter {
  private:
   Status close_current();
 
-  std::string dir_;
+  ShardDestination& destination_;
   uint64_t shard_size_;
   ShardWriterOptions options_;
   std::optional<ShardWriter> current_;

@@ -1,0 +1,248 @@
+// pack() to s3://BUCKET/PREFIX against the real S3 server ctest starts (Ceph RGW,
+// tests/s3/rgw.sh): every shard is uploaded under a hash-named key prefix, byte for byte the
+// shard a local pack writes, and the manifest last, so Dataset::open reads the dataset with no
+// listing and sees the local pack's samples; a large shard goes up in parts; an existing dataset
+// is refused or replaced; a missing bucket, a failing upload and a wrong secret are named and
+// leave no manifest; nothing stays in the spool directory; the command does the same.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "io/remote/s3_client.hpp"
+#include "testing/s3_server.hpp"
+#include "testing/testing.hpp"
+#include "zerowait/shard/dataset.hpp"
+#include "zerowait/shard/format.hpp"
+#include "zerowait/shard/pack.hpp"
+
+namespace zerowait {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using testing::TempDir;
+
+bool is_hex(const std::string& text) {
+  return !text.empty() && text.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+class PackS3Test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto env = testing::test_s3_server_env();
+    if (!env) GTEST_SKIP() << "no S3 server: run through ctest, which starts one (tests/s3/rgw.sh)";
+    env_ = *env;
+    testing::export_test_s3_env(env_);
+    client_ = std::make_unique<internal::S3Client>(testing::test_s3_config(env_),
+                                                   std::make_shared<internal::HttpClient>());
+    bucket_ = testing::unique_bucket_name();
+    ASSERT_TRUE(client_->create_bucket(bucket_, Deadline::after(60s)).is_ok());
+    // 60 samples of two fields over three classes, and one input that is not a JPEG.
+    for (int i = 0; i < 60; ++i) {
+      const std::string stem =
+          dir_ / ("src/class" + std::to_string(i % 3) + "/" + std::to_string(1000 + i));
+      testing::write_file(stem + ".jpg", testing::make_jpeg(32, 24, i));
+      testing::write_file(stem + ".txt", testing::random_bytes(3000 + 97 * i, i));
+    }
+    testing::write_file(dir_ / "src/class1/broken.jpg", "not a jpeg");
+  }
+
+  PackOptions options(const std::string& out_dir) const {
+    PackOptions o;
+    o.sources = {dir_ / "src"};
+    o.out_dir = out_dir;
+    o.shard_size = 24 << 10;  // several shards
+    o.threads = 1;
+    o.sync = false;
+    o.tmp_dir = spool_.path();
+    return o;
+  }
+
+  std::string url(const std::string& key) const { return "s3://" + bucket_ + "/" + key; }
+
+  // Key -> size of every object under `prefix`.
+  std::map<std::string, uint64_t> objects(const std::string& prefix) const {
+    auto listed = client_->list(bucket_, prefix, Deadline::after(60s));
+    EXPECT_TRUE(listed.is_ok()) << listed.status().to_string();
+    std::map<std::string, uint64_t> out;
+    if (listed.is_ok()) {
+      for (const auto& object : *listed) out[object.key] = object.size;
+    }
+    return out;
+  }
+
+  bool spool_is_empty() const { return fs::is_empty(spool_.path()); }
+
+  TempDir dir_;
+  TempDir spool_;
+  std::map<std::string, std::string> env_;
+  std::unique_ptr<internal::S3Client> client_;
+  std::string bucket_;
+};
+
+TEST_F(PackS3Test, ShardsGoUnderHashedPrefixesAndTheDatasetReadsAsTheLocalPack) {
+  auto local_report = pack(options(dir_ / "local"));
+  ASSERT_TRUE(local_report.is_ok()) << local_report.status().to_string();
+  auto report = pack(options(url("team/ds")));
+  ASSERT_TRUE(report.is_ok()) << report.status().to_string();
+  EXPECT_GT(report->shards, 3u);
+  EXPECT_EQ(report->shards, local_report->shards);
+  EXPECT_EQ(report->samples, 60u);
+  EXPECT_EQ(report->bytes_out, local_report->bytes_out);
+  EXPECT_EQ(report->manifest_path, url("team/ds/manifest.json"));
+  ASSERT_EQ(report->quarantined.size(), 1u);
+  EXPECT_TRUE(spool_is_empty()) << "every spooled shard is removed once uploaded";
+
+  // Every shard under PREFIX/<4 hex digits>/, as the manifest lists it, byte for byte the local
+  // pack's shard of the same name; the shards spread over more than one prefix.
+  auto manifest_text = client_->get(bucket_, "team/ds/manifest.json", Deadline::after(60s));
+  ASSERT_TRUE(manifest_text.is_ok()) << manifest_text.status().to_string();
+  auto manifest = Manifest::parse(*manifest_text, "manifest.json");
+  ASSERT_TRUE(manifest.is_ok()) << manifest.status().to_string();
+  auto local_manifest = Manifest::load(dir_ / "local/manifest.json");
+  ASSERT_TRUE(local_manifest.is_ok());
+  ASSERT_EQ(manifest->shards.size(), local_manifest->shards.size());
+  std::set<std::string> keys = {"team/ds/manifest.json", "team/ds/quarantine.json"};
+  std::set<std::string> hash_prefixes;
+  for (size_t i = 0; i < manifest->shards.size(); ++i) {
+    const std::string& path = manifest->shards[i].path;
+    const std::string& local_name = local_manifest->shards[i].path;
+    EXPECT_EQ(path.size(), 5 + local_name.size()) << path;
+    EXPECT_TRUE(is_hex(path.substr(0, 4)) && path[4] == '/' && path.ends_with("/" + local_name))
+        << path;
+    EXPECT_EQ(manifest->shards[i].checksum, local_manifest->shards[i].checksum) << path;
+    hash_prefixes.insert(path.substr(0, 4));
+    keys.insert("team/ds/" + path);
+    auto shard = client_->get(bucket_, "team/ds/" + path, Deadline::after(60s));
+    ASSERT_TRUE(shard.is_ok()) << shard.status().to_string();
+    EXPECT_EQ(*shard, testing::read_file(dir_ / ("local/" + local_name))) << path;
+  }
+  EXPECT_GT(hash_prefixes.size(), 1u);
+  std::set<std::string> listed;
+  for (const auto& [key, size] : objects("team/")) listed.insert(key);
+  EXPECT_EQ(listed, keys);
+
+  // Opened by its prefix (one GET of the manifest), every sample is the local pack's.
+  auto remote = Dataset::open(url("team/ds"));
+  ASSERT_TRUE(remote.is_ok()) << remote.status().to_string();
+  auto local = Dataset::open(dir_ / "local");
+  ASSERT_TRUE(local.is_ok()) << local.status().to_string();
+  ASSERT_EQ((*remote)->size(), 60u);
+  EXPECT_EQ((*remote)->classes(), (*local)->classes());
+  EXPECT_EQ((*remote)->shard_path(0), url("team/ds/" + manifest->shards[0].path));
+  for (uint64_t i = 0; i < 60; ++i) {
+    auto sample = (*remote)->read(i, {.verify = true});
+    ASSERT_TRUE(sample.is_ok()) << i << ": " << sample.status().to_string();
+    EXPECT_EQ(sample->buffer, (*local)->read(i)->buffer) << i;
+  }
+}
+
+TEST_F(PackS3Test, ALargeShardGoesUpInPartsAndReadsBack) {
+  TempDir big;
+  // One sample just over the multipart threshold (64 MiB), so its shard is a multipart upload.
+  const std::string payload = testing::random_bytes((64 << 20) + 12345, 7);
+  testing::write_file(big / "src/huge.bin", payload);
+  PackOptions o = options(url("big"));
+  o.sources = {big / "src"};
+  auto report = pack(o);
+  ASSERT_TRUE(report.is_ok()) << report.status().to_string();
+  ASSERT_EQ(report->shards, 1u);
+  EXPECT_TRUE(spool_is_empty());
+  auto dataset = Dataset::open(url("big/"));
+  ASSERT_TRUE(dataset.is_ok()) << dataset.status().to_string();
+  const std::string key = "big/" + dataset.value()->manifest().shards[0].path;
+  auto head = client_->head(bucket_, key, Deadline::after(60s));
+  ASSERT_TRUE(head.is_ok()) << head.status().to_string();
+  EXPECT_NE(head->etag.find('-'), std::string::npos) << "a multipart ETag: " << head->etag;
+  auto sample = (*dataset)->read(0, {.verify = true});
+  ASSERT_TRUE(sample.is_ok()) << sample.status().to_string();
+  ASSERT_EQ(sample->view.fields.size(), 1u);
+  EXPECT_TRUE(sample->view.fields[0].bytes.size() == payload.size() &&
+              std::memcmp(sample->view.fields[0].bytes.data(), payload.data(), payload.size()) ==
+                  0);
+}
+
+TEST_F(PackS3Test, AnExistingDatasetIsRefusedOrReplacedWithItsStaleShardsGone) {
+  ASSERT_TRUE(pack(options(url("ds"))).is_ok());
+  auto again = pack(options(url("ds")));
+  ASSERT_FALSE(again.is_ok());
+  EXPECT_EQ(again.status().code(), ErrorCode::kAlreadyExists) << again.status().to_string();
+  EXPECT_NE(again.status().message().find(url("ds/manifest.json")), std::string::npos)
+      << again.status().message();
+
+  // Fewer, larger shards replace the old ones: the old shards no manifest lists are removed.
+  PackOptions o = options(url("ds"));
+  o.overwrite = true;
+  o.shard_size = 1 << 20;
+  auto replaced = pack(o);
+  ASSERT_TRUE(replaced.is_ok()) << replaced.status().to_string();
+  ASSERT_EQ(replaced->shards, 1u);
+  auto dataset = Dataset::open(url("ds"));
+  ASSERT_TRUE(dataset.is_ok()) << dataset.status().to_string();
+  EXPECT_EQ((*dataset)->size(), 60u);
+  const std::map<std::string, uint64_t> left = objects("ds/");
+  EXPECT_EQ(left.size(), 3u);  // manifest, quarantine, one shard
+  EXPECT_EQ(left.count("ds/" + (*dataset)->manifest().shards[0].path), 1u);
+}
+
+TEST_F(PackS3Test, AMissingBucketOrAFailingUploadIsNamedAndLeavesNoManifest) {
+  const std::string missing = bucket_ + "-missing";
+  auto no_bucket = pack(options("s3://" + missing + "/ds"));
+  ASSERT_FALSE(no_bucket.is_ok());
+  EXPECT_EQ(no_bucket.status().code(), ErrorCode::kNotFound) << no_bucket.status().to_string();
+  EXPECT_NE(no_bucket.status().message().find("s3://" + missing + "/ds"), std::string::npos)
+      << no_bucket.status().message();
+  EXPECT_NE(no_bucket.status().message().find("NoSuchBucket"), std::string::npos)
+      << no_bucket.status().message();
+  EXPECT_TRUE(spool_is_empty());
+
+  // A prefix so long that no shard key under it is accepted (S3 and RGW take keys of at most
+  // 1024 bytes): the first upload fails, naming its key, and no manifest is written.
+  const std::string long_prefix = "long/" + std::string(1010, 'p');
+  auto failed = pack(options(url(long_prefix)));
+  ASSERT_FALSE(failed.is_ok());
+  EXPECT_NE(failed.status().message().find(url(long_prefix) + "/"), std::string::npos)
+      << failed.status().message();
+  EXPECT_NE(failed.status().message().find("/shard-000000.zws"), std::string::npos)
+      << failed.status().message();
+  EXPECT_TRUE(objects("long/").empty());
+  EXPECT_TRUE(spool_is_empty());
+}
+
+TEST_F(PackS3Test, TheCommandPacksToS3AndNamesWhatFails) {
+  const std::string tmp = "--tmp=" + spool_.path();
+  auto packed = testing::run_cli({"pack", dir_ / "src", "-o", url("cli/ds"), "--shard-size", "24K",
+                                  "--threads", "1", tmp, "--json"});
+  EXPECT_EQ(packed.exit_code, 3) << packed.err;  // one quarantined input
+  EXPECT_NE(packed.out.find(url("cli/ds/manifest.json")), std::string::npos) << packed.out;
+  auto dataset = Dataset::open(url("cli/ds"));
+  ASSERT_TRUE(dataset.is_ok()) << dataset.status().to_string();
+  EXPECT_EQ((*dataset)->size(), 60u);
+
+  // A wrong secret: refused before anything is packed, naming the bucket and prefix.
+  auto denied = testing::run_cli({"pack", dir_ / "src", "-o", url("cli/denied"), tmp},
+                                 {"AWS_SECRET_ACCESS_KEY=not-the-secret"});
+  EXPECT_EQ(denied.exit_code, 1) << denied.err;
+  EXPECT_NE(denied.err.find(url("cli/denied")), std::string::npos) << denied.err;
+  EXPECT_NE(denied.err.find("SignatureDoesNotMatch"), std::string::npos) << denied.err;
+  EXPECT_TRUE(objects("cli/denied").empty());
+
+  auto part = testing::run_cli({"pack", dir_ / "src", "-o", url("cli/parts"), "--part", "0/2"});
+  EXPECT_NE(part.exit_code, 0);
+  EXPECT_NE(part.err.find("--part cannot write to '" + url("cli/parts") + "'"), std::string::npos)
+      << part.err;
+
+  auto help = testing::run_cli({"pack", "--help"});
+  EXPECT_NE(help.out.find("s3://BUCKET/PREFIX"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("--tmp"), std::string::npos) << help.out;
+  EXPECT_TRUE(spool_is_empty());
+}
+
+}  // namespace
+}  // namespace zerowait

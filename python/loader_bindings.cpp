@@ -95,9 +95,17 @@ LoaderHolder make_loader(py::handle path, py::dict kw) {
   o.pin_memory = get("pin_memory").cast<bool>();
 
   const std::string dataset_path = fs_path(path);
+  const std::string cache_dir = get("cache_dir").is_none() ? "" : fs_path(get("cache_dir"));
+  const uint64_t cache_bytes = get("cache_bytes").cast<uint64_t>();
   py::gil_scoped_release release;
   DatasetOptions dataset_options;
   dataset_options.backend = o.io;
+  if (!cache_dir.empty()) {
+    BlockCacheOptions cache;
+    cache.directory = cache_dir;
+    cache.capacity_bytes = cache_bytes;
+    dataset_options.cache = value_or_throw(BlockCache::open(std::move(cache)));
+  }
   std::shared_ptr<Dataset> dataset = value_or_throw(Dataset::open(dataset_path, dataset_options));
   return LoaderHolder(value_or_throw(Loader::create(std::move(dataset), std::move(o))).release());
 }
@@ -200,6 +208,23 @@ py::dict stats_to_dict(const LoaderStats& s) {
   d["io"] = s.io;
   d["pinned"] = s.pinned;
   d["io_fallbacks"] = s.io_fallbacks;
+  if (s.cache) {
+    py::dict c;
+    c["hits"] = s.cache->hits;
+    c["misses"] = s.cache->misses;
+    c["waits"] = s.cache->waits;
+    c["evictions"] = s.cache->evictions;
+    c["damaged"] = s.cache->damaged;
+    c["prefetched"] = s.cache->prefetched;
+    c["bytes_hit"] = s.cache->bytes_hit;
+    c["bytes_downloaded"] = s.cache->bytes_downloaded;
+    c["bytes_evicted"] = s.cache->bytes_evicted;
+    c["usage_bytes"] = s.cache->usage_bytes;
+    c["capacity_bytes"] = s.cache->capacity_bytes;
+    d["cache"] = c;
+  } else {
+    d["cache"] = py::none();
+  }
   py::list steps;
   for (const StepStats& step : s.recent) {
     py::dict r;

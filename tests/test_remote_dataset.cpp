@@ -14,12 +14,11 @@
 
 #include "io/remote/s3_client.hpp"
 #include "testing/http_server.hpp"
+#include "testing/image_dataset.hpp"
 #include "testing/s3_server.hpp"
 #include "testing/testing.hpp"
 #include "zerowait/loader/loader.hpp"
 #include "zerowait/shard/dataset.hpp"
-#include "zerowait/shard/pack.hpp"
-#include "zerowait/shard/synthetic.hpp"
 
 namespace zerowait {
 namespace {
@@ -32,28 +31,8 @@ namespace fs = std::filesystem;
 class RemoteDatasetTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    SyntheticImageFolderOptions images;
-    images.out_dir = dir_ / "images";
-    images.files = 120;
-    images.classes = 3;
-    images.min_bytes = 2000;
-    images.max_bytes = 6000;
-    images.threads = 1;
-    ASSERT_TRUE(generate_imagefolder(images).is_ok());
-    PackOptions pack_options;
-    pack_options.sources = {dir_ / "images"};
-    pack_options.out_dir = dir_ / "ds";
-    pack_options.imagefolder = true;
-    pack_options.shard_size = 150 << 10;
-    pack_options.sync = false;
-    pack_options.threads = 1;
-    auto report = pack(pack_options);
-    ASSERT_TRUE(report.is_ok()) << report.status().to_string();
-    ASSERT_GT(report->shards, 2u);
-    for (const auto& entry : fs::directory_iterator(dir_ / "ds")) {
-      server_.put("/ds/" + entry.path().filename().string(),
-                  testing::read_file(entry.path().string()));
-    }
+    ASSERT_GT(testing::pack_image_dataset(dir_.path(), dir_ / "ds"), 2u);
+    server_.put_directory("/ds/", dir_ / "ds");
   }
 
   std::vector<std::vector<int64_t>> epoch(const std::string& where, LoaderOptions options) {

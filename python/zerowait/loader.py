@@ -74,6 +74,11 @@ class Loader:
     stands at the start of the next epoch. ``state_dict()`` / ``load_state_dict()`` resume
     exactly, also with a different world size. ``stats()`` reports where time went, including
     ``wait_s``: how long the training loop waited for input.
+
+    Remote datasets (``https://``, ``s3://``) are read through a node-local block cache with
+    ``cache_dir=`` (local disk, shared by every process that names it; ``cache_bytes`` caps it,
+    0 = half the free space; docs/cache.md); ``stats()["cache"]`` counts its hits, misses and
+    evictions.
     """
 
     def __init__(
@@ -100,6 +105,8 @@ class Loader:
         shuffle_block: int = _DEFAULTS["shuffle_block"],
         shuffle_window: int = _DEFAULTS["shuffle_window"],
         autotune: bool = _DEFAULTS["autotune"],
+        cache_dir: Optional[str] = None,
+        cache_bytes: int = 0,
         device: str = "cpu",
         output: str = "torch",
     ) -> None:
@@ -129,7 +136,9 @@ class Loader:
             memory_budget=memory_budget, io=io, on_corrupt=on_corrupt,
             fields=list(fields) if fields is not None else None, decode=decode, keys=keys,
             verify=verify, read_timeout=read_timeout, shuffle_block=shuffle_block,
-            shuffle_window=shuffle_window, autotune=autotune, pin_memory=pin_memory)
+            shuffle_window=shuffle_window, autotune=autotune, pin_memory=pin_memory,
+            cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
+            cache_bytes=cache_bytes)
         self._loader = _core._Loader(data, options)
         self._keys = keys
         self.rank = rank

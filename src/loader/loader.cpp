@@ -391,6 +391,7 @@ LoaderStats Loader::stats() const {
   stats.io_fallbacks = internal::fallback_count("io_uring") +
                        internal::fallback_count("io_uring_thread") +
                        internal::fallback_count("direct");
+  if (impl.dataset->cache() != nullptr) stats.cache = impl.dataset->cache()->stats();
   return stats;
 }
 

@@ -178,7 +178,7 @@ const LoaderRun::Segment& LoaderRun::segment_of(uint64_t seq) const {
 void LoaderRun::work(unsigned thread) {
   yield_to_consumer(options_.worker_nice);
   BatchBuilder builder(dataset_, options_, fields_);
-  std::vector<uint64_t> indices;
+  std::vector<uint64_t> indices, announced_indices;
   std::unique_lock<std::mutex> lock(pool_->mutex());
   for (;;) {
     Arena* arena = nullptr;
@@ -203,8 +203,16 @@ void LoaderRun::work(unsigned thread) {
     ++building_;
     Finished done;
     done.padded = segment.partition.batch(number, &indices);
+    // With a node-local cache, tell it which blocks the batch after the prefetch window needs:
+    // its background downloads run ahead of the workers, and its eviction spares them.
+    const bool announce = dataset_.cache() != nullptr && seq + prefetch_ < segments_.back().end();
+    if (announce) {
+      const Segment& ahead = segment_of(seq + prefetch_);
+      ahead.partition.batch(seq + prefetch_ - ahead.first, &announced_indices);
+    }
     lock.unlock();
 
+    if (announce) announce_reads(announced_indices);
     done.status = fill(builder, indices, batch.get(), &done.stats, thread);
     if (done.status.is_ok()) {
       done.samples = batch->samples;
@@ -217,6 +225,18 @@ void LoaderRun::work(unsigned thread) {
     ++finished_;
     ready_.emplace(seq, std::move(done));
     pool_->changed().notify_all();
+  }
+}
+
+void LoaderRun::announce_reads(const std::vector<uint64_t>& indices) const {
+  for (uint64_t global : indices) {
+    Result<SampleLocation> where = dataset_.locate(global);
+    if (!where.is_ok()) continue;
+    // Only shards already open: opening one here would put a remote round trip in a hint.
+    std::shared_ptr<ShardReader> shard = dataset_.shard_if_open(where->shard);
+    if (shard == nullptr) continue;
+    const format::SampleEntry& entry = shard->index().samples[where->local];
+    shard->source().prefetch(entry.offset, entry.size);
   }
 }
 

@@ -102,6 +102,8 @@ class LoaderRun {
   void work(unsigned thread);
   Status fill(BatchBuilder& builder, const std::vector<uint64_t>& indices, Batch::Impl* batch,
               BuildStats* stats, unsigned thread);
+  // Hints the samples' byte ranges to their shards' sources (ByteSource::prefetch).
+  void announce_reads(const std::vector<uint64_t>& indices) const;
   std::string stuck_report();
   void record_step(const Finished& done, uint64_t epoch, uint64_t number,
                    std::chrono::nanoseconds wait, uint32_t ready_after);

@@ -80,13 +80,27 @@ Status expand_braces(const std::string& pattern, std::vector<std::string>* out) 
 
 }  // namespace
 
+std::shared_ptr<Dataset> Dataset::make(std::string path, DatasetOptions options) {
+  std::shared_ptr<Dataset> ds(new Dataset());
+  ds->path_ = std::move(path);
+  if (options.cache) {
+    // Remote shards are read through the cache, then through the caller's wrapper if any.
+    // Local files are read in place: the page cache already keeps them.
+    options.wrap_source = [cache = options.cache, outer = std::move(options.wrap_source)](
+                              std::shared_ptr<ByteSource> source) {
+      if (internal::is_remote_url(source->name())) source = cache->wrap(std::move(source));
+      return outer ? outer(std::move(source)) : source;
+    };
+  }
+  ds->options_ = std::move(options);
+  return ds;
+}
+
 Result<std::shared_ptr<Dataset>> Dataset::open(const std::string& path, DatasetOptions options) {
   if (path.find('{') != std::string::npos) {
     std::vector<std::string> shards;
     ZW_RETURN_IF_ERROR(expand_braces(path, &shards));
-    std::shared_ptr<Dataset> ds(new Dataset());
-    ds->path_ = path;
-    ds->options_ = std::move(options);
+    std::shared_ptr<Dataset> ds = make(path, std::move(options));
     for (const std::string& shard : shards) {
       if (!internal::is_remote_url(shard)) {
         ZW_RETURN_IF_ERROR(internal::require_local_path(shard, "dataset"));
@@ -97,9 +111,7 @@ Result<std::shared_ptr<Dataset>> Dataset::open(const std::string& path, DatasetO
   }
   if (internal::is_remote_url(path)) return open_remote(path, std::move(options));
   ZW_RETURN_IF_ERROR(internal::require_local_path(path, "dataset"));
-  std::shared_ptr<Dataset> ds(new Dataset());
-  ds->path_ = path;
-  ds->options_ = options;
+  std::shared_ptr<Dataset> ds = make(path, std::move(options));
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
   if (ec || !fs::exists(st)) {
@@ -142,9 +154,7 @@ Result<std::shared_ptr<Dataset>> Dataset::open(const std::string& path, DatasetO
 
 Result<std::shared_ptr<Dataset>> Dataset::open_remote(const std::string& url,
                                                       DatasetOptions options) {
-  std::shared_ptr<Dataset> ds(new Dataset());
-  ds->path_ = url;
-  ds->options_ = std::move(options);
+  std::shared_ptr<Dataset> ds = make(url, std::move(options));
   if (url.ends_with(format::kShardExtension) || url.ends_with(".tar")) {
     ZW_RETURN_IF_ERROR(ds->add_shard_paths({url}, /*from_manifest=*/false));
     return ds;
@@ -211,6 +221,11 @@ Result<SampleLocation> Dataset::locate(uint64_t global_index) const {
   auto it = std::upper_bound(first_index_.begin(), first_index_.end(), global_index);
   const size_t shard = static_cast<size_t>(it - first_index_.begin()) - 1;
   return SampleLocation{shard, global_index - first_index_[shard]};
+}
+
+std::shared_ptr<ShardReader> Dataset::shard_if_open(size_t s) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return s < readers_.size() ? readers_[s] : nullptr;
 }
 
 Result<std::shared_ptr<ShardReader>> Dataset::shard(size_t s) const {

@@ -84,3 +84,33 @@ def test_a_server_that_ignores_range_is_refused_clearly(image_dataset):
             dataset[0]
     finally:
         server.shutdown()
+
+
+def test_a_cache_dir_serves_the_second_loader_from_local_disk(image_dataset, tmp_path):
+    server, base = serve(image_dataset.parent)
+    try:
+        url = f"{base}/{image_dataset.name}/"
+        cache_dir = tmp_path / "cache"
+
+        def epoch():
+            loader = zerowait.Loader(url, batch_size=5, seed=4, fields=["jpg", "cls"],
+                                     cache_dir=cache_dir, cache_bytes=64 << 20)
+            got = [(b["__index__"].tolist(), b["cls"].tolist(), bytes(b["jpg"].numpy()))
+                   for b in loader]
+            return got, loader.stats()["cache"]
+
+        first, first_cache = epoch()
+        assert first == batches(zerowait.Dataset(image_dataset))
+        assert first_cache["misses"] > 0
+        assert first_cache["bytes_downloaded"] > 0
+        assert 0 < first_cache["usage_bytes"] <= 64 << 20
+        assert first_cache["capacity_bytes"] == 64 << 20
+
+        # A new loader (as a new process would) finds every block on disk.
+        second, second_cache = epoch()
+        assert second == first
+        assert second_cache["misses"] == 0
+        assert second_cache["hits"] > 0
+        assert zerowait.Loader(image_dataset, batch_size=5).stats()["cache"] is None
+    finally:
+        server.shutdown()

@@ -10,8 +10,11 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <stdexcept>
+
+#include "testing/testing.hpp"
 
 namespace zerowait::testing {
 namespace {
@@ -95,6 +98,14 @@ std::string TestHttpServer::object(const std::string& path) const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = objects_.find(path);
   return it == objects_.end() ? "" : it->second;
+}
+
+void TestHttpServer::put_directory(const std::string& prefix, const std::string& dir) {
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.is_regular_file()) {
+      put(prefix + entry.path().filename().string(), read_file(entry.path().string()));
+    }
+  }
 }
 
 void TestHttpServer::fail_next(Fault fault, int times) {

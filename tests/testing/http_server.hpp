@@ -30,6 +30,8 @@ class TestHttpServer {
   std::string url(const std::string& path) const;
 
   void put(const std::string& path, std::string body);
+  // Serves every file directly in local `dir` as `prefix` + its name (e.g. "/ds/").
+  void put_directory(const std::string& prefix, const std::string& dir);
   std::string object(const std::string& path) const;  // "" when absent
 
   // What the next requests get instead of a normal answer, one fault per request, in order.

@@ -69,6 +69,9 @@ class ByteSource {
   // The name used in every error message (a file path or URL).
   virtual const std::string& name() const = 0;
   virtual uint64_t size() const = 0;
+  // What tells this version of the bytes from another under the same name (an object's ETag);
+  // empty when the source knows nothing beyond its name and size. Caches key blocks by it.
+  virtual std::string version() const { return {}; }
 
   // Fills every request completely, or returns an error that names the source, the offset and
   // the cause. A range past size() is kCorrupt ("short read"): callers only ask for ranges that

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -170,6 +171,9 @@ struct LoaderStats {
   std::string io;       // the backend reads go through
   bool pinned = false;  // arenas page-locked for CUDA
   uint64_t io_fallbacks = 0;
+  // The node-local cache the dataset's remote shards are read through (this process's counts);
+  // empty without one.
+  std::optional<BlockCacheStats> cache;
   std::vector<StepStats> recent;  // the last steps, oldest first (at most 1024)
 };
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "zerowait/common/status.hpp"
+#include "zerowait/io/block_cache.hpp"
 #include "zerowait/io/byte_source.hpp"
 #include "zerowait/shard/manifest.hpp"
 #include "zerowait/shard/reader.hpp"
@@ -21,6 +22,9 @@ struct DatasetOptions {
   // Every shard file, once opened with `backend`, is read through what this returns (empty:
   // the file itself). See SourceWrapper.
   SourceWrapper wrap_source;
+  // Remote shards (http(s)://, s3://) are read through this node-local cache when set
+  // (docs/cache.md); `wrap_source` then wraps the cached source.
+  std::shared_ptr<BlockCache> cache;
   // The most memory the open shards' indexes may hold (about 48 bytes a sample): past it, the
   // shards used longest ago are closed (a reader still in use stays valid until released) and
   // reopened when needed again. At 10^9 samples every index at once would take ~48 GB. The shard
@@ -51,6 +55,8 @@ class Dataset {
                                                DatasetOptions options = {});
 
   const std::string& path() const { return path_; }
+  // The node-local cache remote shards are read through; null without one.
+  const std::shared_ptr<BlockCache>& cache() const { return options_.cache; }
   // The manifest as written by pack, or one synthesized from the shards.
   const Manifest& manifest() const { return manifest_; }
   uint64_t size() const { return manifest_.samples; }
@@ -64,6 +70,8 @@ class Dataset {
   // Opens (unless open) and returns shard s. A shard whose sample count or size disagrees with
   // the manifest is kCorrupt.
   Result<std::shared_ptr<ShardReader>> shard(size_t s) const;
+  // Shard s if it is open now, else null: never opens one (for hints that must not wait).
+  std::shared_ptr<ShardReader> shard_if_open(size_t s) const;
   // The indexes held now, and how many times a shard was opened (reopens included).
   struct IndexUse {
     uint64_t bytes = 0;
@@ -77,6 +85,8 @@ class Dataset {
 
  private:
   Dataset() = default;
+  // A dataset at `path` with `options`, the cache (if any) folded into options_.wrap_source.
+  static std::shared_ptr<Dataset> make(std::string path, DatasetOptions options);
   static Result<std::shared_ptr<Dataset>> open_remote(const std::string& url,
                                                       DatasetOptions options);
   Status add_shard_paths(const std::vector<std::string>& paths, bool from_manifest);

@@ -18,10 +18,11 @@ using FetchRange =
 // scheme does the GET; the range and deadline checks are the io layer's, as for files.
 class RangedGetSource final : public ByteSource {
  public:
-  RangedGetSource(std::string url, uint64_t size, FetchRange fetch)
-      : url_(std::move(url)), size_(size), fetch_(std::move(fetch)) {}
+  RangedGetSource(std::string url, uint64_t size, std::string etag, FetchRange fetch)
+      : url_(std::move(url)), size_(size), etag_(std::move(etag)), fetch_(std::move(fetch)) {}
   const std::string& name() const override { return url_; }
   uint64_t size() const override { return size_; }
+  std::string version() const override { return etag_; }
 
   Status read(std::span<const ReadRequest> requests, Deadline deadline) override {
     for (size_t i = 0; i < requests.size(); ++i) {
@@ -37,6 +38,7 @@ class RangedGetSource final : public ByteSource {
  private:
   std::string url_;
   uint64_t size_;
+  std::string etag_;  // from the HEAD; empty when the server sent none
   FetchRange fetch_;
 };
 
@@ -106,7 +108,8 @@ Result<std::unique_ptr<ByteSource>> open_http_source(std::shared_ptr<HttpClient>
     return http_get_range(*client, url, size, offset, dst, d);
   };
   return std::unique_ptr<ByteSource>(
-      std::make_unique<RangedGetSource>(url_for_errors(url), size, std::move(fetch)));
+      std::make_unique<RangedGetSource>(url_for_errors(url), size, response.header("etag"),
+                                        std::move(fetch)));
 }
 
 Result<std::unique_ptr<ByteSource>> open_remote_source(const std::string& url, Deadline deadline) {
@@ -124,7 +127,8 @@ Result<std::unique_ptr<ByteSource>> open_s3_source(std::shared_ptr<S3Client> cli
     return client->get_range(location.bucket, location.key, offset, dst, d);
   };
   return std::unique_ptr<ByteSource>(
-      std::make_unique<RangedGetSource>(std::move(url), object.size, std::move(fetch)));
+      std::make_unique<RangedGetSource>(std::move(url), object.size, object.etag,
+                                        std::move(fetch)));
 }
 
 Result<std::string> read_remote_object(const std::string& url, Deadline deadline) {

@@ -1,0 +1,477 @@
+// The node-local cache against a real HTTP server on 127.0.0.1 (tests/testing/http_server),
+// which counts every GET: one download per block across threads and processes, the cap, damaged
+// and killed fills, deadlines while waiting for another filler, eviction order, a full disk.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/log.hpp"
+#include "io/remote/http_client.hpp"
+#include "io/remote/remote_object.hpp"
+#include "testing/http_server.hpp"
+#include "testing/image_dataset.hpp"
+#include "testing/testing.hpp"
+#include "zerowait/io/block_cache.hpp"
+#include "zerowait/loader/loader.hpp"
+#include "zerowait/shard/dataset.hpp"
+
+namespace zerowait {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::TempDir;
+using testing::TestHttpServer;
+namespace fs = std::filesystem;
+
+constexpr uint64_t kBlock = 64 << 10;
+
+// An object of 10.5 blocks served at /obj, and a cache directory.
+class BlockCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    object_ = testing::random_bytes(10 * kBlock + kBlock / 2, 7);
+    server_.put("/obj", object_);
+  }
+
+  BlockCacheOptions cache_options() const {
+    BlockCacheOptions o;
+    o.directory = dir_ / "cache";
+    o.capacity_bytes = 64 << 20;
+    o.min_free_bytes = 0;
+    o.block_bytes = kBlock;
+    o.prefetch_threads = 0;
+    return o;
+  }
+
+  std::shared_ptr<BlockCache> open_cache(BlockCacheOptions options) {
+    auto cache = BlockCache::open(std::move(options));
+    EXPECT_TRUE(cache.is_ok()) << cache.status().to_string();
+    return cache.is_ok() ? *cache : nullptr;
+  }
+  std::shared_ptr<BlockCache> open_cache() { return open_cache(cache_options()); }
+
+  // The object over HTTP through a client of its own (a forked child must not share the
+  // parent's connections), read through `cache`.
+  std::shared_ptr<ByteSource> cached_object(BlockCache& cache) {
+    auto origin = internal::open_http_source(std::make_shared<internal::HttpClient>(),
+                                             server_.url("/obj"), Deadline::after(10s));
+    EXPECT_TRUE(origin.is_ok()) << origin.status().to_string();
+    return cache.wrap(std::move(origin).value());
+  }
+
+  std::string read(ByteSource& source, uint64_t offset, size_t length, Deadline d = {}) {
+    std::string out(length, '\0');
+    Status s = source.read_at(offset, std::as_writable_bytes(std::span(out)), d);
+    EXPECT_TRUE(s.is_ok()) << s.to_string();
+    return out;
+  }
+
+  // GETs the server answered, by Range header.
+  std::map<std::string, int> gets() const {
+    std::map<std::string, int> by_range;
+    for (const std::string& line : server_.log()) {
+      if (line.starts_with("GET /obj ")) ++by_range[line.substr(9)];
+    }
+    return by_range;
+  }
+
+  uint64_t files_in(const std::string& dir) const {
+    uint64_t n = 0;
+    for (const auto& e : fs::recursive_directory_iterator(dir)) n += e.is_regular_file();
+    return n;
+  }
+  uint64_t block_files() const { return files_in(dir_ / "cache/blocks"); }
+  std::vector<std::string> block_paths() const {
+    std::vector<std::string> paths;
+    for (const auto& e : fs::recursive_directory_iterator(dir_ / "cache/blocks")) {
+      if (e.is_regular_file()) paths.push_back(e.path().string());
+    }
+    std::sort(paths.begin(), paths.end());
+    return paths;
+  }
+  uint64_t disk_bytes() const {
+    uint64_t n = 0;
+    for (const std::string& p : block_paths()) {
+      struct stat st {};
+      ::stat(p.c_str(), &st);
+      n += static_cast<uint64_t>(st.st_blocks) * 512;
+    }
+    return n;
+  }
+
+  TempDir dir_;
+  TestHttpServer server_;
+  std::string object_;
+};
+
+// Runs `body` in a child process; returns its pid.
+pid_t fork_child(const std::function<int()>& body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(body());
+  return pid;
+}
+
+int wait_child(pid_t pid) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+TEST_F(BlockCacheTest, ReadsEqualTheOriginAndEachBlockIsDownloadedOnce) {
+  auto cache = open_cache();
+  ASSERT_NE(cache, nullptr);
+  auto source = cached_object(*cache);
+  // Four threads read ranges that start anywhere and cross block boundaries.
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        const uint64_t offset = (static_cast<uint64_t>(t) * 7919 + i * 104729) % object_.size();
+        const size_t length = std::min<uint64_t>(kBlock + 1000, object_.size() - offset);
+        if (read(*source, offset, length) != object_.substr(offset, length)) ++mismatches;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_EQ(read(*source, 0, object_.size()), object_);
+
+  const auto by_range = gets();
+  EXPECT_EQ(by_range.size(), 11u);  // every block, each once
+  for (const auto& [range, count] : by_range) EXPECT_EQ(count, 1) << range;
+  EXPECT_TRUE(by_range.count("bytes=655360-688127"));  // the short last block
+  const BlockCacheStats s = cache->stats();
+  EXPECT_EQ(s.misses, 11u);
+  EXPECT_EQ(s.bytes_downloaded, object_.size());
+  EXPECT_GT(s.hits, 100u);
+  EXPECT_EQ(s.usage_bytes, disk_bytes());
+  EXPECT_EQ(block_files(), 11u);
+  EXPECT_EQ(files_in(dir_ / "cache/tmp"), 0u);
+}
+
+TEST_F(BlockCacheTest, TwoProcessesSharingTheDirectoryDownloadEachBlockOnce) {
+  // Every answer is slow, so the two children, reading the same blocks in the same order,
+  // always want a block at the same moment.
+  server_.fail_next({.stall = 50ms}, 2 + 11);
+  std::vector<pid_t> children;
+  for (int c = 0; c < 2; ++c) {
+    children.push_back(fork_child([&] {
+      auto cache = BlockCache::open(cache_options());
+      if (!cache.is_ok()) return 2;
+      auto source = cached_object(**cache);
+      for (uint64_t block = 0; block < 11; ++block) {
+        const uint64_t offset = block * kBlock;
+        const size_t length = std::min<uint64_t>(kBlock, object_.size() - offset);
+        std::string got(length, '\0');
+        if (!source->read_at(offset, std::as_writable_bytes(std::span(got)), Deadline::after(30s))
+                 .is_ok() ||
+            got != object_.substr(offset, length)) {
+          return 1;
+        }
+      }
+      return 0;
+    }));
+  }
+  for (pid_t pid : children) EXPECT_EQ(wait_child(pid), 0);
+  const auto by_range = gets();
+  EXPECT_EQ(by_range.size(), 11u);
+  for (const auto& [range, count] : by_range) EXPECT_EQ(count, 1) << range;
+
+  // A third process finds everything: no download at all.
+  auto cache = open_cache();
+  auto source = cached_object(*cache);
+  EXPECT_EQ(read(*source, 0, object_.size()), object_);
+  EXPECT_EQ(cache->stats().misses, 0u);
+  EXPECT_EQ(cache->stats().hits, 11u);
+}
+
+TEST_F(BlockCacheTest, StaysUnderItsCapAndEvictsTheLeastRecentlyUsed) {
+  BlockCacheOptions o = cache_options();
+  o.capacity_bytes = 4 * (kBlock + 4096);  // four blocks on disk, with their trailers
+  o.open_blocks = 1;
+  auto cache = open_cache(o);
+  auto source = cached_object(*cache);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (uint64_t b = 0; b < 11; ++b) {
+      const uint64_t offset = b * kBlock;
+      const size_t length = std::min<uint64_t>(kBlock, object_.size() - offset);
+      EXPECT_EQ(read(*source, offset, length), object_.substr(offset, length));
+      EXPECT_LE(disk_bytes(), o.capacity_bytes) << "after block " << b;
+    }
+  }
+  const BlockCacheStats s = cache->stats();
+  EXPECT_GT(s.evictions, 14u);
+  EXPECT_EQ(s.misses, 22u);  // a cap of four blocks cannot keep a sequential pass of eleven
+  EXPECT_LE(s.usage_bytes, o.capacity_bytes);
+  EXPECT_EQ(s.usage_bytes, disk_bytes());
+  // The newest blocks are the ones kept.
+  const auto kept = block_paths();
+  ASSERT_FALSE(kept.empty());
+  for (const std::string& p : kept) {
+    const std::string block = p.substr(p.rfind('-') + 1, 10);
+    EXPECT_GE(std::stoull(block, nullptr, 16), 7u) << p;
+  }
+}
+
+TEST_F(BlockCacheTest, AnnouncedBlocksAreEvictedLastTheFurthestAheadFirst) {
+  BlockCacheOptions o = cache_options();
+  o.capacity_bytes = 5 * (kBlock + 4096);
+  o.open_blocks = 1;
+  auto cache = open_cache(o);
+  auto source = cached_object(*cache);
+  for (uint64_t b = 0; b < 5; ++b) read(*source, b * kBlock, 1);
+  // The plan says: block 1 next, then block 0. Blocks 2-4 are not needed.
+  source->prefetch(1 * kBlock, 1);
+  source->prefetch(0 * kBlock, 1);
+  for (uint64_t b = 5; b < 8; ++b) read(*source, b * kBlock, 1);
+  std::vector<uint64_t> kept;
+  for (const std::string& p : block_paths()) {
+    kept.push_back(std::stoull(p.substr(p.rfind('-') + 1, 10), nullptr, 16));
+  }
+  // Blocks 2, 3, 4 (not announced, least recently used) went first; 0 and 1 stayed.
+  EXPECT_TRUE(std::count(kept.begin(), kept.end(), 0u)) << ::testing::PrintToString(kept);
+  EXPECT_TRUE(std::count(kept.begin(), kept.end(), 1u)) << ::testing::PrintToString(kept);
+  EXPECT_FALSE(std::count(kept.begin(), kept.end(), 2u)) << ::testing::PrintToString(kept);
+  EXPECT_TRUE(std::count(kept.begin(), kept.end(), 7u)) << ::testing::PrintToString(kept);
+}
+
+TEST_F(BlockCacheTest, AnnouncedBlocksAreDownloadedInTheBackground) {
+  BlockCacheOptions o = cache_options();
+  o.prefetch_threads = 2;
+  auto cache = open_cache(o);
+  auto source = cached_object(*cache);
+  source->prefetch(0, object_.size());
+  for (int i = 0; i < 500 && cache->stats().prefetched < 11; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(cache->stats().prefetched, 11u);
+  const size_t gets_before = server_.log().size();
+  EXPECT_EQ(read(*source, 0, object_.size()), object_);
+  EXPECT_EQ(server_.log().size(), gets_before);  // every block was there already
+  EXPECT_EQ(cache->stats().misses, 0u);
+}
+
+TEST_F(BlockCacheTest, DamagedBlocksAreDownloadedAgainNeverServed) {
+  {
+    auto cache = open_cache();
+    auto source = cached_object(*cache);
+    read(*source, 0, object_.size());
+  }
+  const auto paths = block_paths();
+  ASSERT_EQ(paths.size(), 11u);
+  // A flipped byte in block 3, block 5 cut short (a torn write), block 8 emptied.
+  std::string damaged = testing::read_file(paths[3]);
+  damaged[100] ^= 0x20;
+  testing::write_file(paths[3], damaged);
+  fs::resize_file(paths[5], kBlock / 2);
+  fs::resize_file(paths[8], 0);
+  const auto gets_before = gets();
+
+  auto cache = open_cache();
+  auto source = cached_object(*cache);
+  EXPECT_EQ(read(*source, 0, object_.size()), object_);
+  const BlockCacheStats s = cache->stats();
+  EXPECT_EQ(s.damaged, 3u);
+  EXPECT_EQ(s.misses, 3u);
+  EXPECT_EQ(s.hits, 8u);
+  auto gets_after = gets();
+  for (const auto& [range, count] : gets_before) gets_after[range] -= count;
+  std::erase_if(gets_after, [](const auto& entry) { return entry.second == 0; });
+  // Blocks 3, 5 and 8, once each.
+  EXPECT_EQ(gets_after, (std::map<std::string, int>{{"bytes=196608-262143", 1},
+                                                    {"bytes=327680-393215", 1},
+                                                    {"bytes=524288-589823", 1}}));
+  EXPECT_GE(internal::fallback_count("cache_damaged_block"), 3u);
+}
+
+TEST_F(BlockCacheTest, AFillerKilledMidDownloadLeavesNothingAndTheCacheIsReused) {
+  {
+    auto cache = open_cache();
+    auto source = cached_object(*cache);
+    read(*source, 0, 4 * kBlock);  // blocks 0-3 complete
+  }
+  // The child's download of block 4 stalls mid-body; it is killed there, holding the block's
+  // lock and a half-written fill.
+  server_.fail_next({});  // its HEAD is answered
+  server_.fail_next({.stall = 10s, .stall_mid_body = true});
+  const size_t requests_before = server_.requests();
+  const pid_t child = fork_child([&] {
+    auto cache = BlockCache::open(cache_options());
+    if (!cache.is_ok()) return 2;
+    auto source = cached_object(**cache);
+    std::string got(kBlock, '\0');
+    (void)source->read_at(4 * kBlock, std::as_writable_bytes(std::span(got)), Deadline::after(60s));
+    return 3;
+  });
+  for (int i = 0; i < 1000 && server_.requests() < requests_before + 2; ++i) {
+    std::this_thread::sleep_for(5ms);  // its HEAD, then its GET
+  }
+  ASSERT_EQ(server_.requests(), requests_before + 2);
+  std::this_thread::sleep_for(100ms);
+  ::kill(child, SIGKILL);
+  EXPECT_EQ(wait_child(child), 128 + SIGKILL);
+
+  // The next process gets the lock the dead one held, keeps the four blocks, finds no partial
+  // file anywhere, and downloads the rest.
+  EXPECT_EQ(files_in(dir_ / "cache/tmp"), 0u);
+  EXPECT_EQ(block_files(), 4u);
+  auto cache = open_cache();
+  auto source = cached_object(*cache);
+  EXPECT_EQ(read(*source, 0, object_.size(), Deadline::after(10s)), object_);
+  EXPECT_EQ(cache->stats().hits, 4u);
+  EXPECT_EQ(cache->stats().misses, 7u);
+  EXPECT_EQ(cache->stats().damaged, 0u);
+}
+
+TEST_F(BlockCacheTest, WaitingForAnotherFillerEndsAtTheReadsDeadline) {
+  auto cache = open_cache();
+  auto source = cached_object(*cache);
+  server_.fail_next({.stall = 1500ms});
+  std::thread slow(
+      [&] { EXPECT_EQ(read(*source, 0, 10, Deadline::after(10s)), object_.substr(0, 10)); });
+  while (server_.requests() < 2) std::this_thread::sleep_for(1ms);  // the HEAD, then its GET
+  const auto started = std::chrono::steady_clock::now();
+  std::string dst(10, '\0');
+  Status s = source->read_at(5, std::as_writable_bytes(std::span(dst)), Deadline::after(200ms));
+  const auto waited = std::chrono::steady_clock::now() - started;
+  EXPECT_EQ(s.code(), ErrorCode::kDeadlineExceeded) << s.to_string();
+  EXPECT_NE(s.message().find("block 0 of '" + server_.url("/obj") + "'"), std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("downloading"), std::string::npos) << s.message();
+  EXPECT_LT(waited, 1400ms);  // it gave up at its own deadline, not when the filler finished
+  slow.join();
+  EXPECT_EQ(cache->stats().misses, 1u);
+}
+
+TEST_F(BlockCacheTest, WithoutRoomOnDiskReadsUseTheDownloadedBytes) {
+  BlockCacheOptions o = cache_options();
+  o.min_free_bytes = uint64_t{1} << 62;  // no filesystem has this much free
+  auto cache = open_cache(o);
+  ASSERT_NE(cache, nullptr);
+  auto source = cached_object(*cache);
+  EXPECT_EQ(read(*source, 0, object_.size()), object_);
+  EXPECT_EQ(block_files(), 0u);
+  EXPECT_GE(internal::fallback_count("cache_unwritable"), 11u);
+}
+
+TEST_F(BlockCacheTest, ADirectoryOfAnotherBlockSizeOrNotACacheIsRefused) {
+  ASSERT_NE(open_cache(), nullptr);
+  BlockCacheOptions other = cache_options();
+  other.block_bytes = 2 * kBlock;
+  auto refused = BlockCache::open(other);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_EQ(refused.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("holds blocks of 65536 bytes"), std::string::npos)
+      << refused.status().message();
+
+  testing::write_file(dir_ / "other/layout.json", "{\"something\": 1}");
+  other.directory = dir_ / "other";
+  auto foreign = BlockCache::open(other);
+  ASSERT_FALSE(foreign.is_ok());
+  EXPECT_NE(foreign.status().message().find("not a zerowait block cache"), std::string::npos)
+      << foreign.status().message();
+}
+
+TEST_F(BlockCacheTest, ARemoteDatasetReadsItsShardsThroughTheCache) {
+  testing::pack_image_dataset(dir_.path(), dir_ / "ds", {.files = 60, .shard_size = 100 << 10});
+  server_.put_directory("/ds/", dir_ / "ds");
+  auto local = Dataset::open(dir_ / "ds");
+  ASSERT_TRUE(local.is_ok());
+
+  auto cache = open_cache();
+  DatasetOptions options;
+  options.cache = cache;
+  auto read_all = [&] {
+    auto remote = Dataset::open(server_.url("/ds/"), options);
+    ASSERT_TRUE(remote.is_ok()) << remote.status().to_string();
+    for (uint64_t i = 0; i < (*remote)->size(); ++i) {
+      auto sample = (*remote)->read(i);
+      ASSERT_TRUE(sample.is_ok()) << sample.status().to_string();
+      EXPECT_EQ(sample->buffer, (*local)->read(i)->buffer) << "sample " << i;
+    }
+  };
+  read_all();
+  const uint64_t downloaded = cache->stats().misses;
+  EXPECT_GT(downloaded, 0u);
+  size_t shard_gets = 0;
+  for (const std::string& line : server_.log())
+    shard_gets += line.find(".zws bytes=") != std::string::npos;
+  read_all();  // a second epoch: the shards' bytes come from disk
+  size_t shard_gets_after = 0;
+  for (const std::string& line : server_.log())
+    shard_gets_after += line.find(".zws bytes=") != std::string::npos;
+  EXPECT_EQ(shard_gets_after, shard_gets);
+  EXPECT_EQ(cache->stats().misses, downloaded);
+}
+
+TEST_F(BlockCacheTest, ALoaderReportsItsCacheAndDownloadsEachBlockOnce) {
+  testing::pack_image_dataset(dir_.path(), dir_ / "ds", {.files = 60, .shard_size = 100 << 10});
+  server_.put_directory("/ds/", dir_ / "ds");
+  BlockCacheOptions o = cache_options();
+  o.block_bytes = 16 << 10;  // several blocks per shard
+  o.prefetch_threads = 2;
+  DatasetOptions dataset_options;
+  dataset_options.cache = open_cache(o);
+  auto remote = Dataset::open(server_.url("/ds/"), dataset_options);
+  ASSERT_TRUE(remote.is_ok()) << remote.status().to_string();
+  LoaderOptions options;
+  options.batch_size = 8;
+  options.threads = 2;
+  options.prefetch = 2;
+  options.fields = {"jpg"};
+  auto loader = Loader::create(*remote, options);
+  ASSERT_TRUE(loader.is_ok()) << loader.status().to_string();
+  auto local = Dataset::open(dir_ / "ds");
+  ASSERT_TRUE(local.is_ok());
+  uint64_t samples = 0;
+  for (;;) {
+    auto batch = (*loader)->next();
+    ASSERT_TRUE(batch.is_ok()) << batch.status().to_string();
+    if (*batch == nullptr) break;
+    const BatchColumn* index = (*batch)->column("__index__");
+    const BatchColumn* jpg = (*batch)->column("jpg");
+    const BatchColumn* offsets = (*batch)->column("jpg.offsets");
+    ASSERT_NE(offsets, nullptr);
+    for (int64_t i = 0; i < index->shape[0]; ++i) {
+      const int64_t global = reinterpret_cast<const int64_t*>(index->data)[i];
+      const int64_t* at = reinterpret_cast<const int64_t*>(offsets->data);
+      const std::string got(reinterpret_cast<const char*>(jpg->data) + at[i],
+                            static_cast<size_t>(at[i + 1] - at[i]));
+      auto expected = (*local)->read(static_cast<uint64_t>(global));
+      ASSERT_TRUE(expected.is_ok());
+      const FieldView* field = expected->view.field("jpg");
+      ASSERT_NE(field, nullptr);
+      EXPECT_EQ(
+          got, std::string(reinterpret_cast<const char*>(field->bytes.data()), field->bytes.size()))
+          << "sample " << global;
+      ++samples;
+    }
+  }
+  EXPECT_EQ(samples, 60u);
+  const LoaderStats stats = (*loader)->stats();
+  ASSERT_TRUE(stats.cache.has_value());
+  // Whoever fetched a block (a worker, or the background download of an announced one), it was
+  // fetched once: the blocks fetched are exactly the distinct ranges the server answered.
+  std::map<std::string, int> shard_gets;
+  for (const std::string& line : server_.log()) {
+    if (line.starts_with("GET ") && line.find(".zws bytes=") != std::string::npos) {
+      ++shard_gets[line];
+    }
+  }
+  for (const auto& [line, count] : shard_gets) EXPECT_EQ(count, 1) << line;
+  EXPECT_EQ(stats.cache->misses + stats.cache->prefetched, shard_gets.size());
+  EXPECT_GT(stats.cache->hits, 0u);
+}
+
+}  // namespace
+}  // namespace zerowait

@@ -69,6 +69,14 @@ Status http_get_range(HttpClient& client, const std::string& url, uint64_t size,
   return Status::ok();
 }
 
+// An answer other than 200 to a whole-object request: 404 is kNotFound, anything else kIo.
+Status status_error(const char* method, const std::string& url, int status) {
+  const std::string what =
+      std::string(method) + " '" + url_for_errors(url) + "' answered " + std::to_string(status);
+  if (status == 404) return not_found(what + ": it does not exist");
+  return io_error(what);
+}
+
 }  // namespace
 
 bool is_s3_url(std::string_view path) { return ascii_lower(url_scheme(path)) == "s3"; }
@@ -92,13 +100,7 @@ Result<std::unique_ptr<ByteSource>> open_http_source(std::shared_ptr<HttpClient>
   head.method = "HEAD";
   head.url = url;
   ZW_ASSIGN_OR_RETURN(HttpResponse response, client->send(head, deadline));
-  if (response.status == 404) {
-    return not_found("'" + url_for_errors(url) + "' does not exist (404)");
-  }
-  if (response.status != 200) {
-    return io_error("HEAD '" + url_for_errors(url) + "' answered " +
-                    std::to_string(response.status));
-  }
+  if (response.status != 200) return status_error("HEAD", url, response.status);
   const std::string length = response.header("content-length");
   if (length.empty() || length.find_first_not_of("0123456789") != std::string::npos) {
     return unsupported("HEAD '" + url_for_errors(url) + "' gave no Content-Length");
@@ -107,9 +109,8 @@ Result<std::unique_ptr<ByteSource>> open_http_source(std::shared_ptr<HttpClient>
   auto fetch = [client, url, size](uint64_t offset, std::span<std::byte> dst, Deadline d) {
     return http_get_range(*client, url, size, offset, dst, d);
   };
-  return std::unique_ptr<ByteSource>(
-      std::make_unique<RangedGetSource>(url_for_errors(url), size, response.header("etag"),
-                                        std::move(fetch)));
+  return std::unique_ptr<ByteSource>(std::make_unique<RangedGetSource>(
+      url_for_errors(url), size, response.header("etag"), std::move(fetch)));
 }
 
 Result<std::unique_ptr<ByteSource>> open_remote_source(const std::string& url, Deadline deadline) {
@@ -126,9 +127,8 @@ Result<std::unique_ptr<ByteSource>> open_s3_source(std::shared_ptr<S3Client> cli
   auto fetch = [client, location](uint64_t offset, std::span<std::byte> dst, Deadline d) {
     return client->get_range(location.bucket, location.key, offset, dst, d);
   };
-  return std::unique_ptr<ByteSource>(
-      std::make_unique<RangedGetSource>(std::move(url), object.size, object.etag,
-                                        std::move(fetch)));
+  return std::unique_ptr<ByteSource>(std::make_unique<RangedGetSource>(
+      std::move(url), object.size, object.etag, std::move(fetch)));
 }
 
 Result<std::string> read_remote_object(const std::string& url, Deadline deadline) {
@@ -140,11 +140,7 @@ Result<std::string> read_remote_object(const std::string& url, Deadline deadline
   HttpRequest get;
   get.url = url;
   ZW_ASSIGN_OR_RETURN(HttpResponse response, default_http_client()->send(get, deadline));
-  if (response.status == 404) return not_found("GET '" + url_for_errors(url) + "' answered 404");
-  if (response.status != 200) {
-    return io_error("GET '" + url_for_errors(url) + "' answered " +
-                    std::to_string(response.status));
-  }
+  if (response.status != 200) return status_error("GET", url, response.status);
   return std::move(response.body);
 }
 

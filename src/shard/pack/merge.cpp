@@ -4,8 +4,9 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
-#include <regex>
 #include <set>
+#include <string>
+#include <string_view>
 
 #include "common/clock.hpp"
 #include "common/path_check.hpp"
@@ -42,13 +43,25 @@ fs::path normal_absolute(const std::string& path) {
   return p;
 }
 
+// True for "part-<digits>-of-<digits>".
+bool is_part_dir_name(std::string_view name) {
+  auto digits = [&name](std::string_view prefix) {
+    if (!name.starts_with(prefix)) return false;
+    name.remove_prefix(prefix.size());
+    const size_t n = name.find_first_not_of("0123456789");
+    const size_t count = n == std::string_view::npos ? name.size() : n;
+    name.remove_prefix(count);
+    return count > 0;
+  };
+  return digits("part-") && digits("-of-") && name.empty();
+}
+
 // The directories named part-IIII-of-NNNN directly in out_dir, sorted.
 Result<std::vector<std::string>> find_part_dirs(const std::string& out_dir) {
-  static const std::regex kPartDir("part-[0-9]+-of-[0-9]+");
   std::vector<std::string> dirs;
   std::error_code ec;
   for (fs::directory_iterator it(out_dir, ec), end; !ec && it != end; it.increment(ec)) {
-    if (it->is_directory(ec) && std::regex_match(it->path().filename().string(), kPartDir)) {
+    if (it->is_directory(ec) && is_part_dir_name(it->path().filename().string())) {
       dirs.push_back(it->path().string());
     }
   }

@@ -27,13 +27,10 @@ using testing::TrainingState;
 class S3CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto env = testing::test_s3_server_env();
-    if (!env) GTEST_SKIP() << "no S3 server: run through ctest, which starts one";
-    testing::export_test_s3_env(*env);
-    client_ = std::make_unique<internal::S3Client>(testing::test_s3_config(*env),
-                                                   std::make_shared<internal::HttpClient>());
-    bucket_ = testing::unique_bucket_name();
-    ASSERT_TRUE(client_->create_bucket(bucket_, Deadline::after(60s)).is_ok());
+    auto bucket = testing::make_test_bucket();
+    if (!bucket) GTEST_SKIP() << testing::kNoS3Server;
+    client_ = std::move(bucket->client);
+    bucket_ = bucket->name;
   }
 
   std::shared_ptr<StorageTarget> bucket_target(const std::string& prefix) {

@@ -35,14 +35,11 @@ bool is_hex(const std::string& text) {
 class PackS3Test : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto env = testing::test_s3_server_env();
-    if (!env) GTEST_SKIP() << "no S3 server: run through ctest, which starts one (tests/s3/rgw.sh)";
-    env_ = *env;
-    testing::export_test_s3_env(env_);
-    client_ = std::make_unique<internal::S3Client>(testing::test_s3_config(env_),
-                                                   std::make_shared<internal::HttpClient>());
-    bucket_ = testing::unique_bucket_name();
-    ASSERT_TRUE(client_->create_bucket(bucket_, Deadline::after(60s)).is_ok());
+    auto bucket = testing::make_test_bucket();
+    if (!bucket) GTEST_SKIP() << testing::kNoS3Server;
+    env_ = bucket->env;
+    client_ = std::move(bucket->client);
+    bucket_ = bucket->name;
     // 60 samples of two fields over three classes, and one input that is not a JPEG.
     for (int i = 0; i < 60; ++i) {
       const std::string stem =

@@ -157,14 +157,11 @@ TEST_F(RemoteDatasetTest, WhatIsMissingOrNotSupportedSaysSo) {
 class S3DatasetTest : public RemoteDatasetTest {
  protected:
   void SetUp() override {
-    auto env = testing::test_s3_server_env();
-    if (!env) GTEST_SKIP() << "no S3 server: run through ctest, which starts one (tests/s3/rgw.sh)";
+    auto bucket = testing::make_test_bucket();
+    if (!bucket) GTEST_SKIP() << testing::kNoS3Server;
     RemoteDatasetTest::SetUp();
-    testing::export_test_s3_env(*env);
-    client_ = std::make_unique<internal::S3Client>(testing::test_s3_config(*env),
-                                                   std::make_shared<internal::HttpClient>());
-    bucket_ = testing::unique_bucket_name();
-    ASSERT_TRUE(client_->create_bucket(bucket_, Deadline::after(std::chrono::seconds(60))).is_ok());
+    client_ = std::move(bucket->client);
+    bucket_ = bucket->name;
     for (const auto& entry : fs::directory_iterator(dir_ / "ds")) {
       ASSERT_TRUE(client_
                       ->put(bucket_, "team/ds/" + entry.path().filename().string(),

@@ -18,15 +18,11 @@ using namespace std::chrono_literals;
 class S3ClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto env = testing::test_s3_server_env();
-    if (!env) {
-      GTEST_SKIP() << "no S3 server: run through ctest, which starts one (tests/s3/rgw.sh)";
-    }
-    ASSERT_TRUE(env->count("AWS_ENDPOINT_URL")) << "rgw.sh wrote no env file";
-    config_ = testing::test_s3_config(*env);
-    client_ = std::make_unique<S3Client>(config_, std::make_shared<HttpClient>());
-    bucket_ = testing::unique_bucket_name();
-    ASSERT_TRUE(client_->create_bucket(bucket_, Deadline::after(60s)).is_ok());
+    auto bucket = testing::make_test_bucket();
+    if (!bucket) GTEST_SKIP() << testing::kNoS3Server;
+    config_ = bucket->config;
+    client_ = std::move(bucket->client);
+    bucket_ = bucket->name;
   }
 
   S3Config config_;

@@ -81,14 +81,9 @@ class StorageTargetContract : public ::testing::TestWithParam<std::string> {
       target = make_memory_target("contract");
       root = "memory:contract";
     } else {
-      auto env = testing::test_s3_server_env();
-      if (!env) GTEST_SKIP() << "no S3 server: run through ctest, which starts one";
-      testing::export_test_s3_env(*env);
-      const std::string bucket = testing::unique_bucket_name();
-      internal::S3Client client(testing::test_s3_config(*env),
-                                std::make_shared<internal::HttpClient>());
-      ASSERT_TRUE(client.create_bucket(bucket, Deadline::after(std::chrono::seconds(60))).is_ok());
-      root = "s3://" + bucket + "/contract";
+      auto bucket = testing::make_test_bucket();
+      if (!bucket) GTEST_SKIP() << testing::kNoS3Server;
+      root = "s3://" + bucket->name + "/contract";
       auto made = make_s3_target(root);
       ASSERT_TRUE(made.is_ok()) << made.status().to_string();
       target = *made;

@@ -2,9 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <random>
+
+#include "io/remote/http_client.hpp"
 
 namespace zerowait::testing {
 
@@ -43,6 +47,23 @@ void export_test_s3_env(const std::map<std::string, std::string>& env) {
 std::string unique_bucket_name() {
   return "zw-" + std::to_string(std::random_device{}()) + "-" +
          std::to_string(::testing::UnitTest::GetInstance()->random_seed());
+}
+
+std::optional<TestBucket> make_test_bucket() {
+  auto env = test_s3_server_env();
+  if (!env) return std::nullopt;
+  TestBucket bucket;
+  bucket.env = *env;
+  EXPECT_TRUE(bucket.env.count("AWS_ENDPOINT_URL")) << "rgw.sh wrote no env file";
+  export_test_s3_env(bucket.env);
+  bucket.config = test_s3_config(bucket.env);
+  bucket.client =
+      std::make_unique<internal::S3Client>(bucket.config, std::make_shared<internal::HttpClient>());
+  bucket.name = unique_bucket_name();
+  Status created =
+      bucket.client->create_bucket(bucket.name, Deadline::after(std::chrono::seconds(60)));
+  EXPECT_TRUE(created.is_ok()) << created.to_string();
+  return bucket;
 }
 
 }  // namespace zerowait::testing

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -23,5 +24,22 @@ void export_test_s3_env(const std::map<std::string, std::string>& env);
 
 // A bucket name of this test's own: tests run in parallel against one server.
 std::string unique_bucket_name();
+
+// What a test skips with when no server was started for it.
+inline constexpr const char* kNoS3Server =
+    "no S3 server: run through ctest, which starts one (tests/s3/rgw.sh)";
+
+// A fresh bucket of this test's own on the test server, and a client for it. The server's
+// settings are exported (export_test_s3_env), so s3:// URLs opened through the public API reach
+// it too.
+struct TestBucket {
+  std::map<std::string, std::string> env;
+  internal::S3Config config;
+  std::unique_ptr<internal::S3Client> client;
+  std::string name;
+};
+// nullopt when no server was started for this test (the caller skips with kNoS3Server);
+// ADD_FAILURE when the bucket cannot be created.
+std::optional<TestBucket> make_test_bucket();
 
 }  // namespace zerowait::testing

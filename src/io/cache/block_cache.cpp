@@ -126,7 +126,7 @@ class BlockCache::Impl {
       Result<File> published = store_->publish_block(object, block, fresh->memory);
       if (published.is_ok()) {
         fresh->file = std::move(published).value();
-        remember_checked(fresh->file);
+        remember_checked(checked_key(fresh->file));
         fresh->memory = {};
       } else {
         stored = published.status();
@@ -202,7 +202,7 @@ class BlockCache::Impl {
     s.bytes_hit = counters_.bytes_hit;
     s.bytes_downloaded = counters_.bytes_downloaded;
     s.bytes_evicted = counters_.bytes_evicted;
-    Result<uint64_t> usage = store_->ledger_add(0);
+    Result<uint64_t> usage = store_->ledger();
     s.usage_bytes = usage.is_ok() ? usage.value() : 0;
     s.capacity_bytes = options_.capacity_bytes;
     return s;
@@ -230,7 +230,8 @@ class BlockCache::Impl {
       if (file.status().code() == ErrorCode::kNotFound) return std::shared_ptr<const OpenBlock>();
       return file.status();
     }
-    if (!is_checked(file.value())) {
+    const std::string key = checked_key(file.value());
+    if (!is_checked(key)) {
       Status intact = BlockStore::check_block(file.value(), length);
       if (intact.code() == ErrorCode::kCorrupt) {
         if (!locked) return std::shared_ptr<const OpenBlock>();
@@ -240,7 +241,7 @@ class BlockCache::Impl {
         return std::shared_ptr<const OpenBlock>();
       }
       ZW_RETURN_IF_ERROR(intact);
-      remember_checked(file.value());
+      remember_checked(key);
     }
     // Its time of last use, which orders eviction for every process.
     ::futimens(file.value().fd(), nullptr);
@@ -256,15 +257,13 @@ class BlockCache::Impl {
     ::fstat(file.fd(), &st);
     return file.path() + "#" + std::to_string(st.st_ino);
   }
-  bool is_checked(const File& file) {
-    const std::string key = checked_key(file);
+  bool is_checked(const std::string& key) {
     std::lock_guard<std::mutex> lock(mutex_);
     return checked_.count(key) != 0;
   }
-  void remember_checked(const File& file) {
-    const std::string key = checked_key(file);
+  void remember_checked(std::string key) {
     std::lock_guard<std::mutex> lock(mutex_);
-    checked_.insert(key);
+    checked_.insert(std::move(key));
   }
 
   std::shared_ptr<const OpenBlock> find_open(const std::string& name) {

@@ -231,30 +231,41 @@ Status BlockStore::remove(const std::string& path) const {
   return errno_status(errno, "cannot remove the cache block", path);
 }
 
-Result<uint64_t> BlockStore::ledger_add(int64_t delta) const {
-  ZW_ASSIGN_OR_RETURN(ByteLock lock, ByteLock::acquire(lock_path(), kLedgerLockByte,
-                                                       Deadline::after(std::chrono::seconds(30)),
-                                                       "the cache's ledger"));
+Result<ByteLock> BlockStore::lock_ledger() const {
+  return ByteLock::acquire(lock_path(), kLedgerLockByte, Deadline::after(std::chrono::seconds(30)),
+                           "the cache's ledger");
+}
+
+Result<uint64_t> BlockStore::read_ledger_locked() const {
   std::byte bytes[8] = {};
   ZW_ASSIGN_OR_RETURN(uint64_t size, lock_file_.size());
   if (size >= 8) ZW_RETURN_IF_ERROR(lock_file_.pread_exact(0, bytes));
-  const uint64_t old_value = get_u64(bytes);
-  const uint64_t value =
-      delta < 0 && static_cast<uint64_t>(-delta) > old_value ? 0 : old_value + delta;
+  return get_u64(bytes);
+}
+
+Status BlockStore::write_ledger_locked(uint64_t value) const {
   std::string encoded;
   put_u64(encoded, value);
-  ZW_RETURN_IF_ERROR(
-      lock_file_.pwrite_all(0, std::as_bytes(std::span(encoded)), "cannot update the ledger"));
+  return lock_file_.pwrite_all(0, std::as_bytes(std::span(encoded)), "cannot update the ledger");
+}
+
+Result<uint64_t> BlockStore::ledger() const {
+  ZW_ASSIGN_OR_RETURN(ByteLock lock, lock_ledger());
+  return read_ledger_locked();
+}
+
+Result<uint64_t> BlockStore::ledger_add(int64_t delta) const {
+  ZW_ASSIGN_OR_RETURN(ByteLock lock, lock_ledger());
+  ZW_ASSIGN_OR_RETURN(uint64_t old_value, read_ledger_locked());
+  const uint64_t value =
+      delta < 0 && static_cast<uint64_t>(-delta) > old_value ? 0 : old_value + delta;
+  ZW_RETURN_IF_ERROR(write_ledger_locked(value));
   return value;
 }
 
 Status BlockStore::ledger_set(uint64_t value) const {
-  ZW_ASSIGN_OR_RETURN(ByteLock lock, ByteLock::acquire(lock_path(), kLedgerLockByte,
-                                                       Deadline::after(std::chrono::seconds(30)),
-                                                       "the cache's ledger"));
-  std::string encoded;
-  put_u64(encoded, value);
-  return lock_file_.pwrite_all(0, std::as_bytes(std::span(encoded)), "cannot update the ledger");
+  ZW_ASSIGN_OR_RETURN(ByteLock lock, lock_ledger());
+  return write_ledger_locked(value);
 }
 
 Result<BlockStoreScan> BlockStore::scan() const {

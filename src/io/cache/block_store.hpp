@@ -96,7 +96,8 @@ class BlockStore {
   // Removes a block file; a file already gone is not an error.
   Status remove(const std::string& path) const;
 
-  // The ledger of bytes on disk, shared by all processes: add (may be negative) or set.
+  // The ledger of bytes on disk, shared by all processes: read, add (may be negative) or set.
+  Result<uint64_t> ledger() const;
   Result<uint64_t> ledger_add(int64_t delta) const;
   Status ledger_set(uint64_t bytes) const;
 
@@ -110,6 +111,10 @@ class BlockStore {
   BlockStore(std::string directory, File lock_file)
       : directory_(std::move(directory)), lock_file_(std::move(lock_file)) {}
   std::string lock_path() const { return directory_ + "/lock"; }
+  Result<ByteLock> lock_ledger() const;
+  // With the ledger lock held.
+  Result<uint64_t> read_ledger_locked() const;
+  Status write_ledger_locked(uint64_t value) const;
 
   std::string directory_;
   mutable File lock_file_;  // reads and writes the ledger's bytes (under the ledger lock)

@@ -223,6 +223,22 @@ def row_zerowait_raw(spec):
             "baseline_rss": baseline_kib * 1024, "peak_rss": proc_status_kib("VmHWM") * 1024}
 
 
+def row_zerowait_block(spec):
+    """(g) zerowait raw bytes, shuffle="block", io="direct", cold: one epoch after the caches
+    are dropped, each block (2 MiB by default) read whole with O_DIRECT, as fio's O_DIRECT row
+    reads; the order still shuffles samples within windows of blocks."""
+    zerowait = import_zerowait()
+    loader = zerowait_loader(zerowait, spec, threads=REFERENCE_WORKERS, shuffle="block",
+                             io="direct")
+    try:
+        log(f"  dropping caches ({spec['cold_method']})")
+        common.drop_page_cache(spec["cold_method"], spec["shard_files"])
+        cold = zerowait_epoch(loader, 0, "cold")
+    finally:
+        loader.close()
+    return {"cold": cold}
+
+
 def row_zerowait_decode(spec):
     """(d) zerowait decode: RandomResizedCrop(224, flip=True) and cls as int, warm."""
     zerowait = import_zerowait()
@@ -296,6 +312,7 @@ ROWS = {
     "d": ("zerowait decode+crop", row_zerowait_decode),
     "e": ("fio", row_fio),
     "f": ("emulated accelerator", row_emulated_accelerator),
+    "g": ("zerowait raw, shuffle=block, O_DIRECT, cold", row_zerowait_block),
 }
 
 

@@ -71,6 +71,8 @@ LoaderHolder make_loader(py::handle path, py::dict kw) {
   o.shuffle.seed = get("seed").cast<uint64_t>();
   o.shuffle.block_samples = get("shuffle_block").cast<uint64_t>();
   o.shuffle.window_blocks = get("shuffle_window").cast<uint64_t>();
+  o.shuffle.block_bytes = get("block_bytes").cast<uint64_t>();
+  o.shuffle.window_bytes = get("window_bytes").cast<uint64_t>();
   o.epoch = get("epoch").cast<uint64_t>();
   o.rank = get("rank").cast<uint32_t>();
   o.world_size = get("world_size").cast<uint32_t>();
@@ -152,6 +154,8 @@ py::dict state_to_dict(const LoaderState& s) {
   d["shuffle"] = shuffle_mode_name(s.shuffle);
   d["shuffle_block"] = s.block_samples;
   d["shuffle_window"] = s.window_blocks;
+  d["block_bytes"] = s.block_bytes;
+  d["window_bytes"] = s.window_bytes;
   d["dataset_samples"] = s.dataset_samples;
   d["dataset_fingerprint"] = s.dataset_fingerprint;
   d["batch_size"] = s.batch_size;
@@ -181,6 +185,12 @@ LoaderState state_from_dict(const py::dict& d) {
   s.shuffle = value_or_throw(parse_shuffle_mode(d["shuffle"].cast<std::string>()));
   s.block_samples = d["shuffle_block"].cast<uint64_t>();
   s.window_blocks = d["shuffle_window"].cast<uint64_t>();
+  // States saved before the "block" order existed have no block sizes (and need none).
+  const ShuffleOptions defaults;
+  s.block_bytes = d.contains("block_bytes") ? d["block_bytes"].cast<uint64_t>()
+                                            : defaults.block_bytes;
+  s.window_bytes = d.contains("window_bytes") ? d["window_bytes"].cast<uint64_t>()
+                                              : defaults.window_bytes;
   s.dataset_samples = d["dataset_samples"].cast<uint64_t>();
   s.dataset_fingerprint = d["dataset_fingerprint"].cast<uint64_t>();
   s.batch_size = d["batch_size"].cast<uint64_t>();
@@ -253,6 +263,8 @@ void bind_loader(py::module_& m) {
   d["shuffle"] = shuffle_mode_name(defaults.shuffle.mode);
   d["shuffle_block"] = defaults.shuffle.block_samples;
   d["shuffle_window"] = defaults.shuffle.window_blocks;
+  d["block_bytes"] = defaults.shuffle.block_bytes;
+  d["window_bytes"] = defaults.shuffle.window_bytes;
   d["prefetch"] = defaults.prefetch;
   d["memory_budget"] = defaults.memory_budget;
   d["read_timeout"] = internal::seconds(defaults.read_timeout);

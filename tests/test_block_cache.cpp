@@ -2,6 +2,7 @@
 // which counts every GET: one download per block across threads and processes, the cap, damaged
 // and killed fills, deadlines while waiting for another filler, eviction order, a full disk.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -115,18 +117,62 @@ class BlockCacheTest : public ::testing::Test {
   std::string object_;
 };
 
-// Runs `body` in a child process; returns its pid.
-pid_t fork_child(const std::function<int()>& body) {
-  const pid_t pid = ::fork();
-  if (pid == 0) ::_exit(body());
-  return pid;
-}
+// Child processes that start together. A child forked while a thread of the parent (the test
+// server answering an earlier child) holds an allocator lock inherits that lock held forever:
+// GCC 12's ASan runtime takes no locks around fork. So every child is forked first and waits on
+// a pipe; they run once start() closes it, while the parent's threads are idle.
+class ChildProcesses {
+ public:
+  ChildProcesses() {
+    if (::pipe2(go_, O_CLOEXEC) != 0) ADD_FAILURE() << "pipe: " << std::strerror(errno);
+  }
+  ~ChildProcesses() {
+    start();
+    for (pid_t pid : pids_) ::kill(pid, SIGKILL), ::waitpid(pid, nullptr, 0);
+  }
 
-int wait_child(pid_t pid) {
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+  pid_t add(const std::function<int()>& body) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(go_[1]);
+      char c;
+      while (::read(go_[0], &c, 1) < 0 && errno == EINTR) {
+      }
+      ::_exit(body());
+    }
+    pids_.push_back(pid);
+    return pid;
+  }
+
+  void start() {
+    if (go_[1] >= 0) ::close(go_[1]);
+    go_[1] = -1;
+  }
+
+  // The exit code of `pid` (128 + signal if killed); a child still running after `limit` is
+  // killed and reported as 128 + SIGKILL with a test failure, so a hang fails instead of
+  // stalling the suite.
+  int wait(pid_t pid, std::chrono::seconds limit = 120s) {
+    start();
+    int status = 0;
+    const auto give_up = std::chrono::steady_clock::now() + limit;
+    while (::waitpid(pid, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > give_up) {
+        ADD_FAILURE() << "child " << pid << " still running after " << limit.count() << " s";
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    std::erase(pids_, pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+ private:
+  int go_[2] = {-1, -1};
+  std::vector<pid_t> pids_;
+};
 
 TEST_F(BlockCacheTest, ReadsEqualTheOriginAndEachBlockIsDownloadedOnce) {
   auto cache = open_cache();
@@ -165,9 +211,10 @@ TEST_F(BlockCacheTest, TwoProcessesSharingTheDirectoryDownloadEachBlockOnce) {
   // Every answer is slow, so the two children, reading the same blocks in the same order,
   // always want a block at the same moment.
   server_.fail_next({.stall = 50ms}, 2 + 11);
-  std::vector<pid_t> children;
+  ChildProcesses children;
+  std::vector<pid_t> pids;
   for (int c = 0; c < 2; ++c) {
-    children.push_back(fork_child([&] {
+    pids.push_back(children.add([&] {
       auto cache = BlockCache::open(cache_options());
       if (!cache.is_ok()) return 2;
       auto source = cached_object(**cache);
@@ -184,7 +231,8 @@ TEST_F(BlockCacheTest, TwoProcessesSharingTheDirectoryDownloadEachBlockOnce) {
       return 0;
     }));
   }
-  for (pid_t pid : children) EXPECT_EQ(wait_child(pid), 0);
+  children.start();
+  for (pid_t pid : pids) EXPECT_EQ(children.wait(pid), 0);
   const auto by_range = gets();
   EXPECT_EQ(by_range.size(), 11u);
   for (const auto& [range, count] : by_range) EXPECT_EQ(count, 1) << range;
@@ -305,7 +353,8 @@ TEST_F(BlockCacheTest, AFillerKilledMidDownloadLeavesNothingAndTheCacheIsReused)
   server_.fail_next({});  // its HEAD is answered
   server_.fail_next({.stall = 10s, .stall_mid_body = true});
   const size_t requests_before = server_.requests();
-  const pid_t child = fork_child([&] {
+  ChildProcesses children;
+  const pid_t child = children.add([&] {
     auto cache = BlockCache::open(cache_options());
     if (!cache.is_ok()) return 2;
     auto source = cached_object(**cache);
@@ -313,13 +362,14 @@ TEST_F(BlockCacheTest, AFillerKilledMidDownloadLeavesNothingAndTheCacheIsReused)
     (void)source->read_at(4 * kBlock, std::as_writable_bytes(std::span(got)), Deadline::after(60s));
     return 3;
   });
+  children.start();
   for (int i = 0; i < 1000 && server_.requests() < requests_before + 2; ++i) {
     std::this_thread::sleep_for(5ms);  // its HEAD, then its GET
   }
   ASSERT_EQ(server_.requests(), requests_before + 2);
   std::this_thread::sleep_for(100ms);
   ::kill(child, SIGKILL);
-  EXPECT_EQ(wait_child(child), 128 + SIGKILL);
+  EXPECT_EQ(children.wait(child), 128 + SIGKILL);
 
   // The next process gets the lock the dead one held, keeps the four blocks, finds no partial
   // file anywhere, and downloads the rest.

@@ -444,6 +444,63 @@ TEST_F(LoaderTest, EveryIoBackendDeliversTheSameBatches) {
   }
 }
 
+// shuffle "block": every sample once, the same batches whatever the threads or the I/O backend,
+// exact resume, and each block read whole, once (the stats count exactly the blocks' bytes).
+TEST_F(LoaderTest, BlockShuffleReadsEachBlockWholeOnceAndResumesExactly) {
+  LoaderOptions o = base_options();
+  o.shuffle.mode = ShuffleMode::kBlock;
+  o.shuffle.block_bytes = 8 << 10;   // about 5 samples
+  o.shuffle.window_bytes = 32 << 10;  // 4 blocks
+  auto loader = make_loader(dir_.path(), o);
+  const auto batches = epoch_indices(*loader);
+  std::set<int64_t> seen;
+  for (const auto& batch : batches) seen.insert(batch.begin(), batch.end());
+  EXPECT_EQ(seen.size(), 396u);
+  EXPECT_EQ(batches.size(), 25u);
+
+  // The bytes of every block, as the loader cuts them.
+  auto dataset = Dataset::open(dir_.path());
+  ASSERT_TRUE(dataset.is_ok());
+  uint64_t block_bytes = 0;
+  for (size_t s = 0; s < (*dataset)->shard_count(); ++s) {
+    auto shard = (*dataset)->shard(s);
+    ASSERT_TRUE(shard.is_ok());
+    const auto& samples = (*shard)->index().samples;
+    const uint64_t per =
+        samples_per_block(samples.size(), (*shard)->source().size(), o.shuffle);
+    for (uint64_t first = 0; first < samples.size(); first += per) {
+      const uint64_t last = std::min<uint64_t>(first + per, samples.size()) - 1;
+      block_bytes += samples[last].offset + samples[last].size - samples[first].offset;
+    }
+  }
+  EXPECT_EQ(loader->stats().bytes_read, block_bytes);
+
+  LoaderOptions more_threads = o;
+  more_threads.threads = 4;
+  more_threads.prefetch = 8;
+  EXPECT_EQ(epoch_indices(*make_loader(dir_.path(), more_threads)), batches);
+  for (IoBackend io : {IoBackend::kMmap, IoBackend::kIoUring, IoBackend::kDirect}) {
+    LoaderOptions backend = o;
+    backend.io = io;
+    EXPECT_EQ(epoch_indices(*make_loader(dir_.path(), backend)), batches) << io_backend_name(io);
+  }
+
+  auto first = make_loader(dir_.path(), o);
+  for (int k = 0; k < 7; ++k) ASSERT_TRUE(first->next().is_ok());
+  const LoaderState state = first->state();
+  first.reset();
+  auto resumed = make_loader(dir_.path(), o);
+  ASSERT_TRUE(resumed->load_state(state).is_ok());
+  EXPECT_EQ(epoch_indices(*resumed), std::vector<std::vector<int64_t>>(batches.begin() + 7,
+                                                                       batches.end()));
+  // Other block sizes are another order: refused, naming both.
+  LoaderOptions other = o;
+  other.shuffle.block_bytes = 16 << 10;
+  const Status refused = make_loader(dir_.path(), other)->load_state(state);
+  EXPECT_EQ(refused.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("block 8192 bytes"), std::string::npos) << refused.message();
+}
+
 TEST_F(LoaderTest, StatsCountWhatHappened) {
   auto loader = make_loader(dir_.path(), base_options());
   const auto batches = epoch_indices(*loader);

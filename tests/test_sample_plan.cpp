@@ -30,7 +30,8 @@ bool is_permutation_of_all(const std::vector<uint64_t>& order, uint64_t total) {
 
 TEST(SamplePlan, EveryModeIsAPermutationAndDeterministic) {
   const std::vector<uint64_t> shards = {1000, 37, 0, 4096, 5000};
-  for (ShuffleMode mode : {ShuffleMode::kNone, ShuffleMode::kQuasiRandom, ShuffleMode::kRandom}) {
+  for (ShuffleMode mode : {ShuffleMode::kNone, ShuffleMode::kQuasiRandom, ShuffleMode::kRandom,
+                           ShuffleMode::kBlock}) {
     ShuffleOptions shuffle{mode, 42, 512, 3};
     const auto a = epoch_order(shards, shuffle, 7);
     EXPECT_TRUE(is_permutation_of_all(a, 10133)) << shuffle_mode_name(mode);
@@ -209,6 +210,60 @@ TEST(SamplePlan, ResumeWithAnotherWorldSizeContinuesTheGlobalOrder) {
   std::vector<uint64_t> next_positions;
   for (uint64_t p = 240; p < 260; ++p) next_positions.push_back((*order)[p]);
   EXPECT_EQ(batch, next_positions);
+}
+
+TEST(SamplePlan, BlocksFollowTheShardsMeanSampleSize) {
+  ShuffleOptions shuffle;
+  shuffle.block_bytes = 1 << 20;
+  EXPECT_EQ(samples_per_block(5000, 5000 * 100'000, shuffle), 10u);  // 1 MiB of 100 KB samples
+  EXPECT_EQ(samples_per_block(3, 3 * 100'000, shuffle), 3u);         // a small shard: one block
+  EXPECT_EQ(samples_per_block(10, 10ull * 200'000'000, shuffle), 1u);  // a sample over a block
+  EXPECT_EQ(samples_per_block(70, 0, shuffle), 64u);  // size unknown: block_samples
+}
+
+// The block order reads a window's samples from its blocks only: each block's samples lie in
+// one window, a window is blocks_per_window whole blocks, and inside it the samples are mixed.
+TEST(SamplePlan, BlockOrderDrawsEachWindowFromItsBlocksOnly) {
+  const std::vector<uint64_t> shards = {5000, 3000, 1234};
+  const std::vector<uint64_t> bytes = {5000 * 100'000, 3000 * 100'000, 1234 * 100'000};
+  ShuffleOptions shuffle;
+  shuffle.mode = ShuffleMode::kBlock;
+  shuffle.seed = 5;
+  shuffle.block_bytes = 1 << 20;  // 10 samples of 100 KB
+  shuffle.window_bytes = 8 << 20;  // 8 blocks
+  const EpochOrder order(shards, shuffle, 3, bytes);
+  ASSERT_EQ(order.size(), 9234u);
+  std::vector<uint64_t> all(order.size());
+  for (uint64_t p = 0; p < order.size(); ++p) all[p] = order[p];
+  EXPECT_TRUE(is_permutation_of_all(all, 9234));
+  EXPECT_LT(order.table_bytes(), 1000u * 16 + 64) << "no per-sample memory";
+
+  // Block of a global index: (first index of its shard, local / 10).
+  auto block_of = [](uint64_t global) {
+    const uint64_t shard_first = global < 5000 ? 0 : global < 8000 ? 5000 : 8000;
+    return std::pair(shard_first, (global - shard_first) / 10);
+  };
+  std::map<std::pair<uint64_t, uint64_t>, std::pair<uint64_t, uint64_t>> span;  // block: min, max
+  for (uint64_t p = 0; p < all.size(); ++p) {
+    auto [it, fresh] = span.try_emplace(block_of(all[p]), p, p);
+    it->second.second = p;
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> by_first;
+  for (const auto& [block, range] : span) by_first.push_back(range);
+  std::sort(by_first.begin(), by_first.end());
+  uint64_t sorted_windows = 0;
+  for (size_t w = 0; w < by_first.size(); w += 8) {
+    const size_t end = std::min(by_first.size(), w + 8);
+    const uint64_t window_first = by_first[w].first;
+    const uint64_t window_end = end < by_first.size() ? by_first[end].first : all.size();
+    for (size_t b = w; b < end; ++b) {
+      ASSERT_LT(by_first[b].second, window_end) << "a block's samples leave its window";
+    }
+    sorted_windows += std::is_sorted(all.begin() + static_cast<ptrdiff_t>(window_first),
+                                     all.begin() + static_cast<ptrdiff_t>(window_end));
+  }
+  EXPECT_EQ(sorted_windows, 0u);
+  EXPECT_GT(span.size(), 900u);  // 500 + 300 + 124 blocks
 }
 
 TEST(SamplePlan, InvalidOptionsAreNamed) {

@@ -66,6 +66,10 @@ class Loader:
     ``on_corrupt="raise"`` raises ``CorruptDataError`` once per corrupt sample; iteration goes on
     where it stopped, and the batch comes without that sample (docs/loader.md).
 
+    ``shuffle`` is ``"random"`` (a uniform permutation), ``"block"`` (blocks of about
+    ``block_bytes`` read whole, samples shuffled within windows of ``window_bytes``: large reads,
+    less mixing), ``"quasi"``, ``"none"``, or ``"auto"``: ``"block"`` for ``s3://`` and
+    ``http(s)://`` data, ``"random"`` otherwise (docs/loader.md compares their class mixing).
     The order is a pure function of (seed, epoch): the same on every run, whatever the number
     of threads. Across ``world_size`` ranks each sample appears once per epoch and every rank
     gets the same number of batches (see docs/loader.md for the rule at the end of an epoch).
@@ -86,7 +90,7 @@ class Loader:
         data: Any,
         batch_size: int = _DEFAULTS["batch_size"],
         *,
-        shuffle: Any = _DEFAULTS["shuffle"],
+        shuffle: Any = "auto",
         seed: int = 0,
         epoch: int = 0,
         rank: Optional[int] = None,
@@ -104,13 +108,21 @@ class Loader:
         read_timeout: float = _DEFAULTS["read_timeout"],
         shuffle_block: int = _DEFAULTS["shuffle_block"],
         shuffle_window: int = _DEFAULTS["shuffle_window"],
+        block_bytes: int = _DEFAULTS["block_bytes"],
+        window_bytes: int = _DEFAULTS["window_bytes"],
         autotune: bool = _DEFAULTS["autotune"],
         cache_dir: Optional[str] = None,
         cache_bytes: int = 0,
         device: str = "cpu",
         output: str = "torch",
     ) -> None:
-        if shuffle is True:
+        if isinstance(data, _core.Dataset):
+            data = data.path
+        if shuffle == "auto":
+            # Remote data is read in whole blocks: one request per block instead of per sample.
+            remote = isinstance(data, str) and data.startswith(("s3://", "http://", "https://"))
+            shuffle = "block" if remote else _DEFAULTS["shuffle"]
+        elif shuffle is True:
             shuffle = "random"
         elif shuffle is False or shuffle is None:
             shuffle = "none"
@@ -128,15 +140,14 @@ class Loader:
         # batch until its copy has finished; pinned memory handed to a caller's own
         # non_blocking copy could return to the pool while the copy still reads it.
         pin_memory = self._device.startswith("cuda")
-        if isinstance(data, _core.Dataset):
-            data = data.path
         options = dict(
             batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
             world_size=world_size, drop_last=drop_last, threads=threads or 0, prefetch=prefetch,
             memory_budget=memory_budget, io=io, on_corrupt=on_corrupt,
             fields=list(fields) if fields is not None else None, decode=decode, keys=keys,
             verify=verify, read_timeout=read_timeout, shuffle_block=shuffle_block,
-            shuffle_window=shuffle_window, autotune=autotune, pin_memory=pin_memory,
+            shuffle_window=shuffle_window, block_bytes=block_bytes, window_bytes=window_bytes,
+            autotune=autotune, pin_memory=pin_memory,
             cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
             cache_bytes=cache_bytes)
         self._loader = _core._Loader(data, options)

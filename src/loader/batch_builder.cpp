@@ -133,13 +133,14 @@ uint64_t batch_out_bytes(const std::vector<FieldSpec>& fields, uint64_t samples,
 }
 
 BatchBuilder::BatchBuilder(const Dataset& dataset, const LoaderOptions& options,
-                           const std::vector<FieldSpec>& fields)
+                           const std::vector<FieldSpec>& fields, const BlockReads* blocks)
     : dataset_(dataset),
       options_(options),
       fields_(fields),
       column_of_field_(column_of_fields(fields)),
       per_sample_column_(per_sample_columns(fields)),
-      shards_(dataset.shard_count()) {}
+      shards_(dataset.shard_count()),
+      blocks_(blocks) {}
 
 Result<BatchBuilder::Needs> BatchBuilder::plan(const std::vector<uint64_t>& indices) {
   items_.clear();
@@ -164,6 +165,11 @@ Result<BatchBuilder::Needs> BatchBuilder::plan(const std::vector<uint64_t>& indi
         }
       }
     }
+  }
+
+  if (blocks_ != nullptr) {
+    ZW_RETURN_IF_ERROR(plan_blocks());
+    return Needs{0, batch_out_bytes(fields_, indices.size(), raw_bytes_)};
   }
 
   // Coalesce reads per shard in file order.
@@ -210,6 +216,48 @@ Result<BatchBuilder::Needs> BatchBuilder::plan(const std::vector<uint64_t>& indi
     buffer_end = align_up(buffer_end + alignment, alignment);
   }
   return Needs{buffer_end, batch_out_bytes(fields_, indices.size(), raw_bytes_)};
+}
+
+Status BatchBuilder::plan_blocks() {
+  wants_.clear();
+  for (Item& item : items_) {
+    const uint64_t per_block = blocks_->samples_per_block[item.shard];
+    const uint64_t block = item.local / per_block;
+    auto same = [&](const BlockWindow::Want& w) {
+      return w.shard == item.shard && w.block == block;
+    };
+    auto found = std::find_if(wants_.begin(), wants_.end(), same);
+    item.block = static_cast<size_t>(found - wants_.begin());
+    if (found != wants_.end()) continue;
+    // The block's bytes: from its first sample's start to its last one's end (samples are
+    // stored in index order, but the span is taken over all of them to rely on nothing).
+    ShardReader& shard = *shards_[item.shard];
+    const auto& samples = shard.index().samples;
+    const uint64_t first = block * per_block;
+    const uint64_t end = std::min<uint64_t>(first + per_block, samples.size());
+    uint64_t begin_byte = UINT64_MAX, end_byte = 0;
+    for (uint64_t local = first; local < end; ++local) {
+      begin_byte = std::min(begin_byte, samples[local].offset);
+      end_byte = std::max(end_byte, samples[local].offset + samples[local].size);
+    }
+    wants_.push_back({item.shard, block, begin_byte, end_byte - begin_byte, &shard.source()});
+  }
+  return Status::ok();
+}
+
+Status BatchBuilder::read_blocks(BuildStats* stats, ReadInFlight* in_flight,
+                                 std::mutex* in_flight_mutex) {
+  {
+    std::lock_guard<std::mutex> lock(*in_flight_mutex);
+    *in_flight = {wants_.front().source->name(), wants_.front().offset, wants_.size()};
+  }
+  Status status = blocks_->window->acquire(wants_, Deadline::after(options_.read_timeout),
+                                           &held_blocks_, &stats->bytes_read);
+  {
+    std::lock_guard<std::mutex> lock(*in_flight_mutex);
+    in_flight->path.clear();
+  }
+  return status;
 }
 
 Status BatchBuilder::read_ranges(Arena* arena, BuildStats* stats, ReadInFlight* in_flight,
@@ -298,7 +346,11 @@ Status BatchBuilder::build(const std::vector<uint64_t>& indices, uint64_t epoch,
                            std::mutex* in_flight_mutex) {
   Arena* arena = batch->arena;
   const auto read_start = SteadyClock::now();
-  ZW_RETURN_IF_ERROR(read_ranges(arena, stats, in_flight, in_flight_mutex));
+  if (blocks_ != nullptr) {
+    if (!items_.empty()) ZW_RETURN_IF_ERROR(read_blocks(stats, in_flight, in_flight_mutex));
+  } else {
+    ZW_RETURN_IF_ERROR(read_ranges(arena, stats, in_flight, in_flight_mutex));
+  }
   const auto decode_start = SteadyClock::now();
   stats->read += decode_start - read_start;
 
@@ -315,7 +367,10 @@ Status BatchBuilder::build(const std::vector<uint64_t>& indices, uint64_t epoch,
   uint64_t rows = 0;
   for (size_t i = 0; i < items_.size(); ++i) {
     const Item& item = items_[i];
-    const std::span<const std::byte> bytes(arena->read.data() + item.buffer_pos, item.size);
+    const std::span<const std::byte> bytes =
+        blocks_ != nullptr
+            ? held_blocks_[item.block]->bytes(item.offset, item.size)
+            : std::span<const std::byte>(arena->read.data() + item.buffer_pos, item.size);
     Status status = fill_sample(item, indices[i], epoch, bytes, rows, batch, raw_filled.data());
     if (!status.is_ok()) {
       if (status.code() != ErrorCode::kCorrupt) return status;
@@ -333,6 +388,7 @@ Status BatchBuilder::build(const std::vector<uint64_t>& indices, uint64_t epoch,
   lay_out(fields_, room, {rows, &raw_filled}, arena->out.data(), &batch->columns);
   copy_small_columns(per_sample_column_, batch);
   batch->samples = rows;
+  held_blocks_.clear();  // the window decides what stays in memory
   stats->decode += SteadyClock::now() - decode_start;
   return Status::ok();
 }

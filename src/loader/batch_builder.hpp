@@ -11,6 +11,7 @@
 
 #include "loader/arena_pool.hpp"
 #include "loader/batch.hpp"
+#include "loader/block_window.hpp"
 #include "zerowait/loader/image_transform.hpp"
 #include "zerowait/loader/loader.hpp"
 #include "zerowait/shard/dataset.hpp"
@@ -40,10 +41,18 @@ struct ReadInFlight {
   uint64_t requests = 0;
 };
 
+// ShuffleMode::kBlock: samples are read as whole blocks through a window shared by the loader's
+// builders; `samples_per_block[s]` cuts shard s as the epoch order does.
+struct BlockReads {
+  std::shared_ptr<BlockWindow> window;
+  std::vector<uint64_t> samples_per_block;
+};
+
 class BatchBuilder {
  public:
+  // `blocks`: null unless the loader reads whole blocks; must outlive the builder.
   BatchBuilder(const Dataset& dataset, const LoaderOptions& options,
-               const std::vector<FieldSpec>& fields);
+               const std::vector<FieldSpec>& fields, const BlockReads* blocks = nullptr);
 
   // Bytes a batch of these samples needs: coalesced reads, and columns. Also prepares the read
   // plan that build() then uses; call it first, for the same indices.
@@ -67,6 +76,7 @@ class BatchBuilder {
     uint64_t offset = 0;  // in the shard file
     uint64_t size = 0;
     uint64_t buffer_pos = 0;  // where its bytes land in the read buffer
+    size_t block = 0;         // with whole-block reads: its block in wants_
   };
   struct Range {  // one coalesced read
     size_t shard = 0;
@@ -77,6 +87,9 @@ class BatchBuilder {
 
   Status read_ranges(Arena* arena, BuildStats* stats, ReadInFlight* in_flight,
                      std::mutex* in_flight_mutex);
+  // Whole-block reads: the blocks holding items_, each wanted once.
+  Status plan_blocks();
+  Status read_blocks(BuildStats* stats, ReadInFlight* in_flight, std::mutex* in_flight_mutex);
   Status fill_sample(const Item& item, uint64_t global_index, uint64_t epoch,
                      std::span<const std::byte> bytes, uint64_t row, Batch::Impl* batch,
                      uint64_t* raw_filled);
@@ -94,6 +107,9 @@ class BatchBuilder {
   std::vector<size_t> by_offset_;  // item numbers sorted by (shard, offset)
   std::vector<Range> ranges_;
   std::vector<ReadRequest> requests_;
+  const BlockReads* blocks_;
+  std::vector<BlockWindow::Want> wants_;
+  std::vector<std::shared_ptr<const WindowBlock>> held_blocks_;  // wants_' bytes, while building
   std::vector<uint64_t> raw_bytes_;  // per field: bytes of all samples (raw fields)
   ImageDecoder decoder_;
 };

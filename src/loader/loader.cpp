@@ -96,7 +96,9 @@ struct Loader::Impl {
   LoaderOptions options;
   std::vector<FieldSpec> fields;
   std::vector<uint64_t> shard_samples;
+  std::vector<uint64_t> shard_bytes;  // file sizes: kBlock cuts blocks by them
   uint64_t fingerprint = 0;
+  std::unique_ptr<BlockReads> blocks;  // ShuffleMode::kBlock only
   std::shared_ptr<ArenaPool> pool;
   std::shared_ptr<LoaderCounters> counters = std::make_shared<LoaderCounters>();
   unsigned threads = 1;   // started per run
@@ -119,7 +121,8 @@ struct Loader::Impl {
   // This rank's partition of epoch `e` from position `from`. Reads only values fixed at
   // construction, so workers call it too (to plan the following epochs).
   RankPartition plan(uint64_t e, uint64_t from) const {
-    auto order = std::make_shared<const EpochOrder>(shard_samples, options.shuffle, e);
+    auto order =
+        std::make_shared<const EpochOrder>(shard_samples, options.shuffle, e, shard_bytes);
     return RankPartition(std::move(order), from, partition_options());
   }
 
@@ -140,7 +143,7 @@ struct Loader::Impl {
     LoaderRun::NextEpoch next_epoch = [this](uint64_t e) { return plan(e, 0); };
     run = std::make_unique<LoaderRun>(*dataset, options, fields, pool, counters,
                                       plan(epoch, position), epoch, std::move(next_epoch), threads,
-                                      prefetch);
+                                      prefetch, blocks.get());
   }
 
   void stop_run() {
@@ -208,9 +211,11 @@ Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<Dataset> dataset,
     const auto& shards = dataset->manifest().shards;
     if (s < shards.size()) {
       impl.shard_samples.push_back(shards[s].samples);
+      impl.shard_bytes.push_back(shards[s].bytes);
     } else {
       ZW_ASSIGN_OR_RETURN(auto reader, dataset->shard(s));
       impl.shard_samples.push_back(reader->size());
+      impl.shard_bytes.push_back(reader->source().size());
     }
   }
   impl.fingerprint = dataset_fingerprint(*dataset, impl.shard_samples);
@@ -228,8 +233,26 @@ Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<Dataset> dataset,
   const uint64_t slack_rows = options.batch_size + options.batch_size / 4;
   std::vector<uint64_t> raw_estimate;
   for (uint64_t field_bytes : sizes.field_bytes) raw_estimate.push_back(slack_rows * field_bytes);
+  // kBlock: every builder reads whole blocks through one shared window. It keeps the window
+  // being consumed and the blocks of every batch the workers may build ahead (prefetch reaches
+  // into the next window), so no block is read twice in an epoch.
+  const bool block_reads = options.shuffle.mode == ShuffleMode::kBlock;
+  if (block_reads) {
+    const uint64_t ahead_bytes = uint64_t{threads + options.prefetch + 2} * slack_rows *
+                                 sizes.sample_bytes;
+    const uint64_t budget = std::max(2 * options.shuffle.window_bytes,
+                                     options.shuffle.window_bytes + ahead_bytes);
+    impl.blocks = std::make_unique<BlockReads>();
+    impl.blocks->window = std::make_shared<BlockWindow>(budget);
+    for (size_t s = 0; s < impl.shard_samples.size(); ++s) {
+      impl.blocks->samples_per_block.push_back(
+          samples_per_block(impl.shard_samples[s], impl.shard_bytes[s], options.shuffle));
+    }
+  }
+  // Whole-block reads land in the window, not in the arenas.
   const uint64_t read_estimate =
-      slack_rows * sizes.sample_bytes + (options.io == IoBackend::kDirect ? 8 << 20 : 0);
+      block_reads ? 0
+                  : slack_rows * sizes.sample_bytes + (options.io == IoBackend::kDirect ? 8 << 20 : 0);
   const uint64_t out_estimate = batch_out_bytes(impl.fields, slack_rows, raw_estimate);
   const uint64_t per_arena = read_estimate + out_estimate;
   const uint64_t fit = options.memory_budget / per_arena;
@@ -322,6 +345,8 @@ LoaderState Loader::state() const {
   state.shuffle = impl.options.shuffle.mode;
   state.block_samples = impl.options.shuffle.block_samples;
   state.window_blocks = impl.options.shuffle.window_blocks;
+  state.block_bytes = impl.options.shuffle.block_bytes;
+  state.window_bytes = impl.options.shuffle.window_bytes;
   state.dataset_samples = impl.dataset->size();
   state.dataset_fingerprint = impl.fingerprint;
   state.batch_size = impl.options.batch_size;
@@ -344,16 +369,24 @@ Status Loader::load_state(const LoaderState& state) {
   if (state.seed != shuffle.seed) {
     return differs("seed", std::to_string(state.seed), std::to_string(shuffle.seed));
   }
-  if (state.shuffle != shuffle.mode || state.block_samples != shuffle.block_samples ||
-      state.window_blocks != shuffle.window_blocks) {
-    return differs("shuffle",
-                   std::string(shuffle_mode_name(state.shuffle)) + " (block " +
-                       std::to_string(state.block_samples) + ", window " +
-                       std::to_string(state.window_blocks) + ")",
-                   std::string(shuffle_mode_name(shuffle.mode)) + " (block " +
-                       std::to_string(shuffle.block_samples) + ", window " +
-                       std::to_string(shuffle.window_blocks) + ")");
-  }
+  // What shapes the order in each mode: quasi's blocks of samples, block's blocks of bytes.
+  auto sizes = [](ShuffleMode mode, uint64_t block_samples, uint64_t window_blocks,
+                  uint64_t block_bytes, uint64_t window_bytes) {
+    std::string name = shuffle_mode_name(mode);
+    if (mode == ShuffleMode::kQuasiRandom) {
+      name += " (block " + std::to_string(block_samples) + " samples, window " +
+              std::to_string(window_blocks) + " blocks)";
+    } else if (mode == ShuffleMode::kBlock) {
+      name += " (block " + std::to_string(block_bytes) + " bytes, window " +
+              std::to_string(window_bytes) + " bytes)";
+    }
+    return name;
+  };
+  const std::string saved = sizes(state.shuffle, state.block_samples, state.window_blocks,
+                                  state.block_bytes, state.window_bytes);
+  const std::string now = sizes(shuffle.mode, shuffle.block_samples, shuffle.window_blocks,
+                                shuffle.block_bytes, shuffle.window_bytes);
+  if (saved != now) return differs("shuffle", saved, now);
   if (state.position > impl.dataset->size()) {
     return invalid_argument("cannot resume: position " + std::to_string(state.position) +
                             " is past the dataset's " + std::to_string(impl.dataset->size()) +

@@ -32,13 +32,15 @@ void yield_to_consumer(int nice) {
 LoaderRun::LoaderRun(const Dataset& dataset, const LoaderOptions& options,
                      const std::vector<FieldSpec>& fields, std::shared_ptr<ArenaPool> pool,
                      std::shared_ptr<LoaderCounters> counters, RankPartition first, uint64_t epoch,
-                     NextEpoch next_epoch, unsigned threads, unsigned prefetch)
+                     NextEpoch next_epoch, unsigned threads, unsigned prefetch,
+                     const BlockReads* blocks)
     : dataset_(dataset),
       options_(options),
       fields_(fields),
       pool_(std::move(pool)),
       counters_(std::move(counters)),
       next_epoch_(std::move(next_epoch)),
+      blocks_(blocks),
       max_threads_(threads),
       active_threads_(threads),
       prefetch_(prefetch),
@@ -177,7 +179,7 @@ const LoaderRun::Segment& LoaderRun::segment_of(uint64_t seq) const {
 
 void LoaderRun::work(unsigned thread) {
   yield_to_consumer(options_.worker_nice);
-  BatchBuilder builder(dataset_, options_, fields_);
+  BatchBuilder builder(dataset_, options_, fields_, blocks_);
   std::vector<uint64_t> indices, announced_indices;
   std::unique_lock<std::mutex> lock(pool_->mutex());
   for (;;) {

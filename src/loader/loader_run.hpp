@@ -38,7 +38,7 @@ struct LoaderCounters {
 //
 // Thread-safety: next(), position(), finish_epoch() and set_limits() are called by one consumer
 // thread at a time; the workers are internal. Everything shared is guarded by the pool's mutex.
-// Lifetime: `dataset`, `options` and `fields` must outlive the run; destruction stops and joins
+// Lifetime: `dataset`, `options`, `fields` and `blocks` must outlive the run; destruction stops and joins
 // the workers, and batches already handed out stay valid (they hold the pool).
 class LoaderRun {
  public:
@@ -52,7 +52,8 @@ class LoaderRun {
   LoaderRun(const Dataset& dataset, const LoaderOptions& options,
             const std::vector<FieldSpec>& fields, std::shared_ptr<ArenaPool> pool,
             std::shared_ptr<LoaderCounters> counters, RankPartition first, uint64_t epoch,
-            NextEpoch next_epoch, unsigned threads, unsigned prefetch);
+            NextEpoch next_epoch, unsigned threads, unsigned prefetch,
+            const BlockReads* blocks = nullptr);
   ~LoaderRun();
   LoaderRun(const LoaderRun&) = delete;
   LoaderRun& operator=(const LoaderRun&) = delete;
@@ -114,6 +115,7 @@ class LoaderRun {
   std::shared_ptr<ArenaPool> pool_;
   std::shared_ptr<LoaderCounters> counters_;
   NextEpoch next_epoch_;
+  const BlockReads* blocks_;  // whole-block reads (ShuffleMode::kBlock); null otherwise
   const unsigned max_threads_;
   // Guarded by pool_->mutex(); segments_.front() is also read by the consumer thread alone,
   // which is the only one that pops it.

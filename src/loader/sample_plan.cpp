@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <numeric>
+#include <utility>
 
 #include "common/random.hpp"
 
@@ -16,7 +17,7 @@ constexpr uint64_t kBlockOrderStream = 0x626c6f636b;  // "block"
 constexpr uint64_t kWindowStream = 0x77696e646f77;    // "window"
 constexpr uint64_t kPermutationStream = 0x7065726d;   // "perm"
 
-struct Block {
+struct SampleRun {
   uint64_t first = 0;  // global index of its first sample
   uint64_t count = 0;
 };
@@ -24,7 +25,7 @@ struct Block {
 std::vector<uint64_t> quasi_random_order(std::span<const uint64_t> shard_samples,
                                          const ShuffleOptions& shuffle, uint64_t epoch,
                                          uint64_t total) {
-  std::vector<Block> blocks;
+  std::vector<SampleRun> blocks;
   uint64_t first = 0;
   for (uint64_t count : shard_samples) {
     for (uint64_t done = 0; done < count; done += shuffle.block_samples) {
@@ -61,6 +62,8 @@ const char* shuffle_mode_name(ShuffleMode mode) {
       return "quasi";
     case ShuffleMode::kRandom:
       return "random";
+    case ShuffleMode::kBlock:
+      return "block";
   }
   return "?";
 }
@@ -69,13 +72,30 @@ Result<ShuffleMode> parse_shuffle_mode(const std::string& name) {
   if (name == "none") return ShuffleMode::kNone;
   if (name == "quasi") return ShuffleMode::kQuasiRandom;
   if (name == "random") return ShuffleMode::kRandom;
-  return invalid_argument("unknown shuffle mode '" + name + "' (expected none, quasi or random)");
+  if (name == "block") return ShuffleMode::kBlock;
+  return invalid_argument("unknown shuffle mode '" + name +
+                          "' (expected none, quasi, random or block)");
 }
 
 Status ShuffleOptions::validate() const {
   if (block_samples == 0) return invalid_argument("shuffle block_samples must be at least 1");
   if (window_blocks == 0) return invalid_argument("shuffle window_blocks must be at least 1");
+  if (block_bytes == 0) return invalid_argument("shuffle block_bytes must be at least 1");
+  if (window_bytes < block_bytes) {
+    return invalid_argument("shuffle window_bytes (" + std::to_string(window_bytes) +
+                            ") must hold at least one block of block_bytes (" +
+                            std::to_string(block_bytes) + ")");
+  }
   return Status::ok();
+}
+
+uint64_t samples_per_block(uint64_t samples, uint64_t bytes, const ShuffleOptions& shuffle) {
+  if (samples == 0) return 1;
+  if (bytes == 0) return std::min(samples, shuffle.block_samples);
+  // block_bytes / (bytes / samples), without overflow for any realistic shard.
+  const long double per_block =
+      static_cast<long double>(shuffle.block_bytes) * samples / static_cast<long double>(bytes);
+  return std::clamp<uint64_t>(static_cast<uint64_t>(per_block), 1, samples);
 }
 
 Status PartitionOptions::validate() const {
@@ -89,23 +109,53 @@ Status PartitionOptions::validate() const {
 }
 
 EpochOrder::EpochOrder(std::span<const uint64_t> shard_samples, const ShuffleOptions& shuffle,
-                       uint64_t epoch)
+                       uint64_t epoch, std::span<const uint64_t> shard_bytes)
     : mode_(shuffle.mode),
       total_(std::accumulate(shard_samples.begin(), shard_samples.end(), uint64_t{0})) {
-  if (mode_ == ShuffleMode::kQuasiRandom) {
-    table_ = quasi_random_order(shard_samples, shuffle, epoch, total_);
-  } else if (mode_ == ShuffleMode::kRandom) {
-    const int bits = total_ <= 1 ? 0 : std::bit_width(total_ - 1);
-    half_bits_ = std::max(1, (bits + 1) / 2);
-    internal::Rng rng(internal::combine_seed(shuffle.seed, epoch, kPermutationStream));
-    for (uint64_t& key : keys_) key = rng.next();
+  switch (mode_) {
+    case ShuffleMode::kNone:
+      break;
+    case ShuffleMode::kQuasiRandom:
+      table_ = quasi_random_order(shard_samples, shuffle, epoch, total_);
+      break;
+    case ShuffleMode::kRandom:
+      permutation_ =
+          Permutation(total_, internal::combine_seed(shuffle.seed, epoch, kPermutationStream));
+      break;
+    case ShuffleMode::kBlock: {
+      // Blocks hold their sample count in the start field until the prefix sum below.
+      uint64_t first = 0;
+      for (size_t s = 0; s < shard_samples.size(); ++s) {
+        const uint64_t count = shard_samples[s];
+        const uint64_t per_block =
+            samples_per_block(count, s < shard_bytes.size() ? shard_bytes[s] : 0, shuffle);
+        for (uint64_t done = 0; done < count; done += per_block) {
+          blocks_.push_back({first + done, std::min(per_block, count - done)});
+        }
+        first += count;
+      }
+      internal::Rng block_rng(internal::combine_seed(shuffle.seed, epoch, kBlockOrderStream));
+      internal::shuffle_range(blocks_.begin(), blocks_.end(), block_rng);
+      uint64_t start = 0;
+      for (Block& b : blocks_) start += std::exchange(b.start, start);
+      blocks_per_window_ = shuffle.blocks_per_window();
+      window_key_ = internal::combine_seed(shuffle.seed, epoch, kWindowStream);
+      break;
+    }
   }
+}
+
+EpochOrder::Permutation::Permutation(uint64_t size, uint64_t key) : size_(size) {
+  const int bits = size <= 1 ? 0 : std::bit_width(size - 1);
+  half_bits_ = std::max(1, (bits + 1) / 2);
+  internal::Rng rng(key);
+  for (uint64_t& k : keys_) k = rng.next();
 }
 
 // One pass of the Feistel network over [0, 4^half_bits): a bijection there, since each round
 // only XORs one half with a function of the other. Six rounds of a SplitMix64-keyed round
 // function leave no pattern a shuffle could show (tests/test_sample_plan.cpp measures it).
-uint64_t EpochOrder::permute(uint64_t position) const {
+uint64_t EpochOrder::Permutation::permute(uint64_t position) const {
   const uint64_t mask = (uint64_t{1} << half_bits_) - 1;
   uint64_t left = position >> half_bits_;
   uint64_t right = position & mask;
@@ -117,6 +167,36 @@ uint64_t EpochOrder::permute(uint64_t position) const {
   return (left << half_bits_) | right;
 }
 
+// Cycle walking: following the permutation of the larger domain from a position inside
+// [0, size) until it lands inside again is a permutation of [0, size). The domain is under
+// 4x size, so a lookup takes under 4 passes on average.
+uint64_t EpochOrder::Permutation::operator()(uint64_t position) const {
+  uint64_t index = position;
+  do {
+    index = permute(index);
+  } while (index >= size_);
+  return index;
+}
+
+// The window holding `position`, a permutation of the window's positions, then the block (by
+// binary search over the window's starts) and the sample inside it.
+uint64_t EpochOrder::block_lookup(uint64_t position) const {
+  auto after = [](uint64_t p, const Block& b) { return p < b.start; };
+  const size_t block = static_cast<size_t>(
+      std::upper_bound(blocks_.begin(), blocks_.end(), position, after) - blocks_.begin() - 1);
+  const size_t window_first = block / blocks_per_window_ * blocks_per_window_;
+  const size_t window_end = std::min(blocks_.size(), window_first + blocks_per_window_);
+  const uint64_t window_start = blocks_[window_first].start;
+  const uint64_t window_size =
+      (window_end < blocks_.size() ? blocks_[window_end].start : total_) - window_start;
+  const Permutation shuffle(window_size, internal::combine_seed(window_key_, window_first));
+  const uint64_t target = window_start + shuffle(position - window_start);
+  const auto begin = blocks_.begin() + static_cast<ptrdiff_t>(window_first);
+  const auto end = blocks_.begin() + static_cast<ptrdiff_t>(window_end);
+  const Block& holder = *(std::upper_bound(begin, end, target, after) - 1);
+  return holder.first + (target - holder.start);
+}
+
 uint64_t EpochOrder::operator[](uint64_t position) const {
   switch (mode_) {
     case ShuffleMode::kNone:
@@ -124,16 +204,11 @@ uint64_t EpochOrder::operator[](uint64_t position) const {
     case ShuffleMode::kQuasiRandom:
       return table_[position];
     case ShuffleMode::kRandom:
-      break;
+      return permutation_(position);
+    case ShuffleMode::kBlock:
+      return block_lookup(position);
   }
-  // Cycle walking: following the permutation of the larger domain from a position inside
-  // [0, total) until it lands inside again is a permutation of [0, total). The domain is under
-  // 4x total, so a lookup takes under 4 passes on average.
-  uint64_t index = position;
-  do {
-    index = permute(index);
-  } while (index >= total_);
-  return index;
+  return position;
 }
 
 std::vector<uint64_t> epoch_order(std::span<const uint64_t> shard_samples,

@@ -59,7 +59,10 @@ def serve(directory: Path, ignore_range: bool = False):
 
 
 def batches(dataset) -> list:
-    loader = zerowait.Loader(dataset, batch_size=5, seed=4, fields=["jpg", "cls"])
+    # "block": the order a remote dataset gets by default, asked for explicitly so a local copy
+    # is read in the same order.
+    loader = zerowait.Loader(dataset, batch_size=5, seed=4, fields=["jpg", "cls"],
+                             shuffle="block", block_bytes=16 << 10, window_bytes=64 << 10)
     return [(b["__index__"].tolist(), b["cls"].tolist(), bytes(b["jpg"].numpy())) for b in loader]
 
 
@@ -72,6 +75,9 @@ def test_a_dataset_over_http_reads_like_its_local_copy(image_dataset):
         assert len(remote) == len(local) == 48
         assert remote[17]["jpg"] == local[17]["jpg"]
         assert batches(zerowait.Dataset(url + "manifest.json")) == batches(local)
+        # Remote data is read in whole blocks unless asked otherwise; local data shuffles fully.
+        assert zerowait.Loader(url, batch_size=5).state_dict()["shuffle"] == "block"
+        assert zerowait.Loader(image_dataset, batch_size=5).state_dict()["shuffle"] == "random"
     finally:
         server.shutdown()
 
@@ -94,7 +100,8 @@ def test_a_cache_dir_serves_the_second_loader_from_local_disk(image_dataset, tmp
 
         def epoch():
             loader = zerowait.Loader(url, batch_size=5, seed=4, fields=["jpg", "cls"],
-                                     cache_dir=cache_dir, cache_bytes=64 << 20)
+                                     cache_dir=cache_dir, cache_bytes=64 << 20,
+                                     block_bytes=16 << 10, window_bytes=64 << 10)
             got = [(b["__index__"].tolist(), b["cls"].tolist(), bytes(b["jpg"].numpy()))
                    for b in loader]
             return got, loader.stats()["cache"]

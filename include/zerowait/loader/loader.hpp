@@ -133,6 +133,8 @@ struct LoaderState {
   ShuffleMode shuffle = ShuffleMode::kQuasiRandom;
   uint64_t block_samples = 0;
   uint64_t window_blocks = 0;
+  uint64_t block_bytes = 0;   // kBlock's block and window sizes
+  uint64_t window_bytes = 0;
   uint64_t dataset_samples = 0;
   uint64_t dataset_fingerprint = 0;  // hash of the shards' sample counts and index checksums
   uint64_t batch_size = 0;           // informative: a restore may change it

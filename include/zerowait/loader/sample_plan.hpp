@@ -5,6 +5,7 @@
 // construction, so any number of threads may use them at once.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -19,9 +20,10 @@ enum class ShuffleMode {
   kNone,         // dataset order
   kQuasiRandom,  // blocks of consecutive samples shuffled, then samples shuffled in a window
   kRandom,       // a pseudo-random permutation of all samples (no per-sample memory)
+  kBlock,        // blocks of about block_bytes read whole, samples shuffled in a window of them
 };
 
-// "none" / "quasi" / "random".
+// "none" / "quasi" / "random" / "block".
 const char* shuffle_mode_name(ShuffleMode mode);
 Result<ShuffleMode> parse_shuffle_mode(const std::string& name);
 
@@ -35,9 +37,24 @@ struct ShuffleOptions {
   // 64 x 256 a window draws from 256 places, so batches mix classes almost as a uniform shuffle).
   uint64_t block_samples = 64;
   uint64_t window_blocks = 256;
+  // kBlock: each shard is cut into blocks of consecutive samples of about `block_bytes` (by the
+  // shard's mean sample size), which the loader reads whole, one request each. The blocks of
+  // all shards are shuffled, and every run of them totalling `window_bytes` is one window whose
+  // samples are shuffled together; the loader holds about two windows in memory. Reads are
+  // large and few; a batch mixes samples of window_bytes / block_bytes places. The defaults
+  // (256 places) give a class-sorted ImageNet-sized pack 0.69 of `random`'s distinct classes
+  // per batch (docs/loader.md, bench/mixing_bench.cpp).
+  uint64_t block_bytes = 1 << 20;
+  uint64_t window_bytes = 256 << 20;
 
   Status validate() const;
+  // kBlock: blocks in one window.
+  uint64_t blocks_per_window() const { return std::max<uint64_t>(1, window_bytes / block_bytes); }
 };
+
+// kBlock: how many consecutive samples make one block of a shard of `samples` samples in
+// `bytes` bytes (at least 1, at most the shard). The loader and EpochOrder cut shards alike.
+uint64_t samples_per_block(uint64_t samples, uint64_t bytes, const ShuffleOptions& shuffle);
 
 // The global sample order of one epoch: a permutation of [0, total samples), looked up by
 // position. `shard_samples[s]` is the sample count of shard s; global indices number shards in
@@ -48,27 +65,54 @@ struct ShuffleOptions {
 //            [0, total). Nothing is held per sample: building one over 10^9 samples takes
 //            microseconds and a few bytes, and each lookup a few dozen nanoseconds.
 //   kQuasiRandom  the order as a table (8 bytes a sample, built in O(total) time).
+//   kBlock   the shuffled blocks (16 bytes a block, none per sample); within a window, the
+//            positions go through a keyed permutation like kRandom's. `shard_bytes[s]` sizes
+//            shard s's blocks (samples_per_block); without it, blocks are block_samples long.
 // Immutable once built: any number of threads may look up positions at once.
 class EpochOrder {
  public:
   EpochOrder(std::span<const uint64_t> shard_samples, const ShuffleOptions& shuffle,
-             uint64_t epoch);
+             uint64_t epoch, std::span<const uint64_t> shard_bytes = {});
 
   uint64_t size() const { return total_; }
   // The global index at `position` (< size()).
   uint64_t operator[](uint64_t position) const;
-  // Memory held beyond the object itself (the kQuasiRandom table).
-  uint64_t table_bytes() const { return table_.size() * sizeof(uint64_t); }
+  // Memory held beyond the object itself (the kQuasiRandom table, the kBlock blocks).
+  uint64_t table_bytes() const {
+    return table_.size() * sizeof(uint64_t) + blocks_.size() * sizeof(Block);
+  }
+
+  // A keyed pseudo-random permutation of [0, size): a Feistel network over the smallest
+  // even-bit power of two holding every index, walked along its cycle until it lands inside.
+  class Permutation {
+   public:
+    Permutation() = default;
+    Permutation(uint64_t size, uint64_t key);
+    uint64_t operator()(uint64_t position) const;
+
+   private:
+    static constexpr int kRounds = 6;
+    uint64_t permute(uint64_t position) const;
+    uint64_t size_ = 0;
+    int half_bits_ = 0;
+    uint64_t keys_[kRounds] = {};
+  };
 
  private:
-  static constexpr int kRounds = 6;
-  uint64_t permute(uint64_t position) const;
+  struct Block {
+    uint64_t first = 0;  // global index of its first sample
+    uint64_t start = 0;  // kBlock: its first sample's position in the epoch order
+  };
+  uint64_t block_lookup(uint64_t position) const;
 
   ShuffleMode mode_;
   uint64_t total_ = 0;
-  int half_bits_ = 0;  // kRandom: the Feistel halves' width
-  uint64_t keys_[kRounds] = {};
+  Permutation permutation_;      // kRandom
   std::vector<uint64_t> table_;  // kQuasiRandom
+  // kBlock: the blocks in epoch order, and the key of each window's permutation.
+  std::vector<Block> blocks_;
+  uint64_t blocks_per_window_ = 1;
+  uint64_t window_key_ = 0;
 };
 
 // Every position of one epoch's order, materialised (tests, tools): O(total) memory.

@@ -1,0 +1,82 @@
+// The blocks a ShuffleMode::kBlock epoch reads whole: each block of a shard (a run of
+// consecutive samples, about ShuffleOptions::block_bytes) is read in one request the first time
+// a batch needs it and then serves every sample of it from memory, for every worker thread.
+// Internal: the loader owns one per loader and its BatchBuilders share it.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "common/aligned_buffer.hpp"
+#include "zerowait/common/status.hpp"
+#include "zerowait/io/byte_source.hpp"
+
+namespace zerowait {
+
+// One block's bytes: file bytes [offset, offset + length) of its shard.
+struct WindowBlock {
+  internal::AlignedBuffer memory;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  // The bytes of a sample inside the block.
+  std::span<const std::byte> bytes(uint64_t file_offset, uint64_t size) const {
+    return {memory.data() + (file_offset - offset), size};
+  }
+};
+
+// Thread-safety: every method may be called from any number of threads at once.
+class BlockWindow {
+ public:
+  // Keeps at most about `budget_bytes` of blocks nobody is using (least recently used go first);
+  // blocks in use stay alive with their users whatever the budget.
+  explicit BlockWindow(uint64_t budget_bytes) : budget_bytes_(budget_bytes) {}
+
+  struct Want {
+    size_t shard = 0;
+    uint64_t block = 0;  // block number in its shard
+    uint64_t offset = 0;  // file bytes the block spans
+    uint64_t length = 0;
+    ByteSource* source = nullptr;  // the shard's
+  };
+
+  // Every wanted block, resident: `out[i]` holds `wants[i]`. Blocks no other thread is reading
+  // are read here, those of one source together in one ByteSource::read (all in flight at
+  // once); blocks another thread is reading are waited for until `deadline`. Adds the bytes
+  // this call read to `*bytes_read`. On an error nothing half-read is ever kept.
+  Status acquire(std::span<const Want> wants, Deadline deadline,
+                 std::vector<std::shared_ptr<const WindowBlock>>* out, uint64_t* bytes_read);
+
+  uint64_t resident_bytes() const;
+
+ private:
+  using Key = std::pair<size_t, uint64_t>;
+  struct Entry {
+    std::shared_ptr<WindowBlock> block;  // null while being read
+    std::list<Key>::iterator place;            // in recent_, once read
+  };
+
+  Status read_blocks(std::span<const Want* const> wants, Deadline deadline,
+                     std::vector<std::shared_ptr<WindowBlock>>* read, uint64_t* bytes_read);
+  void evict_locked();
+  std::shared_ptr<WindowBlock> take_spare();
+
+  const uint64_t budget_bytes_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<Key, Entry> blocks_;
+  std::list<Key> recent_;  // resident blocks, most recently used first
+  uint64_t resident_bytes_ = 0;
+  // Blocks evicted when nobody used them any more, kept for their memory: a fresh buffer's
+  // first-touch page faults cost more than reading the block (about 0.3 GB/s here).
+  std::vector<std::shared_ptr<WindowBlock>> spare_;
+};
+
+}  // namespace zerowait

@@ -6,7 +6,8 @@
 //   - distinct classes per batch (mean; 1% quantile), and the ratio to `random`'s mean;
 //   - the largest share one class takes of a batch (mean);
 // The reference is `random` (a uniform permutation) measured in the same run; `none` shows the
-// unmixed extreme. Numbers are pure functions of the orders: no I/O, no timing.
+// unmixed extreme. Then, for the node-stable deal, how much of what a node reads one epoch it
+// read the epoch before (what its cache can serve), against one global block order. Numbers are pure functions of the orders: no I/O, no timing.
 //
 //   zw_bench_mixing [--samples N] [--classes C] [--sample-bytes B] [--batch B]
 #include <algorithm>
@@ -27,7 +28,8 @@ struct Mixing {
   double top_share_mean = 0;
 };
 
-Mixing measure(const EpochOrder& order, uint64_t classes, uint64_t batch) {
+// `samples`: the data set's size (a node's order covers only its share).
+Mixing measure_share(const EpochOrder& order, uint64_t classes, uint64_t batch, uint64_t samples) {
   const uint64_t total = order.size();
   std::vector<uint32_t> count(classes, 0);
   std::vector<uint64_t> distinct;
@@ -37,7 +39,7 @@ Mixing measure(const EpochOrder& order, uint64_t classes, uint64_t batch) {
     uint64_t d = 0;
     uint32_t top = 0;
     for (uint64_t p = first; p < first + batch; ++p) {
-      const uint64_t cls = order[p] * classes / total;  // sorted by class
+      const uint64_t cls = order[p] * classes / samples;  // sorted by class
       d += count[cls]++ == 0;
       top = std::max(top, count[cls]);
     }
@@ -52,6 +54,10 @@ Mixing measure(const EpochOrder& order, uint64_t classes, uint64_t batch) {
   m.distinct_p01 = static_cast<double>(distinct[distinct.size() / 100]);
   m.top_share_mean = top_share_sum / static_cast<double>(distinct.size());
   return m;
+}
+
+Mixing measure(const EpochOrder& order, uint64_t classes, uint64_t batch) {
+  return measure_share(order, classes, batch, order.size());
 }
 
 int run(int argc, char** argv) {
@@ -112,6 +118,47 @@ int run(int argc, char** argv) {
     if (row.shuffle.mode == ShuffleMode::kRandom) random_mean = m.distinct_mean;
     std::printf("%-44s %14.1f %10.0f %14.3f %11.2f\n", row.name.c_str(), m.distinct_mean,
                 m.distinct_p01, m.top_share_mean, m.distinct_mean / random_mean);
+  }
+
+  // What a node's cache gains from the node-stable deal: the share of the samples node 0 reads
+  // in epoch 1 that it also read in epoch 0 (what its cache could still hold), with the data set
+  // spread over `nodes` nodes: by rank partition of one global block order (each node's ranks
+  // take every nodes-th step), and dealt by the node-stable variant (re-dealt every 10 epochs).
+  std::printf("\nnode 0's epoch-1 samples it also read in epoch 0 (default block and window):\n");
+  std::printf("%-8s %24s %24s %26s\n", "nodes", "global block order", "node-stable deal",
+              "node-stable classes/batch");
+  for (uint32_t nodes : {8u, 64u, 1000u}) {
+    ShuffleOptions global;
+    global.mode = ShuffleMode::kBlock;
+    auto node0_of_global = [&](uint64_t epoch) {
+      const EpochOrder order(shard_samples, global, epoch, shard_bytes);
+      std::vector<bool> seen(order.size(), false);
+      for (uint64_t first = 0; first < order.size(); first += batch * nodes) {
+        for (uint64_t p = first; p < std::min(order.size(), first + batch); ++p) seen[order[p]] = true;
+      }
+      return seen;
+    };
+    ShuffleOptions stable = global;
+    stable.nodes = nodes;
+    stable.redeal_every = 10;
+    auto node0_stable = [&](uint64_t epoch) {
+      const EpochOrder order(shard_samples, stable, epoch, shard_bytes);
+      std::vector<bool> seen(samples, false);
+      for (uint64_t p = 0; p < order.size(); ++p) seen[order[p]] = true;
+      return seen;
+    };
+    auto kept = [&](const std::vector<bool>& before, const std::vector<bool>& after) {
+      uint64_t both = 0, now = 0;
+      for (uint64_t i = 0; i < samples; ++i) {
+        now += after[i];
+        both += after[i] && before[i];
+      }
+      return static_cast<double>(both) / static_cast<double>(std::max<uint64_t>(now, 1));
+    };
+    const EpochOrder node0(shard_samples, stable, 1, shard_bytes);
+    const Mixing m = measure_share(node0, classes, batch, samples);
+    std::printf("%-8u %24.3f %24.3f %26.1f\n", nodes, kept(node0_of_global(0), node0_of_global(1)),
+                kept(node0_stable(0), node0_stable(1)), m.distinct_mean);
   }
   return 0;
 }

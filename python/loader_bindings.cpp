@@ -73,6 +73,9 @@ LoaderHolder make_loader(py::handle path, py::dict kw) {
   o.shuffle.window_blocks = get("shuffle_window").cast<uint64_t>();
   o.shuffle.block_bytes = get("block_bytes").cast<uint64_t>();
   o.shuffle.window_bytes = get("window_bytes").cast<uint64_t>();
+  o.shuffle.nodes = get("nodes").cast<uint32_t>();
+  o.shuffle.node = get("node").cast<uint32_t>();
+  o.shuffle.redeal_every = get("redeal_every").cast<uint64_t>();
   o.epoch = get("epoch").cast<uint64_t>();
   o.rank = get("rank").cast<uint32_t>();
   o.world_size = get("world_size").cast<uint32_t>();
@@ -156,6 +159,8 @@ py::dict state_to_dict(const LoaderState& s) {
   d["shuffle_window"] = s.window_blocks;
   d["block_bytes"] = s.block_bytes;
   d["window_bytes"] = s.window_bytes;
+  d["nodes"] = s.nodes;
+  d["redeal_every"] = s.redeal_every;
   d["dataset_samples"] = s.dataset_samples;
   d["dataset_fingerprint"] = s.dataset_fingerprint;
   d["batch_size"] = s.batch_size;
@@ -191,6 +196,9 @@ LoaderState state_from_dict(const py::dict& d) {
                                             : defaults.block_bytes;
   s.window_bytes = d.contains("window_bytes") ? d["window_bytes"].cast<uint64_t>()
                                               : defaults.window_bytes;
+  s.nodes = d.contains("nodes") ? d["nodes"].cast<uint32_t>() : defaults.nodes;
+  s.redeal_every =
+      d.contains("redeal_every") ? d["redeal_every"].cast<uint64_t>() : defaults.redeal_every;
   s.dataset_samples = d["dataset_samples"].cast<uint64_t>();
   s.dataset_fingerprint = d["dataset_fingerprint"].cast<uint64_t>();
   s.batch_size = d["batch_size"].cast<uint64_t>();

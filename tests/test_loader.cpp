@@ -501,6 +501,36 @@ TEST_F(LoaderTest, BlockShuffleReadsEachBlockWholeOnceAndResumesExactly) {
   EXPECT_NE(refused.message().find("block 8192 bytes"), std::string::npos) << refused.message();
 }
 
+// Blocks dealt to 2 nodes of 2 ranks each: every rank of every node gets the same number of
+// batches, no sample reaches two ranks, and only the few samples the cut leaves out are missing.
+TEST_F(LoaderTest, BlocksDealtToNodesGiveEveryRankEqualBatchesAndNoSampleTwice) {
+  std::map<int64_t, int> seen;
+  std::set<size_t> counts;
+  for (uint32_t node = 0; node < 2; ++node) {
+    for (uint32_t rank = 0; rank < 2; ++rank) {
+      LoaderOptions o = base_options();
+      o.shuffle.mode = ShuffleMode::kBlock;
+      o.shuffle.block_bytes = 8 << 10;
+      o.shuffle.window_bytes = 32 << 10;
+      o.shuffle.nodes = 2;
+      o.shuffle.node = node;
+      o.rank = rank;
+      o.world_size = 2;
+      auto loader = make_loader(dir_.path(), o);
+      const uint64_t expected = loader->batches_per_epoch();
+      const auto batches = epoch_indices(*loader);
+      EXPECT_EQ(batches.size(), expected);
+      counts.insert(batches.size());
+      for (const auto& batch : batches) {
+        for (int64_t i : batch) ++seen[i];
+      }
+    }
+  }
+  EXPECT_EQ(counts.size(), 1u);
+  for (const auto& [index, times] : seen) ASSERT_EQ(times, 1) << "sample " << index;
+  EXPECT_GE(seen.size(), 396u - 2 * 10);  // a share is cut by at most about one block
+}
+
 TEST_F(LoaderTest, StatsCountWhatHappened) {
   auto loader = make_loader(dir_.path(), base_options());
   const auto batches = epoch_indices(*loader);

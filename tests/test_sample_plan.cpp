@@ -266,6 +266,61 @@ TEST(SamplePlan, BlockOrderDrawsEachWindowFromItsBlocksOnly) {
   EXPECT_GT(span.size(), 900u);  // 500 + 300 + 124 blocks
 }
 
+// Node-stable: the blocks are dealt to 4 nodes; a node's share stays the same set of samples
+// until the deal changes (every 3 epochs), shares are disjoint and cut to one size, and the
+// share is shuffled anew each epoch.
+TEST(SamplePlan, BlocksDealtToNodesStayWithTheirNodeUntilTheRedeal) {
+  const std::vector<uint64_t> shards = {5000, 3000, 1234};
+  const std::vector<uint64_t> bytes = {5000 * 100'000, 3000 * 100'000, 1234 * 100'000};
+  ShuffleOptions shuffle;
+  shuffle.mode = ShuffleMode::kBlock;
+  shuffle.seed = 11;
+  shuffle.block_bytes = 1 << 20;
+  shuffle.window_bytes = 8 << 20;
+  shuffle.nodes = 4;
+  shuffle.redeal_every = 3;
+  auto share = [&](uint32_t node, uint64_t epoch) {
+    ShuffleOptions s = shuffle;
+    s.node = node;
+    const EpochOrder order(shards, s, epoch, bytes);
+    EXPECT_EQ(order.size(), EpochOrder::size_of(shards, s, epoch, bytes));
+    std::vector<uint64_t> samples(order.size());
+    for (uint64_t p = 0; p < order.size(); ++p) samples[p] = order[p];
+    return samples;
+  };
+  auto as_set = [](const std::vector<uint64_t>& v) { return std::set<uint64_t>(v.begin(), v.end()); };
+  std::set<uint64_t> everyone;
+  uint64_t size = 0;
+  for (uint32_t node = 0; node < 4; ++node) {
+    const auto e0 = share(node, 0), e1 = share(node, 1), e2 = share(node, 2), e3 = share(node, 3);
+    if (node == 0) size = e0.size();
+    EXPECT_EQ(e0.size(), size) << "every share is cut to the same size";
+    EXPECT_EQ(as_set(e0).size(), e0.size()) << "no sample twice";
+    // The 924 blocks give shares of 231 blocks; the cut drops at most a block's 10 samples a
+    // share beyond what the short shard tails cost.
+    EXPECT_GE(e0.size(), 9234u / 4 - 20);
+    EXPECT_NE(e0, e1) << "shuffled anew each epoch";
+    // Kept within a deal: a share cut short leaves out different samples each epoch, so the
+    // shares agree up to the cut.
+    std::vector<uint64_t> kept;
+    const auto s0 = as_set(e0), s2 = as_set(e2), s3 = as_set(e3);
+    std::set_intersection(s0.begin(), s0.end(), s2.begin(), s2.end(), std::back_inserter(kept));
+    EXPECT_GE(kept.size(), e0.size() - 20) << "node " << node;
+    kept.clear();
+    std::set_intersection(s2.begin(), s2.end(), s3.begin(), s3.end(), std::back_inserter(kept));
+    EXPECT_LT(kept.size(), e0.size() / 2) << "redealt at epoch 3";
+    for (uint64_t i : e0) EXPECT_TRUE(everyone.insert(i).second) << "sample " << i << " twice";
+  }
+  EXPECT_GE(everyone.size(), 9234u - 4 * 20);
+
+  ShuffleOptions random = shuffle;
+  random.mode = ShuffleMode::kRandom;
+  EXPECT_NE(random.validate().message().find("needs shuffle \"block\""), std::string::npos);
+  ShuffleOptions past = shuffle;
+  past.node = 4;
+  EXPECT_NE(past.validate().message().find("node 4 is not below nodes 4"), std::string::npos);
+}
+
 TEST(SamplePlan, InvalidOptionsAreNamed) {
   EXPECT_EQ((PartitionOptions{0, 0, 1, false}).validate().code(), ErrorCode::kInvalidArgument);
   const Status rank = PartitionOptions{1, 2, 2, false}.validate();

@@ -70,6 +70,9 @@ class Loader:
     ``block_bytes`` read whole, samples shuffled within windows of ``window_bytes``: large reads,
     less mixing), ``"quasi"``, ``"none"``, or ``"auto"``: ``"block"`` for ``s3://`` and
     ``http(s)://`` data, ``"random"`` otherwise (docs/loader.md compares their class mixing).
+    With ``shuffle="block"``, ``nodes=N, node=i`` deals the blocks to N nodes by a hash that
+    changes only every ``redeal_every`` epochs (0: never): node i reads, and its cache holds,
+    the same 1/N of the data each epoch; ``rank``/``world_size`` then count the node's ranks.
     The order is a pure function of (seed, epoch): the same on every run, whatever the number
     of threads. Across ``world_size`` ranks each sample appears once per epoch and every rank
     gets the same number of batches (see docs/loader.md for the rule at the end of an epoch).
@@ -110,6 +113,9 @@ class Loader:
         shuffle_window: int = _DEFAULTS["shuffle_window"],
         block_bytes: int = _DEFAULTS["block_bytes"],
         window_bytes: int = _DEFAULTS["window_bytes"],
+        nodes: int = 1,
+        node: int = 0,
+        redeal_every: int = 0,
         autotune: bool = _DEFAULTS["autotune"],
         cache_dir: Optional[str] = None,
         cache_bytes: int = 0,
@@ -147,6 +153,7 @@ class Loader:
             fields=list(fields) if fields is not None else None, decode=decode, keys=keys,
             verify=verify, read_timeout=read_timeout, shuffle_block=shuffle_block,
             shuffle_window=shuffle_window, block_bytes=block_bytes, window_bytes=window_bytes,
+            nodes=nodes, node=node, redeal_every=redeal_every,
             autotune=autotune, pin_memory=pin_memory,
             cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
             cache_bytes=cache_bytes)

@@ -126,6 +126,11 @@ struct Loader::Impl {
     return RankPartition(std::move(order), from, partition_options());
   }
 
+  // Samples in epoch `e` (fewer than the dataset's when blocks are dealt to nodes).
+  uint64_t epoch_size(uint64_t e) const {
+    return EpochOrder::size_of(shard_samples, options.shuffle, e, shard_bytes);
+  }
+
   // Where the consumer stands: the run knows once it exists.
   void sync_position() {
     if (run == nullptr) return;
@@ -297,14 +302,16 @@ uint64_t Loader::remaining_batches() const {
     const LoaderRun::Position here = impl_->run->position();
     return here.partition->batch_count() - std::min(here.taken, here.partition->batch_count());
   }
-  return RankPartition::count_batches(impl_->dataset->size(), impl_->position,
+  return RankPartition::count_batches(impl_->epoch_size(impl_->epoch), impl_->position,
                                       impl_->partition_options());
 }
 
 // Counted, not planned: a training loop asks len(loader) every epoch, and planning an epoch of
 // millions of samples on its thread would stall it.
 uint64_t Loader::batches_per_epoch() const {
-  return RankPartition::count_batches(impl_->dataset->size(), 0, impl_->partition_options());
+  impl_->sync_position();
+  return RankPartition::count_batches(impl_->epoch_size(impl_->epoch), 0,
+                                      impl_->partition_options());
 }
 
 Result<std::shared_ptr<Batch>> Loader::next(Deadline deadline) {
@@ -347,6 +354,8 @@ LoaderState Loader::state() const {
   state.window_blocks = impl.options.shuffle.window_blocks;
   state.block_bytes = impl.options.shuffle.block_bytes;
   state.window_bytes = impl.options.shuffle.window_bytes;
+  state.nodes = impl.options.shuffle.nodes;
+  state.redeal_every = impl.options.shuffle.redeal_every;
   state.dataset_samples = impl.dataset->size();
   state.dataset_fingerprint = impl.fingerprint;
   state.batch_size = impl.options.batch_size;
@@ -371,25 +380,34 @@ Status Loader::load_state(const LoaderState& state) {
   }
   // What shapes the order in each mode: quasi's blocks of samples, block's blocks of bytes.
   auto sizes = [](ShuffleMode mode, uint64_t block_samples, uint64_t window_blocks,
-                  uint64_t block_bytes, uint64_t window_bytes) {
+                  uint64_t block_bytes, uint64_t window_bytes, uint32_t nodes,
+                  uint64_t redeal_every) {
     std::string name = shuffle_mode_name(mode);
     if (mode == ShuffleMode::kQuasiRandom) {
       name += " (block " + std::to_string(block_samples) + " samples, window " +
               std::to_string(window_blocks) + " blocks)";
     } else if (mode == ShuffleMode::kBlock) {
       name += " (block " + std::to_string(block_bytes) + " bytes, window " +
-              std::to_string(window_bytes) + " bytes)";
+              std::to_string(window_bytes) + " bytes";
+      if (nodes > 1) {
+        name += ", dealt to " + std::to_string(nodes) + " nodes every " +
+                std::to_string(redeal_every) + " epochs";
+      }
+      name += ")";
     }
     return name;
   };
-  const std::string saved = sizes(state.shuffle, state.block_samples, state.window_blocks,
-                                  state.block_bytes, state.window_bytes);
+  const std::string saved =
+      sizes(state.shuffle, state.block_samples, state.window_blocks, state.block_bytes,
+            state.window_bytes, state.nodes, state.redeal_every);
   const std::string now = sizes(shuffle.mode, shuffle.block_samples, shuffle.window_blocks,
-                                shuffle.block_bytes, shuffle.window_bytes);
+                                shuffle.block_bytes, shuffle.window_bytes, shuffle.nodes,
+                                shuffle.redeal_every);
   if (saved != now) return differs("shuffle", saved, now);
-  if (state.position > impl.dataset->size()) {
+  const uint64_t epoch_samples = impl.epoch_size(state.epoch);
+  if (state.position > epoch_samples) {
     return invalid_argument("cannot resume: position " + std::to_string(state.position) +
-                            " is past the dataset's " + std::to_string(impl.dataset->size()) +
+                            " is past the epoch's " + std::to_string(epoch_samples) +
                             " samples");
   }
   impl.run.reset();

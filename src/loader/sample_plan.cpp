@@ -16,23 +16,36 @@ namespace {
 constexpr uint64_t kBlockOrderStream = 0x626c6f636b;  // "block"
 constexpr uint64_t kWindowStream = 0x77696e646f77;    // "window"
 constexpr uint64_t kPermutationStream = 0x7065726d;   // "perm"
+constexpr uint64_t kDealStream = 0x6465616c;          // "deal"
 
 struct SampleRun {
   uint64_t first = 0;  // global index of its first sample
   uint64_t count = 0;
 };
 
-std::vector<uint64_t> quasi_random_order(std::span<const uint64_t> shard_samples,
-                                         const ShuffleOptions& shuffle, uint64_t epoch,
-                                         uint64_t total) {
+// Every shard cut into runs of samples_per_block() samples, in dataset order (without
+// shard_bytes, runs of block_samples: kQuasiRandom's blocks).
+std::vector<SampleRun> cut_blocks(std::span<const uint64_t> shard_samples,
+                                  const ShuffleOptions& shuffle,
+                                  std::span<const uint64_t> shard_bytes) {
   std::vector<SampleRun> blocks;
   uint64_t first = 0;
-  for (uint64_t count : shard_samples) {
-    for (uint64_t done = 0; done < count; done += shuffle.block_samples) {
-      blocks.push_back({first + done, std::min(shuffle.block_samples, count - done)});
+  for (size_t s = 0; s < shard_samples.size(); ++s) {
+    const uint64_t count = shard_samples[s];
+    const uint64_t per_block =
+        samples_per_block(count, s < shard_bytes.size() ? shard_bytes[s] : 0, shuffle);
+    for (uint64_t done = 0; done < count; done += per_block) {
+      blocks.push_back({first + done, std::min(per_block, count - done)});
     }
     first += count;
   }
+  return blocks;
+}
+
+std::vector<uint64_t> quasi_random_order(std::span<const uint64_t> shard_samples,
+                                         const ShuffleOptions& shuffle, uint64_t epoch,
+                                         uint64_t total) {
+  std::vector<SampleRun> blocks = cut_blocks(shard_samples, shuffle, {});
   internal::Rng block_rng(internal::combine_seed(shuffle.seed, epoch, kBlockOrderStream));
   internal::shuffle_range(blocks.begin(), blocks.end(), block_rng);
 
@@ -50,6 +63,34 @@ std::vector<uint64_t> quasi_random_order(std::span<const uint64_t> shard_samples
                             window_rng);
   }
   return order;
+}
+
+// Which node's share block b is in: a keyed permutation of the block numbers, taken modulo the
+// node count, so the shares differ by at most one block. The key changes every redeal_every
+// epochs only (0: never), which keeps a node's share, and its cache, the same in between.
+class NodeDeal {
+ public:
+  NodeDeal(uint64_t blocks, const ShuffleOptions& shuffle, uint64_t epoch)
+      : nodes_(shuffle.nodes),
+        permutation_(blocks, internal::combine_seed(
+                                 shuffle.seed,
+                                 shuffle.redeal_every == 0 ? 0 : epoch / shuffle.redeal_every,
+                                 kDealStream)) {}
+  uint32_t node_of(uint64_t block) const {
+    return nodes_ <= 1 ? 0 : static_cast<uint32_t>(permutation_(block) % nodes_);
+  }
+  uint32_t nodes() const { return nodes_; }
+
+ private:
+  uint32_t nodes_;
+  EpochOrder::Permutation permutation_;
+};
+
+// The sample count of the smallest share: every node's epoch is cut to it.
+uint64_t smallest_share(const std::vector<SampleRun>& blocks, const NodeDeal& deal) {
+  std::vector<uint64_t> share(deal.nodes(), 0);
+  for (uint64_t b = 0; b < blocks.size(); ++b) share[deal.node_of(b)] += blocks[b].count;
+  return *std::min_element(share.begin(), share.end());
 }
 
 }  // namespace
@@ -81,6 +122,15 @@ Status ShuffleOptions::validate() const {
   if (block_samples == 0) return invalid_argument("shuffle block_samples must be at least 1");
   if (window_blocks == 0) return invalid_argument("shuffle window_blocks must be at least 1");
   if (block_bytes == 0) return invalid_argument("shuffle block_bytes must be at least 1");
+  if (nodes == 0) return invalid_argument("shuffle nodes must be at least 1");
+  if (node >= nodes) {
+    return invalid_argument("node " + std::to_string(node) + " is not below nodes " +
+                            std::to_string(nodes));
+  }
+  if (nodes > 1 && mode != ShuffleMode::kBlock) {
+    return invalid_argument("dealing blocks to nodes (nodes " + std::to_string(nodes) +
+                            ") needs shuffle \"block\"");
+  }
   if (window_bytes < block_bytes) {
     return invalid_argument("shuffle window_bytes (" + std::to_string(window_bytes) +
                             ") must hold at least one block of block_bytes (" +
@@ -123,26 +173,31 @@ EpochOrder::EpochOrder(std::span<const uint64_t> shard_samples, const ShuffleOpt
           Permutation(total_, internal::combine_seed(shuffle.seed, epoch, kPermutationStream));
       break;
     case ShuffleMode::kBlock: {
-      // Blocks hold their sample count in the start field until the prefix sum below.
-      uint64_t first = 0;
-      for (size_t s = 0; s < shard_samples.size(); ++s) {
-        const uint64_t count = shard_samples[s];
-        const uint64_t per_block =
-            samples_per_block(count, s < shard_bytes.size() ? shard_bytes[s] : 0, shuffle);
-        for (uint64_t done = 0; done < count; done += per_block) {
-          blocks_.push_back({first + done, std::min(per_block, count - done)});
-        }
-        first += count;
+      const std::vector<SampleRun> all = cut_blocks(shard_samples, shuffle, shard_bytes);
+      const NodeDeal deal(all.size(), shuffle, epoch);
+      for (uint64_t b = 0; b < all.size(); ++b) {
+        if (deal.node_of(b) == shuffle.node) blocks_.push_back({all[b].first, all[b].count});
       }
+      if (shuffle.nodes > 1) total_ = smallest_share(all, deal);
+      // Blocks hold their sample count in the start field until the prefix sum below.
       internal::Rng block_rng(internal::combine_seed(shuffle.seed, epoch, kBlockOrderStream));
       internal::shuffle_range(blocks_.begin(), blocks_.end(), block_rng);
-      uint64_t start = 0;
-      for (Block& b : blocks_) start += std::exchange(b.start, start);
+      for (Block& b : blocks_) blocks_end_ += std::exchange(b.start, blocks_end_);
       blocks_per_window_ = shuffle.blocks_per_window();
       window_key_ = internal::combine_seed(shuffle.seed, epoch, kWindowStream);
       break;
     }
   }
+}
+
+uint64_t EpochOrder::size_of(std::span<const uint64_t> shard_samples,
+                             const ShuffleOptions& shuffle, uint64_t epoch,
+                             std::span<const uint64_t> shard_bytes) {
+  const uint64_t total =
+      std::accumulate(shard_samples.begin(), shard_samples.end(), uint64_t{0});
+  if (shuffle.mode != ShuffleMode::kBlock || shuffle.nodes <= 1) return total;
+  const std::vector<SampleRun> blocks = cut_blocks(shard_samples, shuffle, shard_bytes);
+  return smallest_share(blocks, NodeDeal(blocks.size(), shuffle, epoch));
 }
 
 EpochOrder::Permutation::Permutation(uint64_t size, uint64_t key) : size_(size) {
@@ -187,8 +242,10 @@ uint64_t EpochOrder::block_lookup(uint64_t position) const {
   const size_t window_first = block / blocks_per_window_ * blocks_per_window_;
   const size_t window_end = std::min(blocks_.size(), window_first + blocks_per_window_);
   const uint64_t window_start = blocks_[window_first].start;
+  // A share cut short keeps its windows whole: positions past total_ are never looked up, so
+  // the samples they would give sit out the epoch.
   const uint64_t window_size =
-      (window_end < blocks_.size() ? blocks_[window_end].start : total_) - window_start;
+      (window_end < blocks_.size() ? blocks_[window_end].start : blocks_end_) - window_start;
   const Permutation shuffle(window_size, internal::combine_seed(window_key_, window_first));
   const uint64_t target = window_start + shuffle(position - window_start);
   const auto begin = blocks_.begin() + static_cast<ptrdiff_t>(window_first);

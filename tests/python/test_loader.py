@@ -285,6 +285,28 @@ def test_quasi_shuffle_draws_each_window_from_its_blocks(image_dataset):
     assert wider != order
 
 
+def test_block_shuffle_deals_blocks_to_nodes_without_overlap(image_dataset):
+    """shuffle="block" with nodes/node: each node's loader gets as many batches as the others,
+    no sample twice, and (redeal_every=0) the same share every epoch, shuffled anew."""
+    def node_loader(node):
+        return zerowait.Loader(image_dataset, batch_size=4, shuffle="block", seed=3,
+                               block_bytes=8 << 10, window_bytes=32 << 10, nodes=2, node=node,
+                               rank=0, world_size=1)
+    shares = []
+    for node in (0, 1):
+        loader = node_loader(node)
+        first, second = sum(epoch(loader), []), sum(epoch(loader), [])
+        assert first != second  # shuffled anew
+        # The same share (redeal_every=0), up to the few samples the cut leaves out each epoch.
+        assert len(set(first) & set(second)) >= len(first) - 8
+        shares.append(first)
+    assert len(shares[0]) == len(shares[1]) > 0
+    assert not set(shares[0]) & set(shares[1])
+    assert node_loader(0).state_dict()["nodes"] == 2
+    with pytest.raises(zerowait.InvalidArgumentError, match="needs shuffle"):
+        zerowait.Loader(image_dataset, shuffle="random", nodes=2)
+
+
 def test_verify_false_delivers_a_damaged_sample_that_verify_true_refuses(image_tree, tmp_path):
     out = tmp_path / "shards"
     zerowait.pack(image_tree, out, imagefolder=True, sync=False)

@@ -135,6 +135,8 @@ struct LoaderState {
   uint64_t window_blocks = 0;
   uint64_t block_bytes = 0;   // kBlock's block and window sizes
   uint64_t window_bytes = 0;
+  uint32_t nodes = 1;  // kBlock's deal to nodes (the node itself may differ on resume)
+  uint64_t redeal_every = 0;
   uint64_t dataset_samples = 0;
   uint64_t dataset_fingerprint = 0;  // hash of the shards' sample counts and index checksums
   uint64_t batch_size = 0;           // informative: a restore may change it

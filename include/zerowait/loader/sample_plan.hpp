@@ -46,6 +46,16 @@ struct ShuffleOptions {
   // per batch (docs/loader.md, bench/mixing_bench.cpp).
   uint64_t block_bytes = 1 << 20;
   uint64_t window_bytes = 256 << 20;
+  // kBlock across nodes (node-stable): with nodes > 1 the blocks are dealt to `nodes` shares by
+  // a keyed permutation that changes only every `redeal_every` epochs (0: never), and this
+  // order covers share `node` only: each node reads, and its node-local cache holds, the same
+  // 1/nodes of the data set epoch after epoch, shuffled anew within it each epoch. Every share
+  // is cut to the smallest one's sample count, so every rank of every node gets the same number
+  // of batches (a few samples a share, at most about one block, sit out an epoch). rank and
+  // world_size then number the ranks within the node.
+  uint32_t nodes = 1;
+  uint32_t node = 0;
+  uint64_t redeal_every = 0;
 
   Status validate() const;
   // kBlock: blocks in one window.
@@ -73,6 +83,11 @@ class EpochOrder {
  public:
   EpochOrder(std::span<const uint64_t> shard_samples, const ShuffleOptions& shuffle,
              uint64_t epoch, std::span<const uint64_t> shard_bytes = {});
+
+  // Samples in the epoch: all of them, or with nodes > 1 one node's share. Computes what
+  // size() of that order would be, without building it (O(blocks) time, O(nodes) memory).
+  static uint64_t size_of(std::span<const uint64_t> shard_samples, const ShuffleOptions& shuffle,
+                          uint64_t epoch, std::span<const uint64_t> shard_bytes = {});
 
   uint64_t size() const { return total_; }
   // The global index at `position` (< size()).
@@ -111,6 +126,7 @@ class EpochOrder {
   std::vector<uint64_t> table_;  // kQuasiRandom
   // kBlock: the blocks in epoch order, and the key of each window's permutation.
   std::vector<Block> blocks_;
+  uint64_t blocks_end_ = 0;  // samples in blocks_ (above total_ when a node's share is cut)
   uint64_t blocks_per_window_ = 1;
   uint64_t window_key_ = 0;
 };

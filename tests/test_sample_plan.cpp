@@ -221,16 +221,25 @@ TEST(SamplePlan, BlocksFollowTheShardsMeanSampleSize) {
   EXPECT_EQ(samples_per_block(70, 0, shuffle), 64u);  // size unknown: block_samples
 }
 
+// The block tests' data set: three shards of 100 KB samples, 9,234 in all; blocks of 1 MiB (10
+// samples), windows of 8 blocks.
+const std::vector<uint64_t> kBlockShards = {5000, 3000, 1234};
+const std::vector<uint64_t> kBlockShardBytes = {5000 * 100'000, 3000 * 100'000, 1234 * 100'000};
+ShuffleOptions block_shuffle(uint64_t seed) {
+  ShuffleOptions shuffle;
+  shuffle.mode = ShuffleMode::kBlock;
+  shuffle.seed = seed;
+  shuffle.block_bytes = 1 << 20;
+  shuffle.window_bytes = 8 << 20;
+  return shuffle;
+}
+
 // The block order reads a window's samples from its blocks only: each block's samples lie in
 // one window, a window is blocks_per_window whole blocks, and inside it the samples are mixed.
 TEST(SamplePlan, BlockOrderDrawsEachWindowFromItsBlocksOnly) {
-  const std::vector<uint64_t> shards = {5000, 3000, 1234};
-  const std::vector<uint64_t> bytes = {5000 * 100'000, 3000 * 100'000, 1234 * 100'000};
-  ShuffleOptions shuffle;
-  shuffle.mode = ShuffleMode::kBlock;
-  shuffle.seed = 5;
-  shuffle.block_bytes = 1 << 20;  // 10 samples of 100 KB
-  shuffle.window_bytes = 8 << 20;  // 8 blocks
+  const std::vector<uint64_t>& shards = kBlockShards;
+  const std::vector<uint64_t>& bytes = kBlockShardBytes;
+  const ShuffleOptions shuffle = block_shuffle(5);
   const EpochOrder order(shards, shuffle, 3, bytes);
   ASSERT_EQ(order.size(), 9234u);
   std::vector<uint64_t> all(order.size());
@@ -270,13 +279,9 @@ TEST(SamplePlan, BlockOrderDrawsEachWindowFromItsBlocksOnly) {
 // until the deal changes (every 3 epochs), shares are disjoint and cut to one size, and the
 // share is shuffled anew each epoch.
 TEST(SamplePlan, BlocksDealtToNodesStayWithTheirNodeUntilTheRedeal) {
-  const std::vector<uint64_t> shards = {5000, 3000, 1234};
-  const std::vector<uint64_t> bytes = {5000 * 100'000, 3000 * 100'000, 1234 * 100'000};
-  ShuffleOptions shuffle;
-  shuffle.mode = ShuffleMode::kBlock;
-  shuffle.seed = 11;
-  shuffle.block_bytes = 1 << 20;
-  shuffle.window_bytes = 8 << 20;
+  const std::vector<uint64_t>& shards = kBlockShards;
+  const std::vector<uint64_t>& bytes = kBlockShardBytes;
+  ShuffleOptions shuffle = block_shuffle(11);
   shuffle.nodes = 4;
   shuffle.redeal_every = 3;
   auto share = [&](uint32_t node, uint64_t epoch) {

@@ -160,15 +160,9 @@ class S3DatasetTest : public RemoteDatasetTest {
     auto bucket = testing::make_test_bucket();
     if (!bucket) GTEST_SKIP() << testing::kNoS3Server;
     RemoteDatasetTest::SetUp();
+    testing::upload_directory(*bucket, dir_ / "ds", "team/ds/");
     client_ = std::move(bucket->client);
     bucket_ = bucket->name;
-    for (const auto& entry : fs::directory_iterator(dir_ / "ds")) {
-      ASSERT_TRUE(client_
-                      ->put(bucket_, "team/ds/" + entry.path().filename().string(),
-                            testing::read_file(entry.path().string()),
-                            Deadline::after(std::chrono::seconds(60)))
-                      .is_ok());
-    }
   }
 
   std::string url(const std::string& key) const { return "s3://" + bucket_ + "/" + key; }

@@ -4,11 +4,13 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <random>
 
 #include "io/remote/http_client.hpp"
+#include "testing/testing.hpp"
 
 namespace zerowait::testing {
 
@@ -64,6 +66,16 @@ std::optional<TestBucket> make_test_bucket() {
       bucket.client->create_bucket(bucket.name, Deadline::after(std::chrono::seconds(60)));
   EXPECT_TRUE(created.is_ok()) << created.to_string();
   return bucket;
+}
+
+void upload_directory(TestBucket& bucket, const std::string& dir, const std::string& prefix) {
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (!entry.is_regular_file()) continue;
+    const std::string key = prefix + entry.path().filename().string();
+    Status put = bucket.client->put(bucket.name, key, read_file(entry.path().string()),
+                                    Deadline::after(std::chrono::seconds(60)));
+    EXPECT_TRUE(put.is_ok()) << key << ": " << put.to_string();
+  }
 }
 
 }  // namespace zerowait::testing

@@ -42,4 +42,8 @@ struct TestBucket {
 // ADD_FAILURE when the bucket cannot be created.
 std::optional<TestBucket> make_test_bucket();
 
+// Puts every file directly in local `dir` into the bucket as `prefix` + its name; ADD_FAILURE
+// when one fails.
+void upload_directory(TestBucket& bucket, const std::string& dir, const std::string& prefix);
+
 }  // namespace zerowait::testing

@@ -85,11 +85,19 @@ struct Transfer {
   SteadyClock::time_point last_progress = SteadyClock::now();
   bool stalled = false;
   bool overflow = false;
+  long status = 0;  // of the response being received, from its status line
+
+  static constexpr size_t kErrorBodyBytes = 64 << 10;
 
   static size_t on_body(char* data, size_t size, size_t count, void* self) {
     auto* t = static_cast<Transfer*>(self);
     const size_t n = size * count;
     HttpResponse& r = *t->response;
+    if (t->status >= 300 && !t->request->into.empty()) {
+      // An error answer is not the bytes asked for: it never reaches the caller's buffer.
+      r.body.append(data, std::min(n, kErrorBodyBytes - std::min(kErrorBodyBytes, r.body.size())));
+      return n;
+    }
     if (t->request->into.empty()) {
       r.body.append(data, n);
     } else {
@@ -108,6 +116,10 @@ struct Transfer {
     const std::string_view line(data, size * count);
     if (line.starts_with("HTTP/")) {
       t->response->headers.clear();  // a new response (after 100 Continue, a redirect)
+      const size_t space = line.find(' ');
+      t->status = space == std::string_view::npos
+                      ? 0
+                      : std::strtol(std::string(line.substr(space + 1, 3)).c_str(), nullptr, 10);
     } else if (const size_t colon = line.find(':'); colon != std::string_view::npos) {
       std::string_view value = line.substr(colon + 1);
       while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) {
@@ -163,7 +175,9 @@ Result<HttpResponse> HttpClient::send(const HttpRequest& request, Deadline deadl
   for (const auto& [name, value] : request.headers) {
     if (ascii_lower(name) == "range") range = " (" + value + ")";
   }
-  const std::string what = request.method + " " + url_for_errors(request.url) + range;
+  const std::string what =
+      (request.name.empty() ? request.method + " " + url_for_errors(request.url) : request.name) +
+      range;
   std::unique_ptr<Handle> handle = acquire();
   if (handle->curl == nullptr) return Status(ErrorCode::kInternal, "curl_easy_init failed");
   struct curl_slist* headers = nullptr;
@@ -252,6 +266,8 @@ Result<HttpResponse> HttpClient::send(const HttpRequest& request, Deadline deadl
     }
     if (code == CURLE_OK) {
       last_problem = "the server answered " + std::to_string(response.status);
+      const std::string said = request.describe ? request.describe(response) : "";
+      if (!said.empty()) last_problem += " " + said;
     } else if (transfer.stalled) {
       last_problem = "no byte moved for " +
                      std::to_string(internal::seconds(options_.stall_timeout)) + " s (stalled)";

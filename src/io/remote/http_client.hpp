@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,6 +37,8 @@ struct HttpOptions {
   bool verify_tls = true;  // peer certificate and host name
 };
 
+struct HttpResponse;
+
 struct HttpRequest {
   std::string method = "GET";  // GET, HEAD, PUT, POST, DELETE
   std::string url;
@@ -43,7 +46,13 @@ struct HttpRequest {
   std::string_view body;  // sent as is (PUT, POST); must stay valid during send()
   // When not empty, the response body is written here (a ranged GET into the caller's buffer)
   // and a body longer than this is an error; otherwise it is collected in HttpResponse::body.
+  // An error answer's body (status >= 300) always goes to HttpResponse::body (its first 64 KiB).
   std::span<std::byte> into;
+  // How errors name the request ("GET s3://bucket/key"); "": the method and the URL. The Range
+  // asked for is added either way.
+  std::string name;
+  // What an error answer says beyond its status (S3: its error code and message); may be null.
+  std::function<std::string(const HttpResponse&)> describe;
 };
 
 struct HttpResponse {

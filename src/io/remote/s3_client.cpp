@@ -71,15 +71,29 @@ std::string scheme_of(const std::string& endpoint) {
   return endpoint.substr(0, endpoint.find("://") + 3);
 }
 
+// An S3 error answer's code and message, from its XML body (a HEAD has none).
+struct S3Error {
+  std::string code, message;
+  // "SlowDown (Please reduce your request rate.)", or "" when the body said nothing.
+  std::string words() const { return code + (message.empty() ? "" : " (" + message + ")"); }
+};
+
+S3Error s3_error_of(const HttpResponse& response) {
+  S3Error error;
+  if (response.body.empty()) return error;
+  if (auto xml = XmlLeaves::parse(response.body, "error"); xml.is_ok()) {
+    error.code = xml->first("Error/Code");
+    error.message = xml->first("Error/Message");
+  }
+  return error;
+}
+
 // S3 answers CompleteMultipartUpload and CopyObject with 200 before the work is done, and when
 // it then fails the error is in the body.
 Status error_in_body(const HttpResponse& response, const std::string& what) {
   if (response.body.find("<Error>") == std::string::npos) return Status::ok();
-  auto error = XmlLeaves::parse(response.body, what);
-  return io_error(what + ": " +
-                  (error.is_ok()
-                       ? error->first("Error/Code") + " (" + error->first("Error/Message") + ")"
-                       : std::string("an error")));
+  const S3Error error = s3_error_of(response);
+  return io_error(what + ": " + (error.code.empty() ? std::string("an error") : error.words()));
 }
 
 }  // namespace
@@ -144,25 +158,19 @@ Result<HttpResponse> S3Client::send(const Call& call, Deadline deadline) {
                                                                      scope, sigv4::PathRule::kS3));
   request.body = call.body;
   request.into = call.into;
+  request.name = call.operation + " s3://" + call.bucket + "/" + call.key;
+  request.describe = [](const HttpResponse& answer) { return s3_error_of(answer).words(); };
   ZW_ASSIGN_OR_RETURN(HttpResponse response, http_->send(request, deadline));
   if (response.status < 300) return response;
 
-  // The S3 error: code and message from the XML body (a HEAD has none).
-  std::string code, message;
-  if (!response.body.empty()) {
-    if (auto xml = XmlLeaves::parse(response.body, "error"); xml.is_ok()) {
-      code = xml->first("Error/Code");
-      message = xml->first("Error/Message");
-    }
-  }
+  const S3Error error = s3_error_of(response);
+  const std::string& code = error.code;
   std::string range;
   for (const auto& [name, value] : call.headers) {
     if (name == "Range") range = " (" + value + ")";
   }
-  const std::string what = call.operation + " s3://" + call.bucket + "/" + call.key + range +
-                           ": HTTP " + std::to_string(response.status) +
-                           (code.empty() ? "" : " " + code) +
-                           (message.empty() ? "" : " (" + message + ")");
+  const std::string what = request.name + range + ": HTTP " + std::to_string(response.status) +
+                           (error.words().empty() ? "" : " " + error.words());
   if (response.status == 404 || code == "NoSuchKey" || code == "NoSuchBucket") {
     return not_found(what);
   }

@@ -216,3 +216,22 @@ def print_table(rows, ratios, notes):
     for note in notes:
         print(f"note: {note}")
     print()
+
+
+def print_ratios(ratios, notes, extras=(), name_width=58):
+    """What the loader and remote benchmarks print under their tables: explanatory lines, the
+    ratios with their goals and PASS/FAIL, and notes."""
+    if extras:
+        print()
+        for line in extras:
+            print(line)
+    print()
+    print(f"{'ratio':<{name_width}} {'value':>9} {'goal':>9} {'result':>7}")
+    print("-" * (name_width + 28))
+    for r in ratios:
+        value = "-" if r["value"] is None else f"{r['value']:,.2f}"
+        suffix = f"  ({r['note']})" if r.get("note") else ""
+        print(f"{r['name']:<{name_width}} {value:>9} {r['goal']:>9} {r['result']:>7}{suffix}")
+    for note in notes:
+        print(f"note: {note}")
+    print()

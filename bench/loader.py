@@ -233,20 +233,7 @@ def print_table(header, rows, extras, ratios, notes):
         sps = f"{r['samples_per_s']:,.0f}" if r.get("samples_per_s") else "-"
         print(f"({r['row']}) {r['name']:<58} {r['cache']:<5} {batches:>9} {r['seconds']:>8.3f} "
               f"{mbs:>8} {sps:>10}")
-    if extras:
-        print()
-        for line in extras:
-            print(line)
-    print()
-    print(f"{'ratio':<58} {'value':>9} {'goal':>9} {'result':>7}")
-    print("-" * 86)
-    for r in ratios:
-        value = "-" if r["value"] is None else f"{r['value']:,.2f}"
-        suffix = f"  ({r['note']})" if r.get("note") else ""
-        print(f"{r['name']:<58} {value:>9} {r['goal']:>9} {r['result']:>7}{suffix}")
-    for note in notes:
-        print(f"note: {note}")
-    print()
+    common.print_ratios(ratios, notes, extras)
 
 
 A_VARIANTS = (("a", "list"), ("a_flat", "flat"))

@@ -41,6 +41,8 @@ APT_PACKAGES=(
   libcurl4-openssl-dev libssl-dev libexpat1-dev fio clang libclang-rt-14-dev curl
   # A real S3 server for the tests: Ceph RADOS Gateway on loopback (tests/s3/rgw.sh).
   radosgw ceph-mon ceph-osd ceph-common
+  # A stuck file system for the tests: FUSE through fusepy (tests/python/stuck_fs.py).
+  libfuse2
 )
 step "system packages"
 missing=()
@@ -91,7 +93,7 @@ pip_install() {
 
 # Build and test requirements. Debian 12's cmake (3.25) and ninja serve the build; the pip
 # versions are not required. The stamp skips pip entirely when nothing changed.
-PY_REQUIREMENTS=("scikit-build-core>=0.10" "pybind11>=2.12" numpy pytest safetensors)
+PY_REQUIREMENTS=("scikit-build-core>=0.10" "pybind11>=2.12" numpy pytest safetensors fusepy)
 TORCH_REQUIREMENT="torch==2.13.0"  # a CPU build; later features and the benchmarks use it
 STAMP="$VENV/.zerowait-requirements"
 wanted="${PY_REQUIREMENTS[*]} $TORCH_REQUIREMENT"

@@ -108,6 +108,9 @@ struct Loader::Impl {
   uint64_t epoch = 0;
   uint64_t position = 0;  // where the next run starts
   bool closed = false;
+  // A run was left to workers blocked in a read (stop_run): this Impl, which they use, is
+  // never freed.
+  bool abandoned = false;
   std::unique_ptr<LoaderRun> run;
   // autotune: the totals at the last adjustment
   uint64_t tuned_batches = 0;
@@ -153,6 +156,21 @@ struct Loader::Impl {
 
   void stop_run() {
     sync_position();
+    if (run == nullptr) return;
+    // Reads end by their deadline, so the workers end within read_timeout; the watchdog's
+    // margin on top. A worker still blocked then is in a read nothing can interrupt (a hung
+    // file system): the run is abandoned to it rather than hanging the caller (and the
+    // process's exit) on it.
+    std::string stuck;
+    if (!run->stop(options.read_timeout + std::chrono::seconds(5), &stuck)) {
+      internal::note_fallback(
+          "loader_abandoned",
+          "closing the loader left worker threads blocked in reads that ignore their deadline (" +
+              stuck + "); they are left behind with the memory they use, and the process can "
+              "still exit");
+      (void)run.release();
+      abandoned = true;
+    }
     run.reset();
   }
 
@@ -187,7 +205,10 @@ struct Loader::Impl {
 
 Loader::Loader() : impl_(std::make_unique<Impl>()) {}
 
-Loader::~Loader() { close(); }
+Loader::~Loader() {
+  close();
+  if (impl_ != nullptr && impl_->abandoned) (void)impl_.release();
+}
 
 Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<Dataset> dataset,
                                                LoaderOptions options) {

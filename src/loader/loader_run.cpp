@@ -46,18 +46,46 @@ LoaderRun::LoaderRun(const Dataset& dataset, const LoaderOptions& options,
       prefetch_(prefetch),
       in_flight_(threads) {
   segments_.push_back({epoch, std::move(first), 0});
-  for (unsigned t = 0; t < threads; ++t) workers_.emplace_back([this, t] { work(t); });
+  running_workers_ = threads;
+  for (unsigned t = 0; t < threads; ++t) {
+    workers_.emplace_back([this, t] {
+      work(t);
+      std::lock_guard<std::mutex> lock(pool_->mutex());
+      --running_workers_;
+      pool_->changed().notify_all();
+    });
+  }
 }
 
 LoaderRun::~LoaderRun() {
-  {
-    std::lock_guard<std::mutex> lock(pool_->mutex());
-    stopping_ = true;
-  }
-  pool_->changed().notify_all();
-  for (std::thread& worker : workers_) worker.join();
+  if (!workers_.empty()) stop(std::chrono::nanoseconds::max(), nullptr);
   // Batches built but never taken go back to the pool with their arenas.
   ready_.clear();
+}
+
+bool LoaderRun::stop(std::chrono::nanoseconds grace, std::string* stuck) {
+  std::unique_lock<std::mutex> lock(pool_->mutex());
+  stopping_ = true;
+  pool_->changed().notify_all();
+  const auto all_ended = [this] { return running_workers_ == 0; };
+  bool ended;
+  if (grace == std::chrono::nanoseconds::max()) {
+    pool_->changed().wait(lock, all_ended);
+    ended = true;
+  } else {
+    ended = pool_->changed().wait_for(lock, grace, all_ended);
+  }
+  lock.unlock();
+  if (!ended && stuck != nullptr) *stuck = stuck_report();
+  for (std::thread& worker : workers_) {
+    if (ended) {
+      worker.join();
+    } else {
+      worker.detach();
+    }
+  }
+  workers_.clear();
+  return ended;
 }
 
 LoaderRun::Position LoaderRun::position() const {

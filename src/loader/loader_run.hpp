@@ -54,7 +54,7 @@ class LoaderRun {
             std::shared_ptr<LoaderCounters> counters, RankPartition first, uint64_t epoch,
             NextEpoch next_epoch, unsigned threads, unsigned prefetch,
             const BlockReads* blocks = nullptr);
-  ~LoaderRun();
+  ~LoaderRun();  // stops the workers, waiting for each (see stop() for when not to)
   LoaderRun(const LoaderRun&) = delete;
   LoaderRun& operator=(const LoaderRun&) = delete;
 
@@ -75,6 +75,13 @@ class LoaderRun {
   // Loader::next() describes them: a corrupt sample's error comes before its batch (one call
   // each), a read error replaces its batch, kResourceExhausted and kDeadlineExceeded lose nothing.
   Result<std::shared_ptr<Batch>> next(Deadline deadline);
+
+  // Stops the workers and waits up to `grace` for them. True when all ended. False when one is
+  // still blocked in a read that ignores its deadline (a pread on a hung file system): then all
+  // are detached, this object must never be destroyed (the caller leaks it, with everything it
+  // refers to: a read that comes back would touch freed memory), and what they are blocked on is
+  // in `*stuck`.
+  bool stop(std::chrono::nanoseconds grace, std::string* stuck);
 
   void set_limits(unsigned threads, unsigned prefetch);
   unsigned active_threads() const { return active_threads_; }
@@ -125,6 +132,7 @@ class LoaderRun {
   unsigned active_threads_;
   unsigned prefetch_;
   bool stopping_ = false;
+  unsigned running_workers_ = 0;  // their work() has not returned
   uint64_t claimed_ = 0;    // sequence numbers handed to workers
   uint64_t delivered_ = 0;  // sequence numbers handed to the consumer
   uint64_t building_ = 0;

@@ -227,7 +227,9 @@ class Loader {
   LoaderStats stats() const;
   const LoaderOptions& options() const;
   const Dataset& dataset() const;
-  // Stops the workers; next() then returns kCancelled. Idempotent.
+  // Stops the workers; next() then returns kCancelled. Idempotent. Waits at most read_timeout +
+  // 5 s: a worker still blocked then, in a read that ignores its deadline (a hung file system),
+  // is left behind with the memory it uses, and a note on stderr names what it is blocked on.
   void close();
 
  private:

@@ -2,8 +2,7 @@
 files block on command and ignore every deadline. The loader's next(timeout=) still returns,
 raising DeadlineExceededError that names the file and offset the worker is blocked on; close()
 returns, leaving that worker behind; and the process ends once the mount answers. Skipped where
-FUSE cannot mount
-(no /dev/fuse, no libfuse2 or fusepy, no privilege to mount)."""
+FUSE cannot mount (no /dev/fuse, no libfuse2 or fusepy, no privilege to mount)."""
 
 from __future__ import annotations
 

@@ -159,15 +159,14 @@ struct Loader::Impl {
     if (run == nullptr) return;
     // Reads end by their deadline, so the workers end within read_timeout; the watchdog's
     // margin on top. A worker still blocked then is in a read nothing can interrupt (a hung
-    // file system): the run is abandoned to it rather than hanging the caller (and the
-    // process's exit) on it.
+    // file system): the run is abandoned to it rather than hanging the caller on it.
     std::string stuck;
     if (!run->stop(options.read_timeout + std::chrono::seconds(5), &stuck)) {
       internal::note_fallback(
           "loader_abandoned",
           "closing the loader left worker threads blocked in reads that ignore their deadline (" +
-              stuck + "); they are left behind with the memory they use, and the process can "
-              "still exit");
+              stuck + "); they are left behind with the memory they use, and nothing waits for "
+              "them");
       (void)run.release();
       abandoned = true;
     }

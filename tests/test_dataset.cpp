@@ -1,7 +1,12 @@
 // Dataset::open over every kind of path it accepts, and the errors for what it refuses.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
+#include <thread>
 
 #include "testing/testing.hpp"
 #include "zerowait/shard/dataset.hpp"
@@ -141,6 +146,52 @@ TEST(Dataset, MissingShardIsNamedOnFirstUse) {
   auto s = (*ds)->read(0);
   EXPECT_EQ(s.status().code(), ErrorCode::kNotFound);
   EXPECT_NE(s.status().message().find("shard-000000.zws"), std::string::npos);
+}
+
+// open_shards opens shards together (a remote shard's opening costs round trips), each once even
+// when listed twice and asked for by two threads at once; a shard that fails is named.
+TEST(Dataset, OpenShardsOpensTogetherAndEachOnce) {
+  TempDir dir;
+  make_dataset(dir, 40000);
+  // Each open waits until a second open has begun (or 30 s): one-at-a-time opening would make
+  // every open wait the whole time, and the test would fail on the flag below.
+  std::mutex mutex;
+  std::condition_variable changed;
+  int began = 0;
+  std::atomic<bool> waited_alone{false};
+  SourceWrapper wait_for_company = [&](std::shared_ptr<ByteSource> source) {
+    std::unique_lock<std::mutex> lock(mutex);
+    ++began;
+    changed.notify_all();
+    if (!changed.wait_for(lock, std::chrono::seconds(30), [&] { return began >= 2; })) {
+      waited_alone = true;
+    }
+    return source;
+  };
+  auto ds = Dataset::open(dir / "ds", {.wrap_source = wait_for_company});
+  ASSERT_TRUE(ds.is_ok()) << ds.status().to_string();
+  const size_t shards = (*ds)->shard_count();
+  ASSERT_GE(shards, 3u);
+  std::vector<size_t> list;
+  for (size_t s = 0; s < shards; ++s) list.push_back(s);
+  list.push_back(0);
+  Status first = Status::ok(), second = Status::ok();
+  std::thread other([&] { second = (*ds)->open_shards(list); });
+  first = (*ds)->open_shards(list);
+  other.join();
+  ASSERT_TRUE(first.is_ok()) << first.to_string();
+  ASSERT_TRUE(second.is_ok()) << second.to_string();
+  EXPECT_FALSE(waited_alone) << "shards were opened one after another";
+  EXPECT_EQ((*ds)->index_use().opens, shards);
+  for (size_t s = 0; s < shards; ++s) EXPECT_NE((*ds)->shard_if_open(s), nullptr) << s;
+
+  fs::remove(dir / "ds/shard-000001.zws");
+  auto fresh = Dataset::open(dir / "ds");
+  ASSERT_TRUE(fresh.is_ok());
+  Status missing = (*fresh)->open_shards(list);
+  EXPECT_EQ(missing.code(), ErrorCode::kNotFound);
+  EXPECT_NE(missing.message().find("shard-000001.zws"), std::string::npos) << missing.to_string();
+  EXPECT_NE((*fresh)->shard_if_open(2), nullptr) << "the other shards still open";
 }
 
 TEST(Dataset, WebDatasetTarDirectory) {

@@ -69,6 +69,14 @@ Result<SizeEstimate> estimate_sizes(const Dataset& dataset, const std::vector<Fi
   constexpr uint64_t kSamplesLooked = 4096;
   uint64_t samples = 0, sample_bytes = 0;
   std::vector<uint64_t> field_bytes(fields.size(), 0);
+  // The shards looked at open together: remote, each costs round trips.
+  std::vector<size_t> first_shards;
+  for (size_t s = 0; s < dataset.shard_count() && samples < kSamplesLooked; ++s) {
+    first_shards.push_back(s);
+    samples += dataset.manifest().shards[s].samples;
+  }
+  ZW_RETURN_IF_ERROR(dataset.open_shards(first_shards));
+  samples = 0;
   for (size_t s = 0; s < dataset.shard_count() && samples < kSamplesLooked; ++s) {
     ZW_ASSIGN_OR_RETURN(auto shard, dataset.shard(s));
     const format::ShardIndex& index = shard->index();
@@ -104,6 +112,7 @@ struct Loader::Impl {
   unsigned threads = 1;   // started per run
   unsigned prefetch = 1;  // current limit (autotune may raise it)
   unsigned max_prefetch = 1;
+  unsigned cache_look_ahead = 0;  // batches announced to the node-local cache past the current
   std::string io;
   uint64_t epoch = 0;
   uint64_t position = 0;  // where the next run starts
@@ -151,7 +160,7 @@ struct Loader::Impl {
     LoaderRun::NextEpoch next_epoch = [this](uint64_t e) { return plan(e, 0); };
     run = std::make_unique<LoaderRun>(*dataset, options, fields, pool, counters,
                                       plan(epoch, position), epoch, std::move(next_epoch), threads,
-                                      prefetch, blocks.get());
+                                      prefetch, blocks.get(), cache_look_ahead);
   }
 
   void stop_run() {
@@ -273,6 +282,16 @@ Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<Dataset> dataset,
       impl.blocks->samples_per_block.push_back(
           samples_per_block(impl.shard_samples[s], impl.shard_bytes[s], options.shuffle));
     }
+  }
+  // With a node-local cache, its downloads run this far ahead of the batch being built: two
+  // windows of the block order, at least 256 MiB (at tens of milliseconds a request, that keeps
+  // its downloaders busy), between 1 and 64 batches.
+  if (dataset->cache() != nullptr) {
+    const uint64_t ahead_bytes =
+        std::max<uint64_t>(256ull << 20, block_reads ? 2 * options.shuffle.window_bytes : 0);
+    const uint64_t batch_bytes = std::max<uint64_t>(1, options.batch_size * sizes.sample_bytes);
+    impl.cache_look_ahead =
+        static_cast<unsigned>(std::clamp<uint64_t>(ahead_bytes / batch_bytes, 1, 64));
   }
   // Whole-block reads land in the window, not in the arenas.
   const uint64_t read_estimate =

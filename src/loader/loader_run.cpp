@@ -8,6 +8,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <memory>
+#include <tuple>
+#include <vector>
 
 namespace zerowait {
 
@@ -33,7 +36,7 @@ LoaderRun::LoaderRun(const Dataset& dataset, const LoaderOptions& options,
                      const std::vector<FieldSpec>& fields, std::shared_ptr<ArenaPool> pool,
                      std::shared_ptr<LoaderCounters> counters, RankPartition first, uint64_t epoch,
                      NextEpoch next_epoch, unsigned threads, unsigned prefetch,
-                     const BlockReads* blocks)
+                     const BlockReads* blocks, unsigned cache_look_ahead)
     : dataset_(dataset),
       options_(options),
       fields_(fields),
@@ -41,6 +44,7 @@ LoaderRun::LoaderRun(const Dataset& dataset, const LoaderOptions& options,
       counters_(std::move(counters)),
       next_epoch_(std::move(next_epoch)),
       blocks_(blocks),
+      cache_look_ahead_(cache_look_ahead),
       max_threads_(threads),
       active_threads_(threads),
       prefetch_(prefetch),
@@ -208,7 +212,8 @@ const LoaderRun::Segment& LoaderRun::segment_of(uint64_t seq) const {
 void LoaderRun::work(unsigned thread) {
   yield_to_consumer(options_.worker_nice);
   BatchBuilder builder(dataset_, options_, fields_, blocks_);
-  std::vector<uint64_t> indices, announced_indices;
+  std::vector<uint64_t> indices;
+  std::vector<std::vector<uint64_t>> announced;  // batches' indices, in order
   std::unique_lock<std::mutex> lock(pool_->mutex());
   for (;;) {
     Arena* arena = nullptr;
@@ -233,16 +238,22 @@ void LoaderRun::work(unsigned thread) {
     ++building_;
     Finished done;
     done.padded = segment.partition.batch(number, &indices);
-    // With a node-local cache, tell it which blocks the batch after the prefetch window needs:
-    // its background downloads run ahead of the workers, and its eviction spares them.
-    const bool announce = dataset_.cache() != nullptr && seq + prefetch_ < segments_.back().end();
-    if (announce) {
-      const Segment& ahead = segment_of(seq + prefetch_);
-      ahead.partition.batch(seq + prefetch_ - ahead.first, &announced_indices);
+    // With a node-local cache, tell it which blocks the batches from this one to
+    // cache_look_ahead_ past it need, each batch once, in order: its background downloads then
+    // run ahead of the workers (in parallel, where a worker reads one block after another), and
+    // its eviction spares those blocks. Batches of an epoch not planned yet wait for a later call.
+    announced.clear();
+    if (dataset_.cache() != nullptr) {
+      const uint64_t end = std::min(seq + cache_look_ahead_ + 1, segments_.back().end());
+      for (uint64_t next = std::max(announced_, seq); next < end; ++next) {
+        const Segment& holder = segment_of(next);
+        holder.partition.batch(next - holder.first, &announced.emplace_back());
+      }
+      announced_ = std::max(announced_, end);
     }
     lock.unlock();
 
-    if (announce) announce_reads(announced_indices);
+    for (const std::vector<uint64_t>& batch_indices : announced) announce_reads(batch_indices);
     done.status = fill(builder, indices, batch.get(), &done.stats, thread);
     if (done.status.is_ok()) {
       done.samples = batch->samples;
@@ -259,14 +270,53 @@ void LoaderRun::work(unsigned thread) {
 }
 
 void LoaderRun::announce_reads(const std::vector<uint64_t>& indices) const {
+  // One hint per run of neighbouring samples of a shard, not one per sample: a batch of the
+  // block order is a few such runs, and every hint takes the cache's lock.
+  struct Range {
+    std::shared_ptr<ShardReader> shard;
+    uint64_t begin = 0, end = 0;
+  };
+  std::vector<Range> ranges;
+  ranges.reserve(indices.size());
+  std::vector<SampleLocation> places;
+  places.reserve(indices.size());
+  std::vector<size_t> closed;  // shards to open first
   for (uint64_t global : indices) {
     Result<SampleLocation> where = dataset_.locate(global);
     if (!where.is_ok()) continue;
-    // Only shards already open: opening one here would put a remote round trip in a hint.
-    std::shared_ptr<ShardReader> shard = dataset_.shard_if_open(where->shard);
+    places.push_back(*where);
+    if (dataset_.shard_if_open(where->shard) == nullptr) closed.push_back(where->shard);
+  }
+  // Shards not open yet open here, together: a hint that skipped their samples would leave
+  // those blocks to be downloaded last, one after another, by the worker that needs them.
+  // A failure is the batch's to report.
+  if (!closed.empty()) {
+    std::sort(closed.begin(), closed.end());
+    closed.erase(std::unique(closed.begin(), closed.end()), closed.end());
+    (void)dataset_.open_shards(closed);
+  }
+  for (const SampleLocation& where : places) {
+    std::shared_ptr<ShardReader> shard = dataset_.shard_if_open(where.shard);
     if (shard == nullptr) continue;
-    const format::SampleEntry& entry = shard->index().samples[where->local];
-    shard->source().prefetch(entry.offset, entry.size);
+    const format::SampleEntry& entry = shard->index().samples[where.local];
+    ranges.push_back({std::move(shard), entry.offset, entry.offset + entry.size});
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
+    return std::tie(a.shard, a.begin) < std::tie(b.shard, b.begin);
+  });
+  // Samples this close are one run: the cache fetches whole blocks of MiBs anyway.
+  constexpr uint64_t kJoinGap = 64 << 10;
+  for (size_t i = 0; i < ranges.size();) {
+    const Range& first = ranges[i];
+    uint64_t end = first.end;
+    size_t j = i + 1;
+    while (j < ranges.size() && ranges[j].shard == first.shard &&
+           ranges[j].begin <= end + kJoinGap) {
+      end = std::max(end, ranges[j].end);
+      ++j;
+    }
+    first.shard->source().prefetch(first.begin, end - first.begin);
+    i = j;
   }
 }
 

@@ -53,7 +53,7 @@ class LoaderRun {
             const std::vector<FieldSpec>& fields, std::shared_ptr<ArenaPool> pool,
             std::shared_ptr<LoaderCounters> counters, RankPartition first, uint64_t epoch,
             NextEpoch next_epoch, unsigned threads, unsigned prefetch,
-            const BlockReads* blocks = nullptr);
+            const BlockReads* blocks = nullptr, unsigned cache_look_ahead = 0);
   ~LoaderRun();  // stops the workers, waiting for each (see stop() for when not to)
   LoaderRun(const LoaderRun&) = delete;
   LoaderRun& operator=(const LoaderRun&) = delete;
@@ -110,7 +110,8 @@ class LoaderRun {
   void work(unsigned thread);
   Status fill(BatchBuilder& builder, const std::vector<uint64_t>& indices, Batch::Impl* batch,
               BuildStats* stats, unsigned thread);
-  // Hints the samples' byte ranges to their shards' sources (ByteSource::prefetch).
+  // Hints the samples' byte ranges to their shards' sources (ByteSource::prefetch), neighbours
+  // joined.
   void announce_reads(const std::vector<uint64_t>& indices) const;
   std::string stuck_report();
   void record_step(const Finished& done, uint64_t epoch, uint64_t number,
@@ -123,6 +124,9 @@ class LoaderRun {
   std::shared_ptr<LoaderCounters> counters_;
   NextEpoch next_epoch_;
   const BlockReads* blocks_;  // whole-block reads (ShuffleMode::kBlock); null otherwise
+  // With a node-local cache, the batches past the one being built whose reads are announced to
+  // it (ByteSource::prefetch), so its downloads run that far ahead.
+  const unsigned cache_look_ahead_;
   const unsigned max_threads_;
   // Guarded by pool_->mutex(); segments_.front() is also read by the consumer thread alone,
   // which is the only one that pops it.
@@ -134,6 +138,7 @@ class LoaderRun {
   bool stopping_ = false;
   unsigned running_workers_ = 0;  // their work() has not returned
   uint64_t claimed_ = 0;    // sequence numbers handed to workers
+  uint64_t announced_ = 0;  // sequence numbers below it were announced to the cache
   uint64_t delivered_ = 0;  // sequence numbers handed to the consumer
   uint64_t building_ = 0;
   uint64_t finished_ = 0;

@@ -1,8 +1,10 @@
 #include "zerowait/shard/dataset.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <set>
+#include <thread>
 
 #include "common/path_check.hpp"
 #include "io/remote/remote_object.hpp"
@@ -180,6 +182,7 @@ Status Dataset::add_shard_paths(const std::vector<std::string>& paths, bool from
   shard_paths_ = paths;
   readers_.assign(paths.size(), nullptr);
   place_in_recent_.assign(paths.size(), recently_used_.end());
+  opening_.assign(paths.size(), 0);
   first_index_.assign(1, 0);
   if (from_manifest) {
     // The manifest is the index of shards: nothing else is read until a shard is used.
@@ -233,11 +236,27 @@ Result<std::shared_ptr<ShardReader>> Dataset::shard(size_t s) const {
     return invalid_argument("shard " + std::to_string(s) + " out of range: dataset '" + path_ +
                             "' has " + std::to_string(shard_paths_.size()) + " shards");
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
+  // Another thread opening s: wait for its result rather than open the shard twice. Its reads
+  // have deadlines, so the wait ends.
+  opened_.wait(lock, [&] { return readers_[s] != nullptr || !opening_[s]; });
   if (readers_[s]) {
     recently_used_.splice(recently_used_.begin(), recently_used_, place_in_recent_[s]);
     return readers_[s];
   }
+  // Opened without the lock, so that other shards open meanwhile.
+  opening_[s] = 1;
+  lock.unlock();
+  Result<std::shared_ptr<ShardReader>> opened = open_checked(s);
+  lock.lock();
+  opening_[s] = 0;
+  opened_.notify_all();
+  if (!opened.is_ok()) return opened.status();
+  hold(s, opened.value());
+  return opened;
+}
+
+Result<std::shared_ptr<ShardReader>> Dataset::open_checked(size_t s) const {
   ZW_ASSIGN_OR_RETURN(
       auto reader, ShardReader::open_path(shard_paths_[s], options_.backend, options_.wrap_source));
   const ManifestShard& expected = manifest_.shards[s];
@@ -253,8 +272,31 @@ Result<std::shared_ptr<ShardReader>> Dataset::shard(size_t s) const {
                    format::checksum_hex(reader->index_checksum()) + "; the manifest says " +
                    expected.checksum + ": the shard was replaced after packing");
   }
-  hold(s, reader);
   return reader;
+}
+
+namespace {
+// Shards opened at once by open_shards.
+constexpr size_t kParallelOpens = 8;
+}  // namespace
+
+Status Dataset::open_shards(const std::vector<size_t>& shards) const {
+  std::vector<Status> results(shards.size(), Status::ok());
+  std::atomic<size_t> next{0};
+  auto open_some = [&] {
+    for (size_t i = next++; i < shards.size(); i = next++) {
+      Result<std::shared_ptr<ShardReader>> opened = shard(shards[i]);
+      if (!opened.is_ok()) results[i] = opened.status();
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t < std::min(shards.size(), kParallelOpens); ++t) {
+    helpers.emplace_back(open_some);
+  }
+  open_some();
+  for (std::thread& helper : helpers) helper.join();
+  for (const Status& status : results) ZW_RETURN_IF_ERROR(status);
+  return Status::ok();
 }
 
 void Dataset::hold(size_t s, std::shared_ptr<ShardReader> reader) const {

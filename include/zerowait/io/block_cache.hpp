@@ -43,8 +43,9 @@ struct BlockCacheOptions {
   // space until it is closed, so this also bounds how far past the cap the disk use can go.
   size_t open_blocks = 64;
   // Blocks announced by prefetch() are downloaded in the background by this many threads
-  // (0: announcements only order eviction).
-  unsigned prefetch_threads = 2;
+  // (0: announcements only order eviction). Each is one range request at a time: with tens of
+  // milliseconds per request, several in flight are what fill the link.
+  unsigned prefetch_threads = 8;
 };
 
 // Counters of this process's use of the cache (other processes count their own), plus the

@@ -1,6 +1,7 @@
 // A dataset: many shards behind one global sample index.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -38,8 +39,8 @@ struct SampleLocation {
   uint64_t local = 0;
 };
 
-// Thread-safe: every method may be called from many threads; shards open lazily on first use,
-// under a lock, and stay open while their indexes fit `index_budget_bytes`. Readers returned by
+// Thread-safe: every method may be called from many threads; shards open lazily on first use
+// (different shards in parallel, one shard once), and stay open while their indexes fit `index_budget_bytes`. Readers returned by
 // shard() are shared: they stay valid after the Dataset closed them or is gone. Errors name the
 // manifest or shard file.
 class Dataset {
@@ -72,6 +73,9 @@ class Dataset {
   Result<std::shared_ptr<ShardReader>> shard(size_t s) const;
   // Shard s if it is open now, else null: never opens one (for hints that must not wait).
   std::shared_ptr<ShardReader> shard_if_open(size_t s) const;
+  // Opens these shards, several at once (a remote shard's opening costs round trips); the first
+  // error, in the list's order.
+  Status open_shards(const std::vector<size_t>& shards) const;
   // The indexes held now, and how many times a shard was opened (reopens included).
   struct IndexUse {
     uint64_t bytes = 0;
@@ -96,6 +100,8 @@ class Dataset {
   Manifest manifest_;
   std::vector<std::string> shard_paths_;  // absolute or relative to the working directory
   std::vector<uint64_t> first_index_;     // first global index of each shard, plus the total
+  // Opens shard s and checks it against the manifest; no lock held.
+  Result<std::shared_ptr<ShardReader>> open_checked(size_t s) const;
   // Keeps shard s's reader, closing the least recently used others past the budget. Locked.
   void hold(size_t s, std::shared_ptr<ShardReader> reader) const;
 
@@ -104,6 +110,8 @@ class Dataset {
   mutable std::list<size_t> recently_used_;  // open shards, most recent first
   mutable std::vector<std::list<size_t>::iterator> place_in_recent_;
   mutable IndexUse index_use_;
+  mutable std::vector<char> opening_;      // a thread is opening shard s, without the lock
+  mutable std::condition_variable opened_;  // an opening ended
 };
 
 }  // namespace zerowait

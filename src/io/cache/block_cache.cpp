@@ -146,16 +146,22 @@ class BlockCache::Impl {
   // download.
   void announce(const std::shared_ptr<ByteSource>& origin, const std::string& object,
                 uint64_t first, uint64_t last) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (announced_.size() > kMaxAnnounced) announced_.clear();
-    for (uint64_t b = first; b <= last; ++b) {
-      const std::string name = BlockStore::block_name(object, b);
-      if (!announced_.emplace(name, ++announce_sequence_).second) continue;
-      if (!prefetchers_.empty() && queue_.size() < kMaxQueuedPrefetches) {
-        queue_.push_back({origin, object, b});
+    bool queued = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (announced_.size() > kMaxAnnounced) announced_.clear();
+      for (uint64_t b = first; b <= last; ++b) {
+        const std::string name = BlockStore::block_name(object, b);
+        if (!announced_.emplace(name, ++announce_sequence_).second) continue;
+        if (!prefetchers_.empty() && queue_.size() < kMaxQueuedPrefetches) {
+          queue_.push_back({origin, object, b});
+          queued = true;
+        }
       }
     }
-    prefetch_wake_.notify_all();
+    // Most hints name blocks already announced: waking the downloaders for them would cost a
+    // context switch each.
+    if (queued) prefetch_wake_.notify_all();
   }
 
   Status trim(uint64_t headroom, uint64_t pending, Deadline deadline) {

@@ -41,7 +41,9 @@ same size) from the same server through the same proxy, within minutes of each o
 ratios measured in the same run are judged. Every row uses --workers (2, this machine's cores)
 workers: zerowait threads=2, the peers DataLoader(num_workers=2, persistent_workers=True, so
 their later epochs do not pay worker start-up), the same --batch-size, and each library's own
-I/O concurrency and download defaults. Every row shuffles, each the way it does by default for
+I/O concurrency and download defaults. zerowait's shuffle window is --window-mb (32 MB): the
+loader keeps about two windows of blocks in memory, and a window as large as the data set would
+serve warm epochs from the loader's memory instead of the cache. Every row shuffles, each the way it does by default for
 streamed data (zerowait shuffle="block", the others their shard/chunk shuffle plus a buffer or
 their default algorithm). The consumer touches nothing; the peers return each batch as a list of
 bytes plus a label tensor, zerowait as one flat tensor plus offsets. Process start-up and
@@ -486,7 +488,7 @@ class RemoteBench:
         spec = {"batch_size": args.batch_size, "workers": args.workers,
                 "warm_epochs": args.warm_epochs, "warm_seconds": args.warm_seconds,
                 "shuffle_buffer": args.shuffle_buffer,
-                "shuffle": "block", "bucket": BUCKET, "endpoint": proxy_url, "region": region,
+                "shuffle": "block", "window_bytes": args.window_mb << 20, "bucket": BUCKET, "endpoint": proxy_url, "region": region,
                 "cache_dir": str(self.cache_root / row)}
         fmt = ROWS[row][3] if row in ROWS else "zw"
         spec["url"] = f"s3://{BUCKET}/{fmt}/"
@@ -704,7 +706,7 @@ def report(bench):
         f"zerowait remote-data benchmark: {args.samples} samples of {args.min_bytes:,}-"
         f"{args.max_bytes:,} random bytes + a label ({bench.payload / MB:,.0f} MB), shards of "
         f"{args.shard_mb} MB ({zw_shards} zerowait shards); batch_size {args.batch_size}, "
-        f"{args.workers} workers per row; Ceph RGW on 127.0.0.1 behind zw_fault_proxy "
+        f"{args.workers} workers per row; zerowait window {args.window_mb or 256} MB; Ceph RGW on 127.0.0.1 behind zw_fault_proxy "
         f"(+latency per request); {os.cpu_count()} CPUs; {time.perf_counter() - bench.started:.0f}"
         " s in all",
         "goals: zerowait warm epoch >= 0.90 x local; zerowait cold epoch at 50 ms >= 0.50 x local;"
@@ -717,7 +719,7 @@ def report(bench):
         Path(args.json).write_text(json.dumps(
             {"samples": args.samples, "payload_bytes": bench.payload,
              "params": bench.data.params, "batch_size": args.batch_size,
-             "workers": args.workers, "latencies_ms": args.latencies, "lines": lines,
+             "workers": args.workers, "window_mb": args.window_mb, "latencies_ms": args.latencies, "lines": lines,
              "ratios": ratios, "notes": notes, "skipped": bench.skipped,
              "results": [{"latency_ms": k[0], "row": k[1], **v}
                          for k, v in bench.results.items()]}, indent=2, default=str) + "\n")
@@ -744,6 +746,12 @@ def parse_args():
     parser.add_argument("--rows", default=",".join(ROWS),
                         help=f"comma-separated subset of {','.join(ROWS)} (zerowait always runs)")
     parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--window-mb", type=int, default=32,
+                        help="zerowait's shuffle window (window_bytes), MB; the loader keeps about "
+                             "two windows of blocks in memory. The default keeps them well under "
+                             "the data set, so warm epochs read the node-local cache (and the "
+                             "reference its files), not blocks still in the loader's memory; 0 = "
+                             "the library's default (256)")
     parser.add_argument("--workers", type=int, default=2,
                         help="zerowait threads / DataLoader workers of every row (default 2)")
     parser.add_argument("--warm-epochs", type=int, default=2,
@@ -775,6 +783,8 @@ def parse_args():
         parser.error(f"--rows takes a comma-separated subset of {','.join(ROWS)}")
     if not args.latencies or min(args.latencies) < 0:
         parser.error("--latencies needs at least one value >= 0")
+    if args.window_mb < 0:
+        parser.error("--window-mb must be >= 0")
     if min(args.samples, args.batch_size, args.workers, args.warm_epochs, args.shard_mb) < 1:
         parser.error("--samples, --batch-size, --workers, --warm-epochs, --shard-mb must be >= 1")
     if not 0 < args.min_bytes <= args.max_bytes:

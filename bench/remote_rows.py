@@ -165,6 +165,8 @@ def _zerowait_counts(batch):
 
 def _zerowait_loader(spec, data, **extra):
     import zerowait
+    if spec.get("window_bytes"):
+        extra["window_bytes"] = spec["window_bytes"]
     return zerowait.Loader(data, batch_size=spec["batch_size"], threads=spec["workers"],
                            shuffle=spec["shuffle"], seed=0, **extra)
 

@@ -167,6 +167,11 @@ TEST_F(RemoteFaultsTest, PersistentFaultsEndWithinTheDeadlineNamingTheObjectAndR
   auto sample = remote->read(1);
   ASSERT_TRUE(sample.is_ok()) << sample.status().to_string();
   EXPECT_EQ(sample->buffer, local_->read(1)->buffer);
+  // The proxy's log times every exchange (zw_fault_proxy --log-requests prints them).
+  for (const FaultProxy::Exchange& e : proxy_->log()) {
+    EXPECT_GT(e.began_s, 0.0) << e.method << " " << e.path;
+    EXPECT_LE(e.began_s, e.ended_s) << e.method << " " << e.path;
+  }
 }
 
 // A loader whose reads of one shard stall: every next() returns within its timeout or the read

@@ -194,7 +194,12 @@ void FaultProxy::track(int fd, bool add) {
   }
 }
 
+double FaultProxy::seconds_since_start() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+}
+
 void FaultProxy::record(Exchange exchange) {
+  exchange.ended_s = seconds_since_start();
   std::lock_guard<std::mutex> lock(mutex_);
   log_.push_back(std::move(exchange));
 }
@@ -229,6 +234,7 @@ void FaultProxy::serve(int client_fd) {
     if (!raw_head) break;
     const HttpHead request = parse_head(*raw_head);
     Exchange exchange{request.method(), request.target(), request.header("range")};
+    exchange.began_s = seconds_since_start();
     // The proxy answers "100 Continue" itself and sends the server the whole request at once.
     if (lowercase(request.header("expect")) == "100-continue" &&
         !send_all(client_fd, "HTTP/1.1 100 Continue\r\n\r\n")) {

@@ -55,6 +55,7 @@ class FaultProxy {
     int status = 0;                   // what the client got (0: reset before any answer)
     uint64_t body_bytes = 0;          // of the answer's body sent to the client
     bool faulted = false;             // a fault replaced or cut the server's answer
+    double began_s = 0, ended_s = 0;  // since the proxy started: request received, answer done
   };
   std::vector<Exchange> log() const;
   // Requests the server answered in full, by method and part of the path.
@@ -72,6 +73,7 @@ class FaultProxy {
   bool wait_or_stop(std::chrono::nanoseconds duration);  // false: stopping
   bool throttle(uint64_t bytes);                         // false: stopping
   void track(int fd, bool add);
+  double seconds_since_start() const;
   void record(Exchange exchange);
 
   std::string upstream_host_;
@@ -80,6 +82,7 @@ class FaultProxy {
   int port_ = 0;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> connections_{0};
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   mutable std::mutex mutex_;
   std::condition_variable stop_cv_;
   std::chrono::milliseconds latency_{0};

@@ -1,6 +1,7 @@
 // zw_fault_proxy: the tests' fault proxy (testing/fault_proxy.hpp) as a command, for the remote
 // benchmark (bench/run remote) and the Python tests. Prints its URL once listening, then
-// forwards until SIGINT or SIGTERM and prints what it forwarded to stderr.
+// forwards until SIGINT or SIGTERM and prints what it forwarded to stderr (--log-requests: each
+// exchange with its times, to see where a reader waits).
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
@@ -26,6 +27,10 @@ int main(int argc, char** argv) {
   app.add_option("--bandwidth-mbps", bandwidth_mbps,
                  "cap on answers' bytes, all connections together, in MB/s (0: none)")
       ->check(CLI::NonNegativeNumber);
+  bool log_requests = false;
+  app.add_flag("--log-requests", log_requests,
+               "at exit, also print every exchange on stderr, one a line: when it began and "
+               "ended (seconds since start), method, path, range, status, body bytes");
   CLI11_PARSE(app, argc, argv);
 
   // Blocked before any thread starts, so every thread inherits the mask and sigwait gets them.
@@ -45,6 +50,13 @@ int main(int argc, char** argv) {
     for (const auto& exchange : proxy.log()) {
       ++requests;
       bytes += exchange.body_bytes;
+      if (log_requests) {
+        std::fprintf(stderr, "%9.3f %9.3f %s %s %s %d %llu%s\n", exchange.began_s, exchange.ended_s,
+                     exchange.method.c_str(), exchange.path.c_str(),
+                     exchange.range.empty() ? "-" : exchange.range.c_str(), exchange.status,
+                     static_cast<unsigned long long>(exchange.body_bytes),
+                     exchange.faulted ? " faulted" : "");
+      }
     }
     std::fprintf(stderr, "zw_fault_proxy: %llu requests on %llu connections, %llu body bytes\n",
                  static_cast<unsigned long long>(requests),

@@ -285,10 +285,12 @@ Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<Dataset> dataset,
   }
   // With a node-local cache, its downloads run this far ahead of the batch being built: two
   // windows of the block order, at least 256 MiB (at tens of milliseconds a request, that keeps
-  // its downloaders busy), between 1 and 64 batches.
+  // its downloaders busy), but at most a quarter of the cache (announced blocks must not evict
+  // each other), between 1 and 64 batches.
   if (dataset->cache() != nullptr) {
-    const uint64_t ahead_bytes =
-        std::max<uint64_t>(256ull << 20, block_reads ? 2 * options.shuffle.window_bytes : 0);
+    const uint64_t ahead_bytes = std::min<uint64_t>(
+        std::max<uint64_t>(256ull << 20, block_reads ? 2 * options.shuffle.window_bytes : 0),
+        dataset->cache()->options().capacity_bytes / 4);
     const uint64_t batch_bytes = std::max<uint64_t>(1, options.batch_size * sizes.sample_bytes);
     impl.cache_look_ahead =
         static_cast<unsigned>(std::clamp<uint64_t>(ahead_bytes / batch_bytes, 1, 64));

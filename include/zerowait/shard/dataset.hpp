@@ -40,9 +40,9 @@ struct SampleLocation {
 };
 
 // Thread-safe: every method may be called from many threads; shards open lazily on first use
-// (different shards in parallel, one shard once), and stay open while their indexes fit `index_budget_bytes`. Readers returned by
-// shard() are shared: they stay valid after the Dataset closed them or is gone. Errors name the
-// manifest or shard file.
+// (different shards in parallel, each shard once), and stay open while their indexes fit
+// `index_budget_bytes`. Readers returned by shard() are shared: they stay valid after the Dataset
+// closed them or is gone. Errors name the manifest or shard file.
 class Dataset {
  public:
   // `path` is one of: a manifest.json; a directory holding one; a directory of .zws / .tar files

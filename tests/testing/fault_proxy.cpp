@@ -1,6 +1,5 @@
 #include "testing/fault_proxy.hpp"
 
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -97,23 +96,12 @@ FaultProxy::FaultProxy(const std::string& upstream, int port) {
   } catch (const std::exception&) {
     throw std::invalid_argument("fault proxy: upstream '" + upstream + "' has no valid port");
   }
-  listen_fd_ = listen_on_loopback(port, &port_);
-  acceptor_ = std::thread([this] { accept_loop(); });
+  listener_.emplace(port, [this](int fd) { serve(fd); });
 }
 
-FaultProxy::~FaultProxy() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-    for (int fd : open_fds_) ::shutdown(fd, SHUT_RDWR);
-  }
-  stop_cv_.notify_all();
-  acceptor_.join();
-  for (std::thread& t : threads_) t.join();
-  ::close(listen_fd_);
-}
+FaultProxy::~FaultProxy() = default;
 
-std::string FaultProxy::url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+std::string FaultProxy::url() const { return "http://127.0.0.1:" + std::to_string(port()); }
 
 void FaultProxy::set_latency(std::chrono::milliseconds added) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -164,34 +152,18 @@ std::optional<FaultProxy::Fault> FaultProxy::take_fault(const std::string& metho
   return std::nullopt;
 }
 
-bool FaultProxy::wait_or_stop(std::chrono::nanoseconds duration) {
-  if (duration.count() <= 0) return !stopping_;
-  std::unique_lock<std::mutex> lock(mutex_);
-  return !stop_cv_.wait_for(lock, duration, [this] { return stopping_.load(); });
-}
-
 bool FaultProxy::throttle(uint64_t bytes) {
   std::chrono::steady_clock::time_point done;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (bandwidth_ == 0) return !stopping_;
+    if (bandwidth_ == 0) return !listener_->stopping();
     // The link is one pipe shared by every connection: each piece waits for the ones before.
     const auto start = std::max(std::chrono::steady_clock::now(), link_free_at_);
     link_free_at_ =
         start + std::chrono::nanoseconds(static_cast<int64_t>(bytes * 1e9 / bandwidth_));
     done = link_free_at_;
   }
-  return wait_or_stop(done - std::chrono::steady_clock::now());
-}
-
-void FaultProxy::track(int fd, bool add) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (add) {
-    open_fds_.push_back(fd);
-    if (stopping_) ::shutdown(fd, SHUT_RDWR);
-  } else {
-    std::erase(open_fds_, fd);
-  }
+  return listener_->wait_or_stop(done - std::chrono::steady_clock::now());
 }
 
 double FaultProxy::seconds_since_start() const {
@@ -204,32 +176,19 @@ void FaultProxy::record(Exchange exchange) {
   log_.push_back(std::move(exchange));
 }
 
-void FaultProxy::accept_loop() {
-  accept_until(listen_fd_, stopping_, [this](int fd) {
-    ++connections_;
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (stopping_) {
-      ::close(fd);
-      return;
-    }
-    open_fds_.push_back(fd);
-    threads_.emplace_back([this, fd] { serve(fd); });
-  });
-}
-
 void FaultProxy::serve(int client_fd) {
   SocketReader client(client_fd);
   int upstream_fd = -1;
   std::optional<SocketReader> upstream;
   auto close_upstream = [&] {
     if (upstream_fd < 0) return;
-    track(upstream_fd, false);
+    listener_->track(upstream_fd, false);
     ::close(upstream_fd);
     upstream_fd = -1;
     upstream.reset();
   };
 
-  while (!stopping_) {
+  while (!listener_->stopping()) {
     const std::optional<std::string> raw_head = client.read_head();
     if (!raw_head) break;
     const HttpHead request = parse_head(*raw_head);
@@ -255,9 +214,9 @@ void FaultProxy::serve(int client_fd) {
       std::lock_guard<std::mutex> lock(mutex_);
       latency = latency_;
     }
-    if (!wait_or_stop(latency)) break;
+    if (!listener_->wait_or_stop(latency)) break;
     if (fault && !fault->mid_body) {
-      if (!wait_or_stop(fault->stall)) break;
+      if (!listener_->wait_or_stop(fault->stall)) break;
       if (fault->reset || fault->status != 0) {
         exchange.faulted = true;
         exchange.status = fault->reset ? 0 : fault->status;
@@ -278,7 +237,7 @@ void FaultProxy::serve(int client_fd) {
       if (upstream_fd < 0) {
         upstream_fd = connect_to(upstream_host_, upstream_port_);
         if (upstream_fd < 0) break;
-        track(upstream_fd, true);
+        listener_->track(upstream_fd, true);
         upstream.emplace(upstream_fd);
       }
       if (send_all(upstream_fd, forward_head) && send_all(upstream_fd, *body)) {
@@ -332,7 +291,7 @@ void FaultProxy::serve(int client_fd) {
       if (cut) {
         exchange.faulted = true;
         record(exchange);
-        wait_or_stop(fault->stall);
+        listener_->wait_or_stop(fault->stall);
         reset_connection(client_fd);
         break;
       }
@@ -342,8 +301,6 @@ void FaultProxy::serve(int client_fd) {
     if (close_after) break;
   }
   close_upstream();
-  track(client_fd, false);
-  ::close(client_fd);
 }
 
 }  // namespace zerowait::testing

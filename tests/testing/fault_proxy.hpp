@@ -8,17 +8,16 @@
 // bench/run remote and the Python tests use it through the zw_fault_proxy command.
 #pragma once
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
+
+#include "testing/http_wire.hpp"
 
 namespace zerowait::testing {
 
@@ -30,7 +29,7 @@ class FaultProxy {
   FaultProxy(const FaultProxy&) = delete;
   FaultProxy& operator=(const FaultProxy&) = delete;
 
-  int port() const { return port_; }
+  int port() const { return listener_->port(); }
   std::string url() const;  // "http://127.0.0.1:<port>"
 
   // Steady conditions for every request from now on.
@@ -60,7 +59,7 @@ class FaultProxy {
   std::vector<Exchange> log() const;
   // Requests the server answered in full, by method and part of the path.
   uint64_t count(std::string_view method, std::string_view path_contains = "") const;
-  uint64_t connections() const { return connections_; }
+  uint64_t connections() const { return listener_->connections(); }
 
  private:
   struct Rule {
@@ -68,31 +67,22 @@ class FaultProxy {
     int remaining;  // < 0: always
   };
   std::optional<Fault> take_fault(const std::string& method, const std::string& path);
-  void accept_loop();
   void serve(int client_fd);
-  bool wait_or_stop(std::chrono::nanoseconds duration);  // false: stopping
-  bool throttle(uint64_t bytes);                         // false: stopping
-  void track(int fd, bool add);
+  bool throttle(uint64_t bytes);  // false: stopping
   double seconds_since_start() const;
   void record(Exchange exchange);
 
   std::string upstream_host_;
   int upstream_port_ = 0;
-  int listen_fd_ = -1;
-  int port_ = 0;
-  std::atomic<bool> stopping_{false};
-  std::atomic<uint64_t> connections_{0};
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   mutable std::mutex mutex_;
-  std::condition_variable stop_cv_;
   std::chrono::milliseconds latency_{0};
   uint64_t bandwidth_ = 0;
   std::chrono::steady_clock::time_point link_free_at_{};
   std::deque<Rule> rules_;
   std::vector<Exchange> log_;
-  std::vector<int> open_fds_;
-  std::vector<std::thread> threads_;
-  std::thread acceptor_;
+  // Last: destroyed first, so the connections' threads end before the members they use.
+  std::optional<ConnectionThreads> listener_;
 };
 
 }  // namespace zerowait::testing

@@ -1,8 +1,5 @@
 #include "testing/http_server.hpp"
 
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -33,25 +30,11 @@ std::optional<std::pair<uint64_t, uint64_t>> parse_range(const std::string& rang
 
 }  // namespace
 
-TestHttpServer::TestHttpServer() {
-  listen_fd_ = listen_on_loopback(0, &port_);
-  acceptor_ = std::thread([this] { accept_loop(); });
-}
-
-TestHttpServer::~TestHttpServer() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-    for (int fd : open_fds_) ::shutdown(fd, SHUT_RDWR);
-  }
-  stop_cv_.notify_all();
-  acceptor_.join();
-  for (std::thread& t : threads_) t.join();
-  ::close(listen_fd_);
-}
+TestHttpServer::TestHttpServer() = default;
+TestHttpServer::~TestHttpServer() = default;
 
 std::string TestHttpServer::url(const std::string& path) const {
-  return "http://127.0.0.1:" + std::to_string(port_) + path;
+  return "http://127.0.0.1:" + std::to_string(port()) + path;
 }
 
 void TestHttpServer::put(const std::string& path, std::string body) {
@@ -88,27 +71,9 @@ std::map<std::string, std::string> TestHttpServer::last_headers() const {
   return last_headers_;
 }
 
-bool TestHttpServer::wait_or_stop(std::chrono::milliseconds duration) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  return !stop_cv_.wait_for(lock, duration, [this] { return stopping_.load(); });
-}
-
-void TestHttpServer::accept_loop() {
-  accept_until(listen_fd_, stopping_, [this](int fd) {
-    ++connections_;
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (stopping_) {
-      ::close(fd);
-      return;
-    }
-    open_fds_.push_back(fd);
-    threads_.emplace_back([this, fd] { serve(fd); });
-  });
-}
-
 void TestHttpServer::serve(int fd) {
   SocketReader reader(fd);
-  while (!stopping_) {
+  while (!listener_.stopping()) {
     const std::optional<std::string> raw_head = reader.read_head();
     if (!raw_head) break;
     {
@@ -142,7 +107,7 @@ void TestHttpServer::serve(int fd) {
       }
       if (fault && fault->drop) break;
       if (fault && fault->stall.count() > 0 && !fault->stall_mid_body &&
-          !wait_or_stop(fault->stall)) {
+          !listener_.wait_or_stop(fault->stall)) {
         break;
       }
       int status = 200;
@@ -177,15 +142,12 @@ void TestHttpServer::serve(int fd) {
       if (!send_all(fd, headers)) break;
       if (fault && fault->stall_mid_body) {
         if (!send_all(fd, std::string_view(body).substr(0, body.size() / 2))) break;
-        if (!wait_or_stop(fault->stall)) break;
+        if (!listener_.wait_or_stop(fault->stall)) break;
         body.erase(0, body.size() / 2);
       }
       if (!send_all(fd, body)) break;
     }
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  open_fds_.erase(std::remove(open_fds_.begin(), open_fds_.end(), fd), open_fds_.end());
-  ::close(fd);
 }
 
 }  // namespace zerowait::testing

@@ -7,14 +7,14 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
+
+#include "testing/http_wire.hpp"
 
 namespace zerowait::testing {
 
@@ -25,7 +25,7 @@ class TestHttpServer {
   TestHttpServer(const TestHttpServer&) = delete;
   TestHttpServer& operator=(const TestHttpServer&) = delete;
 
-  int port() const { return port_; }
+  int port() const { return listener_.port(); }
   // "http://127.0.0.1:<port>" + path
   std::string url(const std::string& path) const;
 
@@ -43,7 +43,7 @@ class TestHttpServer {
   };
   void fail_next(Fault fault, int times = 1);
 
-  uint64_t connections() const { return connections_; }  // accepted so far
+  uint64_t connections() const { return listener_.connections(); }  // accepted so far
   uint64_t requests() const { return requests_; }        // read so far
   // Each request's method, path and Range header: "GET /a bytes=0-9".
   std::vector<std::string> log() const;
@@ -51,23 +51,16 @@ class TestHttpServer {
   std::map<std::string, std::string> last_headers() const;
 
  private:
-  void accept_loop();
   void serve(int fd);
-  bool wait_or_stop(std::chrono::milliseconds duration);  // false: stopping
 
-  int listen_fd_ = -1;
-  int port_ = 0;
-  std::atomic<bool> stopping_{false};
-  std::atomic<uint64_t> connections_{0}, requests_{0};
+  std::atomic<uint64_t> requests_{0};
   mutable std::mutex mutex_;
-  std::condition_variable stop_cv_;
   std::map<std::string, std::string> objects_;
   std::deque<Fault> faults_;
   std::vector<std::string> log_;
   std::map<std::string, std::string> last_headers_;
-  std::vector<int> open_fds_;
-  std::vector<std::thread> threads_;
-  std::thread acceptor_;
+  // Last: destroyed first, so the connections' threads end before the members they use.
+  ConnectionThreads listener_{0, [this](int fd) { serve(fd); }};
 };
 
 }  // namespace zerowait::testing

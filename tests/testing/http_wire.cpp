@@ -55,15 +55,60 @@ void set_no_delay(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-void accept_until(int listen_fd, const std::atomic<bool>& stopping,
-                  const std::function<void(int fd)>& take) {
-  while (!stopping) {
-    pollfd p{listen_fd, POLLIN, 0};
+ConnectionThreads::ConnectionThreads(int port, std::function<void(int fd)> serve)
+    : serve_(std::move(serve)) {
+  listen_fd_ = listen_on_loopback(port, &port_);
+  acceptor_ = std::thread([this] { accept_loop(); });
+}
+
+ConnectionThreads::~ConnectionThreads() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    for (int fd : open_fds_) ::shutdown(fd, SHUT_RDWR);
+  }
+  stop_cv_.notify_all();
+  acceptor_.join();
+  for (std::thread& t : threads_) t.join();
+  ::close(listen_fd_);
+}
+
+bool ConnectionThreads::wait_or_stop(std::chrono::nanoseconds duration) {
+  if (duration.count() <= 0) return !stopping_;
+  std::unique_lock<std::mutex> lock(mutex_);
+  return !stop_cv_.wait_for(lock, duration, [this] { return stopping_.load(); });
+}
+
+void ConnectionThreads::track(int fd, bool add) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (add) {
+    open_fds_.push_back(fd);
+    if (stopping_) ::shutdown(fd, SHUT_RDWR);
+  } else {
+    std::erase(open_fds_, fd);
+  }
+}
+
+// Polls every 50 ms, so that stopping is seen without a connection.
+void ConnectionThreads::accept_loop() {
+  while (!stopping_) {
+    pollfd p{listen_fd_, POLLIN, 0};
     if (::poll(&p, 1, 50) <= 0) continue;
-    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
     set_no_delay(fd);
-    take(fd);
+    ++connections_;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) {
+      ::close(fd);
+      return;
+    }
+    open_fds_.push_back(fd);
+    threads_.emplace_back([this, fd] {
+      serve_(fd);
+      track(fd, false);
+      ::close(fd);
+    });
   }
 }
 

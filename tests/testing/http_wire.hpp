@@ -3,12 +3,17 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <vector>
 
 namespace zerowait::testing {
 
@@ -21,10 +26,43 @@ int connect_to(const std::string& host, int port);
 // peer's delayed ACK holds every answer back by ~40 ms.
 void set_no_delay(int fd);
 
-// Accepts connections on `listen_fd` (polled every 50 ms) until `stopping`, turns Nagle off on
-// each and hands it to `take`, which owns it from then on.
-void accept_until(int listen_fd, const std::atomic<bool>& stopping,
-                  const std::function<void(int fd)>& take);
+// A listener on 127.0.0.1 that serves each connection on a thread of its own: the test server's
+// and the proxy's sockets, threads and stopping. It owns the listening socket and every
+// connection; `serve(fd)` runs until the peer leaves or stopping() turns true, and the
+// connection is closed after it. Stopping shuts every tracked descriptor down (so blocked reads
+// return), wakes wait_or_stop(), and joins the threads. Make it the owner's last member: it is
+// then destroyed first, so its threads end before the owner's other members, which serve uses.
+class ConnectionThreads {
+ public:
+  // Listens on `port` (0: an ephemeral one) at once; throws on failure.
+  ConnectionThreads(int port, std::function<void(int fd)> serve);
+  ~ConnectionThreads();
+  ConnectionThreads(const ConnectionThreads&) = delete;
+  ConnectionThreads& operator=(const ConnectionThreads&) = delete;
+
+  int port() const { return port_; }
+  uint64_t connections() const { return connections_; }  // accepted so far
+  bool stopping() const { return stopping_; }
+  // Sleeps `duration`; false when stopping began (before or meanwhile).
+  bool wait_or_stop(std::chrono::nanoseconds duration);
+  // A descriptor of the caller's (an upstream connection) that stopping shuts down too, from
+  // track(fd, true) until track(fd, false).
+  void track(int fd, bool add);
+
+ private:
+  void accept_loop();
+
+  const std::function<void(int fd)> serve_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> connections_{0};
+  std::mutex mutex_;  // guards the two below, and orders stopping_ for stop_cv_
+  std::condition_variable stop_cv_;
+  std::vector<int> open_fds_;
+  std::vector<std::thread> threads_;
+  std::thread acceptor_;
+};
 
 bool send_all(int fd, std::string_view data);
 std::string lowercase(std::string s);

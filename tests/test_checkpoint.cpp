@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -311,12 +312,60 @@ TEST(Checkpoint, MirrorGetsEveryCommittedStepVerified) {
     state.fill(step % 3, step);
     save_and_wait(*cp, state.request(step));
   }
-  ASSERT_TRUE(cp->wait_all().is_ok());
+  const Status mirrored = cp->wait_all();
+  ASSERT_TRUE(mirrored.is_ok()) << mirrored.to_string();
   EXPECT_EQ(list_steps(*mirror).value(), (std::vector<uint64_t>{3, 4}));
   EXPECT_EQ(read_all(*mirror, 4), state.values);
   EXPECT_TRUE(verify_step(*mirror, 3).value().problems.empty());
   EXPECT_TRUE(verify_step(*mirror, 4).value().problems.empty());
   EXPECT_EQ(testing::read_file(mirror_dir / "latest"), "step-4\n");
+}
+
+TEST(Checkpoint, ALaggingMirrorGetsEveryStepBeforeRetentionRetiresItLocally) {
+  TempDir local_dir;
+  TempDir mirror_dir;
+  auto local = make_local_directory_target(local_dir.path());
+  auto mirror =
+      std::make_shared<FaultInjectingTarget>(make_local_directory_target(mirror_dir.path()));
+  std::atomic<bool> mirror_may_go{false};
+  // The mirror's copy of a step waits until four steps are committed locally.
+  mirror->set_fault_rule([&](const StorageOperation& op) {
+    while (op.path.starts_with("step-") && !mirror_may_go) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return 0;
+  });
+  CheckpointOptions options;
+  options.mirror = mirror;
+  options.keep_last = 1;
+  auto cp = open_or_die(local, options);
+  struct Release {  // lets the mirror go on every way out, before the Checkpointer joins it
+    std::atomic<bool>& gate;
+    ~Release() { gate = true; }
+  } release{mirror_may_go};
+  State state = State::make({1000, 2000});
+  for (uint64_t step = 1; step <= 4; ++step) {
+    state.fill(step % 2, step);
+    save_and_wait(*cp, state.request(step));
+  }
+  // keep_last=1, yet every step is still here: none is copied yet.
+  EXPECT_EQ(list_steps(*local).value(), (std::vector<uint64_t>{1, 2, 3, 4}));
+  mirror_may_go = true;
+  const Status mirrored = cp->wait_all();
+  ASSERT_TRUE(mirrored.is_ok()) << mirrored.to_string();
+  EXPECT_EQ(list_steps(*local).value(), (std::vector<uint64_t>{4}));
+  EXPECT_EQ(list_steps(*mirror).value(), (std::vector<uint64_t>{4}));
+  EXPECT_EQ(read_all(*mirror, 4), state.values);
+  std::vector<std::string> commits_copied;
+  for (const StorageOperation& op : mirror->operations()) {
+    if (op.kind == "rename" && op.path.starts_with("step-")) {
+      commits_copied.push_back(op.path);
+    }
+  }
+  // Each step reached the mirror before it was retired.
+  EXPECT_EQ(commits_copied,
+            (std::vector<std::string>{"step-1.tmp -> step-1", "step-2.tmp -> step-2",
+                                      "step-3.tmp -> step-3", "step-4.tmp -> step-4"}));
 }
 
 TEST(Checkpoint, AFailingMirrorIsReportedAndLeavesLocalStepsAlone) {

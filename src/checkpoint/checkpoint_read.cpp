@@ -489,7 +489,7 @@ uint64_t directory_bytes(StorageTarget& target, const std::string& dir) {
 }  // namespace
 
 Result<GcReport> collect_garbage(StorageTarget& target, uint32_t keep_last, uint64_t keep_every,
-                                 bool only_settled_tmp) {
+                                 bool only_settled_tmp, const std::vector<uint64_t>& spare) {
   GcReport report;
   ZW_ASSIGN_OR_RETURN(std::vector<uint64_t> committed, list_steps(target));
 
@@ -501,7 +501,8 @@ Result<GcReport> collect_garbage(StorageTarget& target, uint32_t keep_last, uint
     for (size_t i = 0; i < committed.size(); ++i) {
       const bool newest = i + keep_last >= committed.size();
       const bool milestone = keep_every > 0 && committed[i] % keep_every == 0;
-      if (newest || milestone) {
+      const bool spared = std::find(spare.begin(), spare.end(), committed[i]) != spare.end();
+      if (newest || milestone || spared) {
         kept.push_back(committed[i]);
         continue;
       }

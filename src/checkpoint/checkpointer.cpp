@@ -97,6 +97,10 @@ struct CheckpointerState {
   Status unreported;                 // a background error nobody has waited for yet
 
   // Mirror tier: steps waiting to be copied, one thread copying them.
+  // Held (before `mutex`) by a commit until its step is queued, and by the mirror thread's run of
+  // the primary's retention, which spares the queued steps: no step commits while retention
+  // decides what to retire, so none is retired before it is copied.
+  std::mutex retention_mutex;
   std::deque<uint64_t> mirror_queue;
   bool mirror_busy = false;
   bool stopping = false;
@@ -607,25 +611,32 @@ Status wait_for_ranks(StorageTarget& target, uint64_t step, uint32_t rank, uint3
   }
 }
 
-Status apply_retention(CheckpointerState& state) {
+Status apply_retention(CheckpointerState& state, const std::vector<uint64_t>& spare = {}) {
   const CheckpointOptions& opt = state.options;
   if (opt.keep_last == 0 && opt.keep_every == 0) return Status::ok();
-  return collect_garbage(*state.target, opt.keep_last, opt.keep_every, /*only_settled_tmp=*/true)
+  return collect_garbage(*state.target, opt.keep_last, opt.keep_every, /*only_settled_tmp=*/true,
+                         spare)
       .status();
 }
 
-// Rank 0: commits `step`, then retires steps retention no longer keeps and queues the step for
-// the mirror. A retention error does not undo the commit: the next wait_all() reports it.
+// Rank 0: commits `step`, then retires steps retention no longer keeps, or with a mirror queues
+// the step for it: the mirror's thread then applies the primary's retention after each copy,
+// sparing the steps still queued, so that no step is retired before it is copied (the copy would
+// find its files gone). A retention error does not undo the commit: the next wait_all() reports it.
 Status commit_and_tidy(CheckpointerState& state, uint64_t step) {
+  if (!state.options.mirror) {
+    ZW_RETURN_IF_ERROR(
+        commit_step(*state.target, step, state.options.world_size, state.options.run_id));
+    Status retention = apply_retention(state);
+    if (!retention.is_ok()) state.remember_error(retention.with_context("retention"));
+    return Status::ok();
+  }
+  std::lock_guard<std::mutex> retention(state.retention_mutex);
   ZW_RETURN_IF_ERROR(
       commit_step(*state.target, step, state.options.world_size, state.options.run_id));
-  Status retention = apply_retention(state);
-  if (!retention.is_ok()) state.remember_error(retention.with_context("retention"));
-  if (state.options.mirror) {
-    std::lock_guard<std::mutex> lock(state.mutex);
-    state.mirror_queue.push_back(step);
-    state.changed.notify_all();
-  }
+  std::lock_guard<std::mutex> lock(state.mutex);
+  state.mirror_queue.push_back(step);
+  state.changed.notify_all();
   return Status::ok();
 }
 
@@ -709,10 +720,22 @@ void CheckpointerState::mirror_loop() {
       status =
           collect_garbage(*options.mirror, options.keep_last, options.keep_every, true).status();
     }
+    // The primary's retention, now that the step is copied (commit_and_tidy).
+    Status retention;
+    {
+      std::lock_guard<std::mutex> deciding(retention_mutex);
+      lock.lock();
+      const std::vector<uint64_t> waiting(mirror_queue.begin(), mirror_queue.end());
+      lock.unlock();
+      retention = apply_retention(*this, waiting);
+    }
     lock.lock();
     mirror_busy = false;
     if (!status.is_ok() && unreported.is_ok()) {
       unreported = status.with_context("mirror " + options.mirror->describe());
+    }
+    if (!retention.is_ok() && unreported.is_ok()) {
+      unreported = retention.with_context("retention");
     }
     changed.notify_all();
   }

@@ -39,8 +39,10 @@ struct GcReport {
 };
 // Removes what no committed step needs: orphaned `step-N.tmp` directories (all, or only those at
 // or below the newest committed step when `only_settled_tmp`), and files of retired steps that no
-// kept step references. Applies retention first when keep_last/keep_every are non-zero.
+// kept step references. Applies retention first when keep_last/keep_every are non-zero; the steps
+// in `spare` are kept whatever the retention (a Checkpointer's steps still waiting for its mirror).
 Result<GcReport> collect_garbage(StorageTarget& target, uint32_t keep_last, uint64_t keep_every,
-                                 bool only_settled_tmp = false);
+                                 bool only_settled_tmp = false,
+                                 const std::vector<uint64_t>& spare = {});
 
 }  // namespace zerowait

@@ -254,6 +254,25 @@ TEST_F(BlockCacheTest, AnnouncedBlocksAreDownloadedInTheBackground) {
   EXPECT_EQ(cache->stats().misses, 0u);
 }
 
+TEST_F(BlockCacheTest, AReadOverSeveralMissingBlocksDownloadsThemInParallel) {
+  BlockCacheOptions o = cache_options();
+  o.prefetch_threads = 4;
+  auto cache = open_cache(o);
+  auto source = cached_object(*cache);
+  // The first answers are slow: while one GET waits, the others are already asked on
+  // connections of their own; one after another they would all use the one connection.
+  server_.fail_next({.stall = 300ms}, 4);
+  const uint64_t connections_before = server_.connections();
+  EXPECT_EQ(read(*source, 0, object_.size()), object_);
+  EXPECT_GE(server_.connections() - connections_before, 2u);
+  const auto by_range = gets();
+  EXPECT_EQ(by_range.size(), 11u);
+  for (const auto& [range, count] : by_range) EXPECT_EQ(count, 1) << range;
+  const BlockCacheStats s = cache->stats();
+  EXPECT_GE(s.prefetched, 1u);
+  EXPECT_EQ(s.bytes_downloaded, object_.size());
+}
+
 TEST_F(BlockCacheTest, DamagedBlocksAreDownloadedAgainNeverServed) {
   {
     auto cache = open_cache();

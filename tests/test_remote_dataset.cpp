@@ -5,6 +5,7 @@
 // and what is not supported yet says so.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "testing/http_server.hpp"
 #include "testing/image_dataset.hpp"
 #include "testing/s3_server.hpp"
+#include "zerowait/io/block_cache.hpp"
 #include "testing/testing.hpp"
 #include "zerowait/loader/loader.hpp"
 #include "zerowait/shard/dataset.hpp"
@@ -135,10 +137,13 @@ TEST_F(RemoteDatasetTest, WhatIsMissingOrNotSupportedSaysSo) {
   EXPECT_EQ(missing.status().code(), ErrorCode::kNotFound);
   EXPECT_NE(missing.status().message().find("/elsewhere/manifest.json"), std::string::npos);
 
-  server_.put("/web/a.tar", "not really a tar");
+  // A remote tar is indexed by scanning its headers, as a local one: a damaged one is named.
+  server_.put("/web/a.tar", std::string(700, 'x'));
   auto tar = Dataset::open(server_.url("/web/a.tar"));
   ASSERT_FALSE(tar.is_ok());
-  EXPECT_EQ(tar.status().code(), ErrorCode::kUnsupported);
+  EXPECT_EQ(tar.status().code(), ErrorCode::kCorrupt) << tar.status().to_string();
+  EXPECT_NE(tar.status().message().find(server_.url("/web/a.tar")), std::string::npos)
+      << tar.status().message();
 
   // s3:// without credentials anywhere: the error says where they were looked for.
   for (const char* name : {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"}) {
@@ -151,6 +156,106 @@ TEST_F(RemoteDatasetTest, WhatIsMissingOrNotSupportedSaysSo) {
   EXPECT_EQ(s3.status().code(), ErrorCode::kNotFound) << s3.status().to_string();
   EXPECT_NE(s3.status().message().find("AWS_ACCESS_KEY_ID"), std::string::npos)
       << s3.status().message();
+}
+
+// Three WebDataset tars of 40 samples each (a .cls and a .jpg member per sample, archived by
+// GNU tar) in <dir>/web, served under /web/. Returns the local brace list of them.
+std::string make_webdataset_tars(const fs::path& dir) {
+  const fs::path members = dir / "members", web = dir / "web";
+  fs::create_directories(web);
+  for (int shard = 0; shard < 3; ++shard) {
+    std::vector<std::string> argv = {"/usr/bin/tar", "-cf", web / ("shard-00" +
+                                     std::to_string(shard) + ".tar"), "-C", members,
+                                     "--format=gnu"};
+    for (int i = 0; i < 40; ++i) {
+      const std::string key = "s" + std::to_string(shard) + "_" + std::to_string(100 + i);
+      testing::write_file(members / (key + ".cls"), std::to_string(i % 3));
+      testing::write_file(members / (key + ".jpg"),
+                          testing::random_bytes(500 + (i * 997) % 6000, shard * 100 + i));
+      argv.push_back(key + ".cls");
+      argv.push_back(key + ".jpg");
+    }
+    auto tar = testing::run_command(argv);
+    EXPECT_EQ(tar.exit_code, 0) << tar.err;
+  }
+  return (web / "shard-{000..002}.tar").string();
+}
+
+void expect_same_samples(const Dataset& remote, const Dataset& local) {
+  ASSERT_EQ(remote.size(), local.size());
+  for (uint64_t i = 0; i < local.size(); ++i) {
+    auto got = remote.read(i);
+    ASSERT_TRUE(got.is_ok()) << i << ": " << got.status().to_string();
+    auto want = local.read(i);
+    ASSERT_TRUE(want.is_ok()) << i << ": " << want.status().to_string();
+    EXPECT_EQ(got->view.key, want->view.key) << i;
+    EXPECT_EQ(got->buffer, want->buffer) << i;
+  }
+}
+
+TEST_F(RemoteDatasetTest, WebDatasetTarsOpenFromABraceListOfUrlsAndReadLikeTheLocalTars) {
+  const std::string local_list = make_webdataset_tars(dir_.path());
+  server_.put_directory("/web/", dir_ / "web");
+  auto local = Dataset::open(local_list);
+  ASSERT_TRUE(local.is_ok()) << local.status().to_string();
+  ASSERT_EQ((*local)->size(), 120u);
+
+  auto remote = Dataset::open(server_.url("/web/shard-{000..002}.tar"));
+  ASSERT_TRUE(remote.is_ok()) << remote.status().to_string();
+  // Each tar (under 8 MiB) is indexed with its HEAD and one GET of the whole object, not a
+  // request per member header.
+  std::vector<std::string> opens = server_.log();
+  std::sort(opens.begin(), opens.end());
+  std::vector<std::string> expected;
+  for (int shard = 0; shard < 3; ++shard) {
+    const std::string path = "/web/shard-00" + std::to_string(shard) + ".tar";
+    const uint64_t size = fs::file_size(dir_ / ("web" + path.substr(4)));
+    expected.push_back("GET " + path + " bytes=0-" + std::to_string(size - 1));
+    expected.push_back("HEAD " + path);
+  }
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(opens, expected);
+  expect_same_samples(**remote, **local);
+  EXPECT_EQ((*remote)->shard_path(2), server_.url("/web/shard-002.tar"));
+  EXPECT_EQ(epoch(server_.url("/web/shard-{000..002}.tar"), options()),
+            epoch(local_list, options()));
+}
+
+TEST_F(RemoteDatasetTest, ARemoteTarScannedThroughTheCacheIsDownloadedOncePerNode) {
+  make_webdataset_tars(dir_.path());
+  server_.put_directory("/web/", dir_ / "web");
+  const std::string list = server_.url("/web/shard-{000..002}.tar");
+  BlockCacheOptions cache_options;
+  cache_options.directory = dir_ / "cache";
+  cache_options.capacity_bytes = 64 << 20;
+  cache_options.min_free_bytes = 0;
+  auto cache = BlockCache::open(cache_options);
+  ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
+  auto count_gets = [&] {
+    size_t gets = 0;
+    for (const std::string& request : server_.log()) gets += request.starts_with("GET ");
+    return gets;
+  };
+  DatasetOptions with_cache;
+  with_cache.cache = *cache;
+  auto first = Dataset::open(list, with_cache);
+  ASSERT_TRUE(first.is_ok()) << first.status().to_string();
+  EXPECT_EQ(count_gets(), 3u);  // the scans: one block of each tar
+  auto local = Dataset::open(dir_ / "web/shard-{000..002}.tar");
+  ASSERT_TRUE(local.is_ok());
+  expect_same_samples(**first, **local);  // every sample read from the blocks the scans filled
+  EXPECT_EQ(count_gets(), 3u);
+
+  // Another process of the node opens the same tars through the same directory: no downloads.
+  auto other_cache = BlockCache::open(cache_options);
+  ASSERT_TRUE(other_cache.is_ok());
+  with_cache.cache = *other_cache;
+  auto second = Dataset::open(list, with_cache);
+  ASSERT_TRUE(second.is_ok()) << second.status().to_string();
+  expect_same_samples(**second, **local);
+  EXPECT_EQ(count_gets(), 3u);
+  EXPECT_EQ((*other_cache)->stats().misses, 0u);
+  EXPECT_GE((*other_cache)->stats().hits, 3u);
 }
 
 // The same dataset in a bucket of the real S3 server, under a prefix, opened as s3://.
@@ -199,6 +304,30 @@ TEST_F(S3DatasetTest, OpensThroughItsManifestAndLoadsTheSameBatchesAsTheLocalCop
   ASSERT_TRUE(local_shard.is_ok());
   ASSERT_EQ((*shard)->size(), (*local_shard)->size());
   EXPECT_EQ((*shard)->read(0)->buffer, (*local_shard)->read(0)->buffer);
+}
+
+TEST_F(S3DatasetTest, WebDatasetTarsOpenFromABraceListOfS3Urls) {
+  const std::string local_list = make_webdataset_tars(dir_.path());
+  auto local = Dataset::open(local_list);
+  ASSERT_TRUE(local.is_ok()) << local.status().to_string();
+  for (int shard = 0; shard < 3; ++shard) {
+    const std::string name = "shard-00" + std::to_string(shard) + ".tar";
+    ASSERT_TRUE(client_
+                    ->put(bucket_, "team/web/" + name,
+                          testing::read_file(dir_ / ("web/" + name)),
+                          Deadline::after(std::chrono::seconds(60)))
+                    .is_ok());
+  }
+  auto remote = Dataset::open(url("team/web/shard-{000..002}.tar"));
+  ASSERT_TRUE(remote.is_ok()) << remote.status().to_string();
+  expect_same_samples(**remote, **local);
+  EXPECT_EQ(epoch(url("team/web/shard-{000..002}.tar"), options()), epoch(local_list, options()));
+
+  auto missing = Dataset::open(url("team/web/shard-{000..003}.tar"));
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_EQ(missing.status().code(), ErrorCode::kNotFound) << missing.status().to_string();
+  EXPECT_NE(missing.status().message().find("team/web/shard-003.tar"), std::string::npos)
+      << missing.status().message();
 }
 
 TEST_F(S3DatasetTest, AMissingManifestOrShardIsNamed) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -78,6 +80,21 @@ Status expand_braces(const std::string& pattern, std::vector<std::string>* out) 
     ZW_RETURN_IF_ERROR(expand_braces(head + choice + tail, out));
   }
   return Status::ok();
+}
+
+// Shards opened at once.
+constexpr size_t kParallelOpens = 8;
+
+// Calls open(i) for every i < n, on up to kParallelOpens threads (the caller's among them).
+void for_each_in_parallel(size_t n, const std::function<void(size_t)>& open) {
+  std::atomic<size_t> next{0};
+  auto open_some = [&] {
+    for (size_t i = next++; i < n; i = next++) open(i);
+  };
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t < std::min(n, kParallelOpens); ++t) helpers.emplace_back(open_some);
+  open_some();
+  for (std::thread& helper : helpers) helper.join();
 }
 
 }  // namespace
@@ -191,10 +208,15 @@ Status Dataset::add_shard_paths(const std::vector<std::string>& paths, bool from
     }
     return Status::ok();
   }
+  // Every shard is opened now, to count its samples: several at once, since a remote shard's
+  // open waits on requests (and a remote tar's on a scan of the whole object).
+  std::vector<std::optional<Result<std::shared_ptr<ShardReader>>>> opened(paths.size());
+  for_each_in_parallel(paths.size(), [&](size_t i) {
+    opened[i] = ShardReader::open_path(paths[i], options_.backend, options_.wrap_source);
+  });
   std::set<std::string> fields;
   for (size_t i = 0; i < paths.size(); ++i) {
-    ZW_ASSIGN_OR_RETURN(auto reader,
-                        ShardReader::open_path(paths[i], options_.backend, options_.wrap_source));
+    ZW_ASSIGN_OR_RETURN(auto reader, std::move(*opened[i]));
     const ShardReader& r = *reader;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -275,26 +297,12 @@ Result<std::shared_ptr<ShardReader>> Dataset::open_checked(size_t s) const {
   return reader;
 }
 
-namespace {
-// Shards opened at once by open_shards.
-constexpr size_t kParallelOpens = 8;
-}  // namespace
-
 Status Dataset::open_shards(const std::vector<size_t>& shards) const {
   std::vector<Status> results(shards.size(), Status::ok());
-  std::atomic<size_t> next{0};
-  auto open_some = [&] {
-    for (size_t i = next++; i < shards.size(); i = next++) {
-      Result<std::shared_ptr<ShardReader>> opened = shard(shards[i]);
-      if (!opened.is_ok()) results[i] = opened.status();
-    }
-  };
-  std::vector<std::thread> helpers;
-  for (size_t t = 1; t < std::min(shards.size(), kParallelOpens); ++t) {
-    helpers.emplace_back(open_some);
-  }
-  open_some();
-  for (std::thread& helper : helpers) helper.join();
+  for_each_in_parallel(shards.size(), [&](size_t i) {
+    Result<std::shared_ptr<ShardReader>> opened = shard(shards[i]);
+    if (!opened.is_ok()) results[i] = opened.status();
+  });
   for (const Status& status : results) ZW_RETURN_IF_ERROR(status);
   return Status::ok();
 }

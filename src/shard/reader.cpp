@@ -76,12 +76,7 @@ Result<std::shared_ptr<ShardReader>> ShardReader::open_path(const std::string& p
                                                             IoBackend backend,
                                                             const SourceWrapper& wrap) {
   const bool remote = internal::is_remote_url(path);
-  if (path.ends_with(".tar")) {
-    if (!remote) return open_tar_shard(path, backend, wrap);
-    return unsupported("'" + path +
-                       "': remote WebDataset tars are not supported yet; pack them into .zws "
-                       "shards (zerowait pack) and serve those");
-  }
+  if (path.ends_with(".tar")) return open_tar_shard(path, backend, wrap);
   // `backend` is a local file's; an object is read with ranged GETs.
   ZW_ASSIGN_OR_RETURN(
       std::unique_ptr<ByteSource> opened,

@@ -10,34 +10,48 @@
 #include "common/endian.hpp"
 #include "common/file.hpp"
 #include "common/log.hpp"
+#include "io/remote/remote_object.hpp"
 #include "shard/tar/tar_header.hpp"
 
 namespace zerowait {
 namespace {
 
-// Headers of small members are read a window at a time, so a shard of 10 kB images costs one
-// read per few headers; after a large member only a few blocks are read (its header, maybe pax or
-// long-name records), and skipped data is never read.
-constexpr size_t kWindowSize = 64 << 10;
-constexpr size_t kSmallWindowSize = 4 << 10;
+// How a scan of the headers reads the archive. A local file is read a window at a time, so a
+// shard of 10 kB images costs one read per few headers; after a large member only a few blocks are
+// read (its header, maybe pax or long-name records), and skipped data is never read. A remote
+// object pays a request's latency per read, so it is read in windows of megabytes, and the next
+// windows are announced (a cache in front of it downloads them in parallel meanwhile).
+struct ScanReads {
+  size_t window;
+  size_t window_after_large_skip;
+  size_t windows_announced_ahead;
+};
+constexpr ScanReads kLocalScan{64 << 10, 4 << 10, 0};
+constexpr ScanReads kRemoteScan{8 << 20, 64 << 10, 4};
 
 class SourceInput final : public internal::TarInput {
  public:
-  explicit SourceInput(ByteSource& source) : source_(source), size_(source.size()) {}
+  // Each read has `read_timeout` when set, so that a server that stops answering fails the scan
+  // (naming the object and range) instead of holding the open forever.
+  SourceInput(ByteSource& source, ScanReads reads,
+              std::optional<std::chrono::nanoseconds> read_timeout)
+      : source_(source), size_(source.size()), reads_(reads), read_timeout_(read_timeout) {}
 
   Result<size_t> read(std::span<std::byte> dst) override {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(dst.size(), size_ - pos_));
     if (n == 0) return size_t{0};
     if (pos_ < window_offset_ || pos_ + n > window_offset_ + window_.size()) {
-      if (n >= kWindowSize) {
-        ZW_RETURN_IF_ERROR(source_.read_at(pos_, dst.first(n)));
+      if (n >= reads_.window) {
+        ZW_RETURN_IF_ERROR(read_at(pos_, dst.first(n)));
         pos_ += n;
         return n;
       }
-      const size_t window = std::max(n, after_large_skip_ ? kSmallWindowSize : kWindowSize);
+      const size_t window =
+          std::max(n, after_large_skip_ ? reads_.window_after_large_skip : reads_.window);
       window_.resize(static_cast<size_t>(std::min<uint64_t>(window, size_ - pos_)));
       window_offset_ = pos_;
-      ZW_RETURN_IF_ERROR(source_.read_at(pos_, window_));
+      announce_after(pos_ + window_.size());
+      ZW_RETURN_IF_ERROR(read_at(pos_, window_));
     }
     std::memcpy(dst.data(), window_.data() + (pos_ - window_offset_), n);
     pos_ += n;
@@ -47,7 +61,7 @@ class SourceInput final : public internal::TarInput {
   Result<uint64_t> skip(uint64_t n) override {
     n = std::min(n, size_ - pos_);
     pos_ += n;
-    after_large_skip_ = n > kWindowSize;
+    after_large_skip_ = n > reads_.window;
     return n;
   }
 
@@ -55,11 +69,30 @@ class SourceInput final : public internal::TarInput {
   std::optional<uint64_t> known_size() const override { return size_; }
 
  private:
+  Status read_at(uint64_t offset, std::span<std::byte> dst) {
+    return source_.read_at(offset, dst,
+                           read_timeout_ ? Deadline::after(*read_timeout_) : Deadline::none());
+  }
+
+  // Announces the windows after `offset` not announced yet, as if no member were skipped.
+  void announce_after(uint64_t offset) {
+    if (reads_.windows_announced_ahead == 0) return;
+    const uint64_t until =
+        std::min<uint64_t>(size_, offset + reads_.windows_announced_ahead * reads_.window);
+    const uint64_t from = std::max(offset, announced_until_);
+    if (from >= until) return;
+    source_.prefetch(from, until - from);
+    announced_until_ = until;
+  }
+
   ByteSource& source_;
   const uint64_t size_;
+  const ScanReads reads_;
+  const std::optional<std::chrono::nanoseconds> read_timeout_;
   uint64_t pos_ = 0;
   std::vector<std::byte> window_;
   uint64_t window_offset_ = 0;
+  uint64_t announced_until_ = 0;
   bool after_large_skip_ = false;
 };
 
@@ -206,7 +239,10 @@ bool is_safe_relative_path(std::string_view key) {
 
 Result<format::ShardIndex> build_tar_index(ByteSource& tar) {
   tar.advise_sequential();
-  SourceInput input(tar);
+  const bool remote = internal::is_remote_url(tar.name());
+  SourceInput input(tar, remote ? kRemoteScan : kLocalScan,
+                    remote ? std::optional<std::chrono::nanoseconds>(internal::kRemoteOpenTimeout)
+                           : std::nullopt);
   internal::TarWalker walker(&input, tar.name());
   IndexBuilder builder;
   internal::TarMember member;
@@ -224,6 +260,18 @@ std::string tar_index_sidecar_path(const std::string& tar_path) { return tar_pat
 
 Result<std::shared_ptr<ShardReader>> open_tar_shard(const std::string& tar_path, IoBackend backend,
                                                     const SourceWrapper& wrap) {
+  if (internal::is_remote_url(tar_path)) {
+    // No sidecar: the index is built by one scan per open. Through a cache, that scan is what
+    // fills the cache with the tar's blocks, so the samples' reads that follow hit.
+    ZW_ASSIGN_OR_RETURN(
+        std::unique_ptr<ByteSource> opened,
+        internal::open_remote_source(tar_path, Deadline::after(internal::kRemoteOpenTimeout)));
+    std::shared_ptr<ByteSource> source = std::move(opened);
+    if (wrap) source = wrap(std::move(source));
+    ZW_ASSIGN_OR_RETURN(format::ShardIndex index, build_tar_index(*source));
+    return std::make_shared<ShardReader>(std::move(source), std::move(index),
+                                         format::kNoChecksums, ShardKind::kTar);
+  }
   ZW_ASSIGN_OR_RETURN(TarIdentity before, stat_tar(tar_path));
   ZW_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> opened, open_file_source(tar_path, backend));
   std::shared_ptr<ByteSource> source = std::move(opened);

@@ -1,11 +1,15 @@
 """A packed dataset served over HTTP by a real server in this process (the standard library's
 HTTP server, taught Range requests): zerowait.Dataset and zerowait.Loader read it by URL and see
-exactly the local copy; a server that ignores Range is refused with a clear error."""
+exactly the local copy; WebDataset tars named by a brace list of URLs read like the local tars; a
+server that ignores Range is refused with a clear error."""
 
 from __future__ import annotations
 
 import http.server
+import io
+import random
 import re
+import tarfile
 import threading
 from pathlib import Path
 
@@ -78,6 +82,35 @@ def test_a_dataset_over_http_reads_like_its_local_copy(image_dataset):
         # Remote data is read in whole blocks unless asked otherwise; local data shuffles fully.
         assert zerowait.Loader(url, batch_size=5).state_dict()["shuffle"] == "block"
         assert zerowait.Loader(image_dataset, batch_size=5).state_dict()["shuffle"] == "random"
+    finally:
+        server.shutdown()
+
+
+def write_webdataset_tars(folder: Path, shards: int = 3, per_shard: int = 20) -> None:
+    """shard-000.tar ...: sample KEY is KEY.jpg (random bytes) and KEY.cls (a label in decimal),
+    written as WebDataset's own writers do, with tarfile."""
+    rng = random.Random(5)
+    folder.mkdir(parents=True)
+    for shard in range(shards):
+        with tarfile.open(folder / f"shard-{shard:03d}.tar", "w") as tar:
+            for i in range(per_shard):
+                key = f"s{shard}_{i:03d}"
+                for field, data in (("jpg", rng.randbytes(rng.randint(100, 9000))),
+                                    ("cls", str(i % 4).encode())):
+                    info = tarfile.TarInfo(f"{key}.{field}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+
+
+def test_webdataset_tars_at_urls_read_like_the_local_tars(tmp_path):
+    write_webdataset_tars(tmp_path / "web")
+    server, base = serve(tmp_path)
+    try:
+        remote = zerowait.Dataset(f"{base}/web/shard-{{000..002}}.tar")
+        local = zerowait.Dataset(str(tmp_path / "web" / "shard-{000..002}.tar"))
+        assert len(remote) == len(local) == 60
+        assert remote[41]["jpg"] == local[41]["jpg"]
+        assert batches(remote) == batches(local)
     finally:
         server.shutdown()
 

@@ -35,6 +35,9 @@ std::string tar_index_sidecar_path(const std::string& tar_path);
 // matches the tar (same size and modification time), otherwise rebuilt and the sidecar
 // rewritten atomically; a directory that cannot be written only costs the cache. Reads of the
 // tar go through `wrap(file)` when `wrap` is set.
+// An http(s):// or s3:// tar is indexed by scanning it at every open, in ranged GETs of 8 MiB
+// (each with kRemoteOpenTimeout), the next few announced to `wrap`'s source; there is no sidecar.
+// Through a node-local cache that scan downloads the tar into the cache once for the node.
 Result<std::shared_ptr<ShardReader>> open_tar_shard(const std::string& tar_path,
                                                     IoBackend backend = IoBackend::kPread,
                                                     const SourceWrapper& wrap = {});

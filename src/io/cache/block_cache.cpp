@@ -164,6 +164,23 @@ class BlockCache::Impl {
     if (queued) prefetch_wake_.notify_all();
   }
 
+  // Blocks [first, last] of `origin` are needed now by a read that will take them in this
+  // order: they go to the front of the downloaders' queue, so that they are fetched in parallel
+  // while the read takes the ones before them. A no-op without downloaders.
+  void fetch_ahead(const std::shared_ptr<ByteSource>& origin, const std::string& object,
+                   uint64_t first, uint64_t last) {
+    if (prefetchers_.empty()) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (announced_.size() > kMaxAnnounced) announced_.clear();
+      for (uint64_t b = last + 1; b-- > first;) {
+        announced_.emplace(BlockStore::block_name(object, b), ++announce_sequence_);
+        queue_.push_front({origin, object, b});
+      }
+    }
+    prefetch_wake_.notify_all();
+  }
+
   Status trim(uint64_t headroom, uint64_t pending, Deadline deadline) {
     ZW_ASSIGN_OR_RETURN(ByteLock lock, store_->lock_eviction(deadline));
     ZW_ASSIGN_OR_RETURN(internal::BlockStoreScan scan, store_->scan());
@@ -403,6 +420,12 @@ class CachedSource final : public ByteSource {
   Status read(std::span<const ReadRequest> requests, Deadline deadline) override {
     for (const ReadRequest& r : requests) {
       ZW_RETURN_IF_ERROR(internal::check_range(name(), size(), r));
+      if (!r.dst.empty()) {
+        // A read over several blocks: those after its first are downloaded meanwhile.
+        const uint64_t first = r.offset / block_bytes_;
+        const uint64_t last = (r.offset + r.dst.size() - 1) / block_bytes_;
+        if (last > first) cache_->fetch_ahead(origin_, object_, first + 1, last);
+      }
       size_t done = 0;
       while (done < r.dst.size()) {
         const uint64_t position = r.offset + done;

@@ -21,6 +21,10 @@ up to --warm-seconds):
 - zerowait s3:// + cache_dir: zerowait.Loader("s3://bucket/zw/", cache_dir=EMPTY DIR): epoch 0
   is cold (nothing cached; its time includes opening the dataset: manifest, shard indexes), the
   next epochs are warm (served from the node-local cache).
+- zerowait s3:// WebDataset tars + cache_dir: zerowait.Loader over the tars the WebDataset and
+  s3torchconnector rows read (a brace list of s3:// URLs), read in place: a tar has no index, so
+  Loader() scans each one, and through the cache that scan is the download; warm epochs read the
+  cache. Against the fastest of those two rows, on the same objects (information).
 - zerowait local (the reference): the same loader options over the local copy of the shards,
   read from the page cache (the files were just written): a warm-up epoch, then the epochs.
 - S3 GET limit (information): one GET per zerowait shard, all at once, with curl through the
@@ -98,6 +102,8 @@ VENVS = {
 # --rows names: (label in the table, venv or "zerowait", remote_rows task, format it reads).
 ROWS = {
     "zerowait": ("zerowait s3:// + cache_dir", "zerowait", "zerowait", "zw"),
+    "zerowait-tar": ("zerowait s3:// WebDataset tars + cache_dir", "zerowait", "zerowait_tars",
+                     "wds"),
     "litdata": ("LitData StreamingDataset s3://", "peers", "litdata", "litdata"),
     "mds": ("MosaicML Streaming (MDS) s3://", "streaming", "mds", "mds"),
     "webdataset": ("WebDataset http (curl) + cache_dir", "peers", "webdataset", "wds"),
@@ -106,7 +112,8 @@ ROWS = {
 }
 LOCAL = ("zerowait local shards (reference)", "zerowait", "local", "zw")
 GET_LIMIT = ("S3 GET limit: curl, all shards at once",)
-PEERS = [name for name in ROWS if name != "zerowait"]
+ZEROWAIT_ROWS = ["zerowait", "zerowait-tar"]
+PEERS = [name for name in ROWS if name not in ZEROWAIT_ROWS]
 
 
 # ---- interpreters --------------------------------------------------------------------------------
@@ -419,7 +426,7 @@ class RemoteBench:
         self.out.mkdir(parents=True, exist_ok=True)
         self.zerowait = common.find_zerowait()
         self.proxy = find_proxy()
-        self.rows = ["zerowait", *[r for r in PEERS if r in args.rows]]
+        self.rows = ["zerowait", *[r for r in ROWS if r != "zerowait" and r in args.rows]]
         self.skipped = {}   # row -> why it does not run at all
         self.results = {}   # (latency, row) -> the row task's result, or {"error": why}
         self.pythons = {"zerowait": args.python or self.default_python()}
@@ -634,6 +641,15 @@ def judge(bench, lines):
                 note += " (no cache: reads S3 again)"
             ratios.append(ratio(f"zerowait / fastest peer, {kind}, {latency} ms", value, 1, True,
                                 note))
+        for kind in ("cold", "warm"):
+            tars = find.get((latency, "zerowait-tar", kind))
+            peers = [find[(latency, p, kind)] for p in ("webdataset", "s3torchconnector")
+                     if (latency, p, kind) in find]
+            fastest = max(peers, key=lambda l: l["samples_per_s"], default=None)
+            ratios.append(ratio(f"zerowait tars / fastest peer on them, {kind}, {latency} ms",
+                                tars["samples_per_s"] / fastest["samples_per_s"]
+                                if tars and fastest else None, None, True,
+                                f"{fastest['name']}" if fastest else "no peer measured"))
     return ratios
 
 
@@ -658,14 +674,14 @@ def notes_for(bench, lines):
 def zerowait_lines(bench):
     """Below the table: where zerowait's cold epochs went, and its cache's counters."""
     out = []
-    for latency in bench.args.latencies:
-        r = bench.results.get((latency, "zerowait")) or {}
+    for latency, row in ((l, r) for l in bench.args.latencies for r in ZEROWAIT_ROWS):
+        r = bench.results.get((latency, row)) or {}
         if not r.get("epochs"):
             continue
         cold = r["epochs"][0]
         cache = r.get("cache") or {}
-        out.append(f"zerowait at {latency} ms: cold epoch {cold['seconds']:.2f} s = Loader() "
-                   f"{r['open_s']:.2f} s (manifest, shard indexes) + first batch "
+        out.append(f"{row} at {latency} ms: cold epoch {cold['seconds']:.2f} s = Loader() "
+                   f"{r['open_s']:.2f} s (manifest, shard indexes; tar scans) + first batch "
                    f"{cold['first_batch_s'] - r['open_s']:.2f} s + the rest; consumer waited "
                    f"{r['wait_s']:.2f} s in all epochs; cache " + ", ".join(
                        f"{k}={v}" for k, v in cache.items()

@@ -171,14 +171,14 @@ def _zerowait_loader(spec, data, **extra):
                            shuffle=spec["shuffle"], seed=0, **extra)
 
 
-def row_zerowait_remote(spec):
+def row_zerowait_remote(spec, url=None):
     """zerowait.Loader over s3:// through the proxy with a node-local cache: the first epoch
     with the cache empty (cold), then warm epochs served from it."""
     import torch  # noqa: F401  (as in a training script; not timed)
     import zerowait  # noqa: F401
     cache = fresh_dir(spec["cache_dir"])
     start = time.perf_counter()
-    loader = _zerowait_loader(spec, spec["url"], cache_dir=cache)
+    loader = _zerowait_loader(spec, url or spec["url"], cache_dir=cache)
     open_s = time.perf_counter() - start
     try:
         before = loader.stats()
@@ -203,6 +203,15 @@ def row_zerowait_local(spec):
     finally:
         loader.close()
     return {"epochs": epochs, "versions": versions("zerowait")}
+
+
+def row_zerowait_tars(spec):
+    """The same over the WebDataset tars the WebDataset and s3torchconnector rows read, named by
+    a brace list of s3:// URLs ({shard-000000,shard-000001,...}.tar): Loader() scans every tar
+    for its index, which through the cache is the tar's download."""
+    names = ",".join(Path(key).stem for key in spec["keys"])
+    folder = Path(spec["keys"][0]).parent
+    return row_zerowait_remote(spec, f"s3://{spec['bucket']}/{folder}/{{{names}}}.tar")
 
 
 # ---- peers ---------------------------------------------------------------------------------------
@@ -335,6 +344,7 @@ TASKS = {
     "write_mds": write_mds,
     "upload": upload,
     "zerowait": row_zerowait_remote,
+    "zerowait_tars": row_zerowait_tars,
     "local": row_zerowait_local,
     "litdata": row_litdata,
     "mds": row_mds,

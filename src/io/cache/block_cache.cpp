@@ -165,20 +165,25 @@ class BlockCache::Impl {
   }
 
   // Blocks [first, last] of `origin` are needed now by a read that will take them in this
-  // order: they go to the front of the downloaders' queue, so that they are fetched in parallel
-  // while the read takes the ones before them. A no-op without downloaders.
+  // order: those this process does not hold open go to the front of the downloaders' queue, so
+  // that they are fetched in parallel while the read takes the ones before them. A no-op without
+  // downloaders; a warm read (its blocks open) wakes nobody.
   void fetch_ahead(const std::shared_ptr<ByteSource>& origin, const std::string& object,
                    uint64_t first, uint64_t last) {
     if (prefetchers_.empty()) return;
+    bool queued = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (announced_.size() > kMaxAnnounced) announced_.clear();
       for (uint64_t b = last + 1; b-- > first;) {
-        announced_.emplace(BlockStore::block_name(object, b), ++announce_sequence_);
+        std::string name = BlockStore::block_name(object, b);
+        if (open_.count(name) != 0) continue;
+        announced_.emplace(std::move(name), ++announce_sequence_);
         queue_.push_front({origin, object, b});
+        queued = true;
       }
     }
-    prefetch_wake_.notify_all();
+    if (queued) prefetch_wake_.notify_all();
   }
 
   Status trim(uint64_t headroom, uint64_t pending, Deadline deadline) {

@@ -276,7 +276,9 @@ class Proxy:
     first line of stdout), ended with SIGTERM on exit."""
 
     def __init__(self, binary, upstream, latency_ms, log_path):
-        self.cmd = [binary, "--upstream", upstream, "--latency-ms", str(latency_ms)]
+        # --log-requests: every request with its begin and end times, in log_path at exit.
+        self.cmd = [binary, "--upstream", upstream, "--latency-ms", str(latency_ms),
+                    "--log-requests"]
         self.log_path = log_path
         self.proc = None
         self.url = None
@@ -430,7 +432,10 @@ class RemoteBench:
         self.skipped = {}   # row -> why it does not run at all
         self.results = {}   # (latency, row) -> the row task's result, or {"error": why}
         self.pythons = {"zerowait": args.python or self.default_python()}
-        for venv in sorted({ROWS[r][1] for r in self.rows} - {"zerowait"}):
+        venvs = {ROWS[r][1] for r in self.rows} - {"zerowait"}
+        if not venvs and any(ROWS[r][3] != "zw" for r in self.rows):
+            venvs.add("peers")  # its boto3 uploads the formats zerowait pack does not write
+        for venv in sorted(venvs):
             python, why = ensure_venv(self.out, venv, not args.no_install)
             self.pythons[venv] = python
             for row in self.rows:

@@ -621,6 +621,12 @@ def table_lines(bench):
     return lines
 
 
+def fastest_line(find, latency, kind, rows):
+    """The table line of the fastest of `rows` at `latency` for `kind` of epoch, or None."""
+    lines = [find[(latency, row, kind)] for row in rows if (latency, row, kind) in find]
+    return max(lines, key=lambda l: l["samples_per_s"], default=None)
+
+
 def judge(bench, lines):
     """The goals, per latency: zerowait warm / local, zerowait cold / local (judged at 50 ms),
     zerowait / the fastest peer, cold and warm."""
@@ -637,9 +643,7 @@ def judge(bench, lines):
                             cold["samples_per_s"] / limit["samples_per_s"]
                             if cold and limit else None, None, True))
         for kind in ("cold", "warm"):
-            peers = [find[(latency, p, kind)] for p in bench.rows
-                     if p in PEERS and (latency, p, kind) in find]
-            fastest = max(peers, key=lambda l: l["samples_per_s"], default=None)
+            fastest = fastest_line(find, latency, kind, [p for p in bench.rows if p in PEERS])
             value = fastest.get("zerowait_vs") if fastest else None
             note = f"fastest peer: {fastest['name']}" if fastest else "no peer measured"
             if fastest and fastest["row"] == "s3torchconnector" and kind == "warm":
@@ -648,9 +652,7 @@ def judge(bench, lines):
                                 note))
         for kind in ("cold", "warm"):
             tars = find.get((latency, "zerowait-tar", kind))
-            peers = [find[(latency, p, kind)] for p in ("webdataset", "s3torchconnector")
-                     if (latency, p, kind) in find]
-            fastest = max(peers, key=lambda l: l["samples_per_s"], default=None)
+            fastest = fastest_line(find, latency, kind, ["webdataset", "s3torchconnector"])
             ratios.append(ratio(f"zerowait tars / fastest peer on them, {kind}, {latency} ms",
                                 tars["samples_per_s"] / fastest["samples_per_s"]
                                 if tars and fastest else None, None, True,

@@ -17,8 +17,8 @@
 #include "testing/http_server.hpp"
 #include "testing/image_dataset.hpp"
 #include "testing/s3_server.hpp"
-#include "zerowait/io/block_cache.hpp"
 #include "testing/testing.hpp"
+#include "zerowait/io/block_cache.hpp"
 #include "zerowait/loader/loader.hpp"
 #include "zerowait/shard/dataset.hpp"
 
@@ -164,9 +164,8 @@ std::string make_webdataset_tars(const fs::path& dir) {
   const fs::path members = dir / "members", web = dir / "web";
   fs::create_directories(web);
   for (int shard = 0; shard < 3; ++shard) {
-    std::vector<std::string> argv = {"/usr/bin/tar", "-cf", web / ("shard-00" +
-                                     std::to_string(shard) + ".tar"), "-C", members,
-                                     "--format=gnu"};
+    const fs::path tar = web / ("shard-00" + std::to_string(shard) + ".tar");
+    std::vector<std::string> argv = {"/usr/bin/tar", "-cf", tar, "-C", members, "--format=gnu"};
     for (int i = 0; i < 40; ++i) {
       const std::string key = "s" + std::to_string(shard) + "_" + std::to_string(100 + i);
       testing::write_file(members / (key + ".cls"), std::to_string(i % 3));
@@ -175,8 +174,8 @@ std::string make_webdataset_tars(const fs::path& dir) {
       argv.push_back(key + ".cls");
       argv.push_back(key + ".jpg");
     }
-    auto tar = testing::run_command(argv);
-    EXPECT_EQ(tar.exit_code, 0) << tar.err;
+    auto archived = testing::run_command(argv);
+    EXPECT_EQ(archived.exit_code, 0) << archived.err;
   }
   return (web / "shard-{000..002}.tar").string();
 }

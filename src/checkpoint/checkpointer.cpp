@@ -97,9 +97,9 @@ struct CheckpointerState {
   Status unreported;                 // a background error nobody has waited for yet
 
   // Mirror tier: steps waiting to be copied, one thread copying them.
-  // Held (before `mutex`) by a commit until its step is queued, and by the mirror thread's run of
-  // the primary's retention, which spares the queued steps: no step commits while retention
-  // decides what to retire, so none is retired before it is copied.
+  // Held (before `mutex`) by a commit until its step is queued or retention has run, and by the
+  // mirror thread's run of the primary's retention, which spares the queued steps: no step
+  // commits while retention decides what to retire, so none is retired before it is copied.
   std::mutex retention_mutex;
   std::deque<uint64_t> mirror_queue;
   bool mirror_busy = false;
@@ -624,16 +624,14 @@ Status apply_retention(CheckpointerState& state, const std::vector<uint64_t>& sp
 // sparing the steps still queued, so that no step is retired before it is copied (the copy would
 // find its files gone). A retention error does not undo the commit: the next wait_all() reports it.
 Status commit_and_tidy(CheckpointerState& state, uint64_t step) {
+  std::lock_guard<std::mutex> deciding(state.retention_mutex);
+  ZW_RETURN_IF_ERROR(
+      commit_step(*state.target, step, state.options.world_size, state.options.run_id));
   if (!state.options.mirror) {
-    ZW_RETURN_IF_ERROR(
-        commit_step(*state.target, step, state.options.world_size, state.options.run_id));
     Status retention = apply_retention(state);
     if (!retention.is_ok()) state.remember_error(retention.with_context("retention"));
     return Status::ok();
   }
-  std::lock_guard<std::mutex> retention(state.retention_mutex);
-  ZW_RETURN_IF_ERROR(
-      commit_step(*state.target, step, state.options.world_size, state.options.run_id));
   std::lock_guard<std::mutex> lock(state.mutex);
   state.mirror_queue.push_back(step);
   state.changed.notify_all();

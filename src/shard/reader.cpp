@@ -75,15 +75,10 @@ Result<std::shared_ptr<ShardReader>> ShardReader::open(std::shared_ptr<ByteSourc
 Result<std::shared_ptr<ShardReader>> ShardReader::open_path(const std::string& path,
                                                             IoBackend backend,
                                                             const SourceWrapper& wrap) {
-  const bool remote = internal::is_remote_url(path);
   if (path.ends_with(".tar")) return open_tar_shard(path, backend, wrap);
-  // `backend` is a local file's; an object is read with ranged GETs.
-  ZW_ASSIGN_OR_RETURN(
-      std::unique_ptr<ByteSource> opened,
-      remote ? internal::open_remote_source(path, Deadline::after(internal::kRemoteOpenTimeout))
-             : open_file_source(path, backend));
-  std::shared_ptr<ByteSource> source = std::move(opened);
-  return open(wrap ? wrap(std::move(source)) : std::move(source));
+  ZW_ASSIGN_OR_RETURN(std::shared_ptr<ByteSource> source,
+                      internal::open_shard_source(path, backend, wrap));
+  return open(std::move(source));
 }
 
 SampleView ShardReader::make_view(uint64_t i, std::span<const std::byte> bytes) const {

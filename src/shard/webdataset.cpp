@@ -263,19 +263,15 @@ Result<std::shared_ptr<ShardReader>> open_tar_shard(const std::string& tar_path,
   if (internal::is_remote_url(tar_path)) {
     // No sidecar: the index is built by one scan per open. Through a cache, that scan is what
     // fills the cache with the tar's blocks, so the samples' reads that follow hit.
-    ZW_ASSIGN_OR_RETURN(
-        std::unique_ptr<ByteSource> opened,
-        internal::open_remote_source(tar_path, Deadline::after(internal::kRemoteOpenTimeout)));
-    std::shared_ptr<ByteSource> source = std::move(opened);
-    if (wrap) source = wrap(std::move(source));
+    ZW_ASSIGN_OR_RETURN(std::shared_ptr<ByteSource> source,
+                        internal::open_shard_source(tar_path, backend, wrap));
     ZW_ASSIGN_OR_RETURN(format::ShardIndex index, build_tar_index(*source));
     return std::make_shared<ShardReader>(std::move(source), std::move(index),
                                          format::kNoChecksums, ShardKind::kTar);
   }
   ZW_ASSIGN_OR_RETURN(TarIdentity before, stat_tar(tar_path));
-  ZW_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> opened, open_file_source(tar_path, backend));
-  std::shared_ptr<ByteSource> source = std::move(opened);
-  if (wrap) source = wrap(std::move(source));
+  ZW_ASSIGN_OR_RETURN(std::shared_ptr<ByteSource> source,
+                      internal::open_shard_source(tar_path, backend, wrap));
   ZW_ASSIGN_OR_RETURN(TarIdentity after, stat_tar(tar_path));
   // A tar that changes while it is opened is indexed, but its index is not cached.
   const bool cacheable = before == after && after.size == source->size();

@@ -120,6 +120,16 @@ Result<std::unique_ptr<ByteSource>> open_remote_source(const std::string& url, D
   return open_s3_source(std::move(client), std::move(location), deadline);
 }
 
+Result<std::shared_ptr<ByteSource>> open_shard_source(const std::string& path, IoBackend backend,
+                                                      const SourceWrapper& wrap) {
+  ZW_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> opened,
+                      is_remote_url(path)
+                          ? open_remote_source(path, Deadline::after(kRemoteOpenTimeout))
+                          : open_file_source(path, backend));
+  std::shared_ptr<ByteSource> source = std::move(opened);
+  return wrap ? wrap(std::move(source)) : source;
+}
+
 Result<std::unique_ptr<ByteSource>> open_s3_source(std::shared_ptr<S3Client> client,
                                                    S3Location location, Deadline deadline) {
   ZW_ASSIGN_OR_RETURN(S3Object object, client->head(location.bucket, location.key, deadline));

@@ -32,6 +32,11 @@ Result<std::shared_ptr<S3Client>> default_s3_client();
 // GET with the read's deadline; errors name the URL and range.
 Result<std::unique_ptr<ByteSource>> open_remote_source(const std::string& url, Deadline deadline);
 
+// The source a shard at `path` is read through: a local file read with `backend`, or the object
+// at a URL read with ranged GETs (opened within kRemoteOpenTimeout); then through `wrap` when set.
+Result<std::shared_ptr<ByteSource>> open_shard_source(const std::string& path, IoBackend backend,
+                                                      const SourceWrapper& wrap);
+
 // The same for one object through `client` (a checkpoint target's own).
 Result<std::unique_ptr<ByteSource>> open_s3_source(std::shared_ptr<S3Client> client,
                                                    S3Location location, Deadline deadline);

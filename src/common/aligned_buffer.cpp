@@ -30,7 +30,7 @@ void AlignedBuffer::release() {
   pinned_ = false;
 }
 
-Status AlignedBuffer::reserve(size_t bytes, size_t max_capacity, bool pin) {
+Status AlignedBuffer::reserve(size_t bytes, size_t max_capacity, bool pin, Touch touch) {
   if (bytes <= capacity_) return Status::ok();
   release();
   // A quarter more than asked: batches vary in size, and regrowing costs page faults.
@@ -44,7 +44,7 @@ Status AlignedBuffer::reserve(size_t bytes, size_t max_capacity, bool pin) {
                   "cannot allocate an aligned buffer of " + std::to_string(capacity) + " bytes");
   }
   madvise(memory, capacity, MADV_HUGEPAGE);  // fewer TLB misses on large arenas; only a hint
-  std::memset(memory, 0, capacity);          // pre-fault now, not while a batch is filled
+  if (touch == Touch::kNow) std::memset(memory, 0, capacity);
   data_ = static_cast<std::byte*>(memory);
   capacity_ = capacity;
   pinned_ = pin && pin_host_memory(data_, capacity_);

@@ -14,12 +14,20 @@ namespace {
 // threads at once so the device sees a deep queue, as it would for one large sequential read.
 constexpr size_t kMaxParallelSources = 16;
 
-}  // namespace
-
-uint64_t BlockWindow::resident_bytes() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return resident_bytes_;
+// The file bytes read for a block: its own, widened to whole aligned blocks where the source
+// bypasses the page cache (the source reads a file's unaligned tail itself).
+std::pair<uint64_t, uint64_t> read_span(const BlockWindow::Want& want) {
+  if (!want.source->bypasses_page_cache()) return {want.offset, want.offset + want.length};
+  return {internal::align_down(want.offset, kDirectIoAlignment),
+          std::min(want.source->size(),
+                   internal::align_up(want.offset + want.length, kDirectIoAlignment))};
 }
+
+// Blocks of one shard differ in length by up to a sample: an eighth more than its first block
+// lets a buffer serve the blocks after it, at a small cost in memory.
+uint64_t buffer_capacity(uint64_t length) { return length + length / 8; }
+
+}  // namespace
 
 Status BlockWindow::acquire(std::span<const Want> wants, Deadline deadline,
                             std::vector<std::shared_ptr<const WindowBlock>>* out,
@@ -44,10 +52,21 @@ Status BlockWindow::acquire(std::span<const Want> wants, Deadline deadline,
     }
     if (!mine.empty()) {
       std::vector<const Want*> to_read;
-      for (size_t i : mine) to_read.push_back(&wants[i]);
+      uint64_t incoming = 0;
+      for (size_t i : mine) {
+        to_read.push_back(&wants[i]);
+        const auto [begin, end] = read_span(wants[i]);
+        incoming += end - begin;
+      }
+      // Room first, so that the blocks leaving the window lend their memory to these reads.
+      evict_locked(incoming);
       std::vector<std::shared_ptr<WindowBlock>> read;
+      for (const Want* want : to_read) {
+        const auto [begin, end] = read_span(*want);
+        read.push_back(take_spare_locked(end - begin));
+      }
       lock.unlock();
-      Status status = read_blocks(to_read, deadline, &read, bytes_read);
+      Status status = read_blocks(to_read, deadline, read, bytes_read);
       lock.lock();
       for (size_t j = 0; j < mine.size(); ++j) {
         const Key key{wants[mine[j]].shard, wants[mine[j]].block};
@@ -63,7 +82,7 @@ Status BlockWindow::acquire(std::span<const Want> wants, Deadline deadline,
         (*out)[mine[j]] = entry.block;
       }
       changed_.notify_all();
-      evict_locked();
+      evict_locked(0);
       ZW_RETURN_IF_ERROR(status);
       continue;
     }
@@ -85,23 +104,17 @@ Status BlockWindow::acquire(std::span<const Want> wants, Deadline deadline,
 }
 
 Status BlockWindow::read_blocks(std::span<const Want* const> wants, Deadline deadline,
-                                std::vector<std::shared_ptr<WindowBlock>>* read,
+                                std::span<const std::shared_ptr<WindowBlock>> read,
                                 uint64_t* bytes_read) {
-  // One request per block, aligned for O_DIRECT where the source bypasses the page cache (the
-  // source reads a file's unaligned tail itself).
+  // One request per block.
   std::vector<ReadRequest> requests(wants.size());
-  read->resize(wants.size());
   for (size_t j = 0; j < wants.size(); ++j) {
     const Want& want = *wants[j];
-    const bool direct = want.source->bypasses_page_cache();
-    const uint64_t begin =
-        direct ? internal::align_down(want.offset, kDirectIoAlignment) : want.offset;
-    const uint64_t end =
-        direct ? std::min(want.source->size(),
-                          internal::align_up(want.offset + want.length, kDirectIoAlignment))
-               : want.offset + want.length;
-    std::shared_ptr<WindowBlock> block = take_spare();
-    Status reserved = block->memory.reserve(end - begin, end - begin + (1 << 20), /*pin=*/false);
+    const auto [begin, end] = read_span(want);
+    WindowBlock* block = read[j].get();
+    Status reserved =
+        block->memory.reserve(end - begin, buffer_capacity(end - begin), /*pin=*/false,
+                              internal::AlignedBuffer::Touch::kByFirstWrite);
     if (!reserved.is_ok()) {
       return Status(ErrorCode::kResourceExhausted,
                     reserved.message() + " (block " + std::to_string(want.block) + " of '" +
@@ -110,7 +123,6 @@ Status BlockWindow::read_blocks(std::span<const Want* const> wants, Deadline dea
     block->offset = begin;
     block->length = end - begin;
     requests[j] = {begin, {block->memory.data(), end - begin}};
-    (*read)[j] = std::move(block);
   }
 
   // Requests of one source go together; sources are read on parallel threads.
@@ -149,23 +161,38 @@ Status BlockWindow::read_blocks(std::span<const Want* const> wants, Deadline dea
   return Status::ok();
 }
 
-std::shared_ptr<WindowBlock> BlockWindow::take_spare() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (spare_.empty()) return std::make_shared<WindowBlock>();
-  std::shared_ptr<WindowBlock> block = std::move(spare_.back());
+std::shared_ptr<WindowBlock> BlockWindow::take_spare_locked(uint64_t bytes) {
+  // The first spare that fits; any other would be freed and allocated anew by reserve().
+  auto fits = std::find_if(spare_.begin(), spare_.end(), [&](const auto& block) {
+    return block->memory.capacity() >= bytes;
+  });
+  if (fits == spare_.end()) {
+    ++buffers_allocated_;
+    return std::make_shared<WindowBlock>();
+  }
+  std::shared_ptr<WindowBlock> block = std::move(*fits);
+  *fits = std::move(spare_.back());
   spare_.pop_back();
+  spare_bytes_ -= block->length;
   return block;
 }
 
-void BlockWindow::evict_locked() {
-  while (resident_bytes_ > budget_bytes_ && !recent_.empty()) {
+BlockWindow::Memory BlockWindow::memory() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return {resident_bytes_, spare_bytes_, buffers_allocated_};
+}
+
+void BlockWindow::evict_locked(uint64_t incoming) {
+  while (resident_bytes_ + incoming > budget_bytes_ && !recent_.empty()) {
     auto it = blocks_.find(recent_.back());
     std::shared_ptr<WindowBlock> block = std::move(it->second.block);
     resident_bytes_ -= block->length;
     blocks_.erase(it);
     recent_.pop_back();
-    // In use by a builder: it is freed with its last user instead.
-    if (block.use_count() == 1 && (spare_.size() + 1) * block->length <= budget_bytes_ / 4) {
+    // Kept while resident and spare blocks together stay within the budget. A block in use by
+    // a builder is freed with its last user instead.
+    if (block.use_count() == 1 && resident_bytes_ + spare_bytes_ + block->length <= budget_bytes_) {
+      spare_bytes_ += block->length;
       spare_.push_back(std::move(block));
     }
   }

@@ -35,8 +35,10 @@ struct WindowBlock {
 // Thread-safety: every method may be called from any number of threads at once.
 class BlockWindow {
  public:
-  // Keeps at most about `budget_bytes` of blocks nobody is using (least recently used go first);
-  // blocks in use stay alive with their users whatever the budget.
+  // Keeps at most about `budget_bytes` of blocks nobody is using (least recently used go first),
+  // and reuses the memory of those it drops for the blocks read next, so that an epoch faults
+  // in no more than the budget once; blocks in use stay alive with their users whatever the
+  // budget.
   explicit BlockWindow(uint64_t budget_bytes) : budget_bytes_(budget_bytes) {}
 
   struct Want {
@@ -54,7 +56,12 @@ class BlockWindow {
   Status acquire(std::span<const Want> wants, Deadline deadline,
                  std::vector<std::shared_ptr<const WindowBlock>>* out, uint64_t* bytes_read);
 
-  uint64_t resident_bytes() const;
+  struct Memory {
+    uint64_t resident_bytes = 0;  // blocks held, by their length
+    uint64_t spare_bytes = 0;     // buffers kept for the next reads, by the length they held
+    uint64_t buffers_allocated = 0;  // ever, by this window
+  };
+  Memory memory() const;
 
  private:
   using Key = std::pair<size_t, uint64_t>;
@@ -63,10 +70,13 @@ class BlockWindow {
     std::list<Key>::iterator place;            // in recent_, once read
   };
 
+  // Fills read[j] with wants[j]'s bytes.
   Status read_blocks(std::span<const Want* const> wants, Deadline deadline,
-                     std::vector<std::shared_ptr<WindowBlock>>* read, uint64_t* bytes_read);
-  void evict_locked();
-  std::shared_ptr<WindowBlock> take_spare();
+                     std::span<const std::shared_ptr<WindowBlock>> read, uint64_t* bytes_read);
+  // Drops least recently used blocks nobody holds until `incoming` more bytes fit the budget.
+  void evict_locked(uint64_t incoming);
+  // A spare buffer that holds `bytes`, or a new one.
+  std::shared_ptr<WindowBlock> take_spare_locked(uint64_t bytes);
 
   const uint64_t budget_bytes_;
   mutable std::mutex mutex_;
@@ -74,9 +84,12 @@ class BlockWindow {
   std::map<Key, Entry> blocks_;
   std::list<Key> recent_;  // resident blocks, most recently used first
   uint64_t resident_bytes_ = 0;
-  // Blocks evicted when nobody used them any more, kept for their memory: a fresh buffer's
-  // first-touch page faults cost more than reading the block (about 0.3 GB/s here).
+  // Blocks evicted when nobody used them any more, kept for their memory (resident and spare
+  // bytes together within the budget): a fresh buffer's page faults cost more than reading the
+  // block from a fast disk.
   std::vector<std::shared_ptr<WindowBlock>> spare_;
+  uint64_t spare_bytes_ = 0;  // the lengths they held
+  uint64_t buffers_allocated_ = 0;
 };
 
 }  // namespace zerowait

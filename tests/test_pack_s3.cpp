@@ -3,7 +3,8 @@
 // shard a local pack writes, and the manifest last, so Dataset::open reads the dataset with no
 // listing and sees the local pack's samples; a large shard goes up in parts; an existing dataset
 // is refused or replaced; a missing bucket, a failing upload and a wrong secret are named and
-// leave no manifest; nothing stays in the spool directory; the command does the same.
+// leave no manifest; nothing stays in the spool directory; the command does the same. Parts
+// packed to one prefix (`--part I/N`) merge there into the samples of one pack.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -212,6 +213,71 @@ TEST_F(PackS3Test, AMissingBucketOrAFailingUploadIsNamedAndLeavesNoManifest) {
   EXPECT_TRUE(spool_is_empty());
 }
 
+// `pack --part I/N -o s3://BUCKET/PREFIX` on four "machines", then merge_parts on the prefix:
+// the parts land in PREFIX/part-IIII-of-0004/ (shards under hashed prefixes there), merge finds
+// them with one listing, refuses while one is missing, and the merged dataset holds the samples
+// of one pack in its order; repacking a part takes the merged manifest down.
+TEST_F(PackS3Test, FourPartsPackedToABucketMergeThereIntoTheSamplesOfOnePack) {
+  ASSERT_TRUE(pack(options(dir_ / "whole")).is_ok());
+  PackOptions parts = options(url("team/parts"));
+  parts.part_count = 4;
+  for (uint32_t i = 0; i < 4; ++i) {
+    if (i == 3) {
+      const Status missing = merge_parts({.out_dir = url("team/parts")}).status();
+      EXPECT_EQ(missing.code(), ErrorCode::kNotFound) << missing.to_string();
+      EXPECT_NE(missing.message().find("1 of 4 parts missing (3)"), std::string::npos)
+          << missing.to_string();
+    }
+    parts.part_index = i;
+    auto report = pack(parts);
+    ASSERT_TRUE(report.is_ok()) << report.status().to_string();
+    EXPECT_EQ(report->manifest_path,
+              url("team/parts/" + pack_part_dir_name(i, 4) + "/manifest.json"));
+  }
+  EXPECT_TRUE(spool_is_empty());
+
+  auto report = merge_parts({.out_dir = url("team/parts")});
+  ASSERT_TRUE(report.is_ok()) << report.status().to_string();
+  EXPECT_EQ(report->part_count, 4u);
+  EXPECT_EQ(report->manifest_path, url("team/parts/manifest.json"));
+  EXPECT_EQ(report->parts[2].dir, "part-0002-of-0004");
+
+  auto merged = Dataset::open(url("team/parts"));
+  ASSERT_TRUE(merged.is_ok()) << merged.status().to_string();
+  auto whole = Dataset::open(dir_ / "whole");
+  ASSERT_TRUE(whole.is_ok()) << whole.status().to_string();
+  ASSERT_EQ((*merged)->size(), (*whole)->size());
+  EXPECT_EQ((*merged)->classes(), (*whole)->classes());
+  for (uint64_t i = 0; i < (*whole)->size(); ++i) {
+    auto sample = (*merged)->read(i, {.verify = true});
+    ASSERT_TRUE(sample.is_ok()) << i << ": " << sample.status().to_string();
+    EXPECT_EQ(sample->buffer, (*whole)->read(i)->buffer) << i;
+  }
+  const std::string first_shard = (*merged)->shard_path(0);
+  EXPECT_TRUE(first_shard.starts_with(url("team/parts/part-0000-of-0004/"))) << first_shard;
+
+  const Status again = merge_parts({.out_dir = url("team/parts")}).status();
+  EXPECT_EQ(again.code(), ErrorCode::kAlreadyExists) << again.to_string();
+  EXPECT_TRUE(merge_parts({.out_dir = url("team/parts"), .overwrite = true}).is_ok());
+  const Status outside =
+      merge_parts({.out_dir = url("team/parts"),
+                   .parts = {url("team/elsewhere/part-0000-of-0004")},
+                   .overwrite = true})
+          .status();
+  EXPECT_EQ(outside.code(), ErrorCode::kInvalidArgument) << outside.to_string();
+  EXPECT_NE(outside.message().find("is not inside the merge output"), std::string::npos)
+      << outside.to_string();
+
+  // A part packed again takes the merged manifest down first: it would list the old shards.
+  parts.part_index = 1;
+  parts.overwrite = true;
+  ASSERT_TRUE(pack(parts).is_ok());
+  EXPECT_EQ(objects("team/parts/manifest.json").size(), 0u);
+  parts.overwrite = false;
+  const Status refused = pack(parts).status();
+  EXPECT_EQ(refused.code(), ErrorCode::kAlreadyExists) << refused.to_string();
+}
+
 TEST_F(PackS3Test, TheCommandPacksToS3AndNamesWhatFails) {
   const std::string tmp = "--tmp=" + spool_.path();
   auto packed = testing::run_cli({"pack", dir_ / "src", "-o", url("cli/ds"), "--shard-size", "24K",
@@ -230,10 +296,18 @@ TEST_F(PackS3Test, TheCommandPacksToS3AndNamesWhatFails) {
   EXPECT_NE(denied.err.find("SignatureDoesNotMatch"), std::string::npos) << denied.err;
   EXPECT_TRUE(objects("cli/denied").empty());
 
-  auto part = testing::run_cli({"pack", dir_ / "src", "-o", url("cli/parts"), "--part", "0/2"});
-  EXPECT_NE(part.exit_code, 0);
-  EXPECT_NE(part.err.find("--part cannot write to '" + url("cli/parts") + "'"), std::string::npos)
-      << part.err;
+  // Two parts packed by two commands, as two machines would, then merged in the bucket.
+  for (const char* part : {"0/2", "1/2"}) {
+    auto packed_part = testing::run_cli({"pack", dir_ / "src", "-o", url("cli/parts"), "--part",
+                                         part, "--shard-size", "24K", "--threads", "1", tmp});
+    EXPECT_TRUE(packed_part.exit_code == 0 || packed_part.exit_code == 3) << packed_part.err;
+  }
+  auto merged = testing::run_cli({"merge", url("cli/parts"), "--json"});
+  EXPECT_EQ(merged.exit_code, 0) << merged.err;
+  EXPECT_NE(merged.out.find(url("cli/parts/manifest.json")), std::string::npos) << merged.out;
+  auto merged_dataset = Dataset::open(url("cli/parts"));
+  ASSERT_TRUE(merged_dataset.is_ok()) << merged_dataset.status().to_string();
+  EXPECT_EQ((*merged_dataset)->size(), 60u);
 
   auto help = testing::run_cli({"pack", "--help"});
   EXPECT_NE(help.out.find("s3://BUCKET/PREFIX"), std::string::npos) << help.out;

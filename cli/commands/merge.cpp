@@ -59,7 +59,8 @@ Command add_merge_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "merge", "Join the parts of `pack --part I/N` into one dataset, without copying shards");
   cmd->add_option("OUT_DIR", o.out_dir,
-                  "The -o OUT_DIR the parts were packed into; manifest.json is written here")
+                  "The -o OUT_DIR the parts were packed into (a directory or "
+                  "s3://BUCKET/PREFIX); manifest.json is written here")
       ->type_name("PATH")
       ->required();
   cmd->add_option("PART_DIR", o.parts,
@@ -78,7 +79,8 @@ Command add_merge_command(CLI::App& app) {
       "Examples:\n"
       "  zerowait merge /shared/train\n"
       "  zerowait merge /shared/train /shared/train/part-0000-of-0002 "
-      "/shared/train/part-0001-of-0002 --json");
+      "/shared/train/part-0001-of-0002 --json\n"
+      "  zerowait merge s3://my-bucket/train      # parts packed with -o s3://my-bucket/train");
   return {cmd, [args] { return run_merge(*args); }};
 }
 

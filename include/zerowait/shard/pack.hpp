@@ -73,7 +73,7 @@ struct PackReport {
 // dataset the part would change) is refused, or removed first with `overwrite`.
 // To s3://: the same contract on the prefix (its manifest.json is uploaded last, so a failed pack
 // leaves none); errors name the bucket and key. Credentials and endpoint come from the
-// environment and AWS files (docs/remote.md); --part to s3:// is kUnsupported.
+// environment and AWS files (docs/remote.md). A part goes to PREFIX/part-IIII-of-NNNN.
 Result<PackReport> pack(const PackOptions& options);
 
 // Parses `--part I/N`: two decimal integers with 0 <= I < N. kInvalidArgument quoting `text`.

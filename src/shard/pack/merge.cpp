@@ -1,9 +1,11 @@
 // merge_parts(): joins the parts of a `pack --part I/N` run into one manifest, after checking
-// that they are all there, belong together and are intact.
+// that they are all there, belong together and are intact. The parts and the merged manifest are
+// in a local directory or under an s3:// prefix (MergeRoot).
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <string_view>
@@ -11,6 +13,7 @@
 #include "common/clock.hpp"
 #include "common/path_check.hpp"
 #include "common/xxhash.hpp"
+#include "io/remote/remote_object.hpp"
 #include "zerowait/shard/dataset.hpp"
 #include "zerowait/shard/format.hpp"
 #include "zerowait/shard/manifest.hpp"
@@ -56,61 +59,197 @@ bool is_part_dir_name(std::string_view name) {
   return digits("part-") && digits("-of-") && name.empty();
 }
 
-// The directories named part-IIII-of-NNNN directly in out_dir, sorted.
-Result<std::vector<std::string>> find_part_dirs(const std::string& out_dir) {
-  std::vector<std::string> dirs;
-  std::error_code ec;
-  for (fs::directory_iterator it(out_dir, ec), end; !ec && it != end; it.increment(ec)) {
-    if (it->is_directory(ec) && is_part_dir_name(it->path().filename().string())) {
-      dirs.push_back(it->path().string());
-    }
-  }
-  if (ec) return errno_status(ec.value(), "cannot list directory", out_dir);
-  if (dirs.empty()) {
-    return not_found("'" + out_dir +
-                     "' holds no part-IIII-of-NNNN directories: pack each part first with "
-                     "`zerowait pack SRC... -o " +
-                     out_dir + " --part I/N`, or name the part directories");
-  }
-  std::sort(dirs.begin(), dirs.end());
-  return dirs;
+std::string no_parts_message(const std::string& out_dir) {
+  return "'" + out_dir +
+         "' holds no part-IIII-of-NNNN directories: pack each part first with "
+         "`zerowait pack SRC... -o " +
+         out_dir + " --part I/N`, or name the part directories";
 }
 
-// Loads the part at `path` (a part directory or its manifest.json), which must lie inside
-// out_dir since the merged manifest names shards relative to it.
-Result<Part> load_part(const fs::path& root, const std::string& path) {
-  std::error_code ec;
-  Part part;
-  fs::path given = path;  // errors name the part as it was given
-  if (!fs::is_directory(given, ec) && given.filename() == format::kManifestName) {
-    given = given.has_parent_path() ? given.parent_path() : ".";
-  }
-  const fs::path rel = normal_absolute(given.string()).lexically_relative(root);
-  if (rel.empty() || rel == "." || *rel.begin() == "..") {
-    return invalid_argument("part '" + path + "' is not inside the merge output '" + root.string() +
-                            "': the merged manifest names shards relative to it; pack the parts "
-                            "with -o " +
-                            root.string() + " (or move them into it) and merge again");
-  }
-  part.rel = rel.generic_string();
-  part.manifest_path = (given / format::kManifestName).string();
-  if (!fs::is_directory(given, ec)) {
-    return not_found("part directory '" + given.string() + "' does not exist");
-  }
-  if (!fs::exists(part.manifest_path, ec)) {
-    return not_found("part directory '" + given.string() + "' holds no " + format::kManifestName +
-                     ": its pack has not finished or failed; run that part's "
-                     "`zerowait pack ... --part I/N --overwrite` again, then merge");
-  }
-  ZW_ASSIGN_OR_RETURN(part.manifest, Manifest::load(part.manifest_path));
-  if (!part.manifest.part) {
-    return invalid_argument("'" + part.manifest_path +
+std::string unfinished_part_message(const std::string& dir) {
+  return "part directory '" + dir + "' holds no " + format::kManifestName +
+         ": its pack has not finished or failed; run that part's "
+         "`zerowait pack ... --part I/N --overwrite` again, then merge";
+}
+
+std::string outside_root_message(const std::string& part, const std::string& root) {
+  return "part '" + part + "' is not inside the merge output '" + root +
+         "': the merged manifest names shards relative to it; pack the parts with -o " + root +
+         " (or move them into it) and merge again";
+}
+
+// The part in directory `rel` (relative to the root), whose manifest was read from
+// `manifest_path`.
+Result<Part> make_part(std::string rel, std::string manifest_path, Manifest manifest) {
+  if (!manifest.part) {
+    return invalid_argument("'" + manifest_path +
                             "' is not the manifest of a part (it records no \"part\"): only the "
                             "output of `zerowait pack --part I/N` can be merged");
   }
-  part.record = *part.manifest.part;
+  Part part;
+  part.rel = std::move(rel);
+  part.manifest_path = std::move(manifest_path);
+  part.record = *manifest.part;
+  part.manifest = std::move(manifest);
   return part;
 }
+
+// Where the parts lie and the merged manifest goes: a local directory or an s3:// prefix.
+class MergeRoot {
+ public:
+  virtual ~MergeRoot() = default;
+  // Where the merged manifest goes.
+  virtual std::string manifest_location() const = 0;
+  virtual Result<bool> has_manifest() = 0;
+  // The part directories named part-IIII-of-NNNN directly in the root, sorted.
+  virtual Result<std::vector<std::string>> find_part_dirs() = 0;
+  // The part at `path` (a part directory or its manifest.json), which must lie inside the root
+  // since the merged manifest names shards relative to it.
+  virtual Result<Part> load_part(const std::string& path) = 0;
+  virtual Status write_manifest(const Manifest& manifest, bool sync) = 0;
+};
+
+class LocalRoot final : public MergeRoot {
+ public:
+  explicit LocalRoot(std::string out_dir)
+      : out_dir_(std::move(out_dir)), root_(normal_absolute(out_dir_)) {}
+
+  std::string manifest_location() const override {
+    return out_dir_ + "/" + format::kManifestName;
+  }
+
+  Result<bool> has_manifest() override {
+    std::error_code ec;
+    return fs::exists(manifest_location(), ec);
+  }
+
+  Result<std::vector<std::string>> find_part_dirs() override {
+    std::vector<std::string> dirs;
+    std::error_code ec;
+    for (fs::directory_iterator it(out_dir_, ec), end; !ec && it != end; it.increment(ec)) {
+      if (it->is_directory(ec) && is_part_dir_name(it->path().filename().string())) {
+        dirs.push_back(it->path().string());
+      }
+    }
+    if (ec) return errno_status(ec.value(), "cannot list directory", out_dir_);
+    if (dirs.empty()) return not_found(no_parts_message(out_dir_));
+    std::sort(dirs.begin(), dirs.end());
+    return dirs;
+  }
+
+  Result<Part> load_part(const std::string& path) override {
+    ZW_RETURN_IF_ERROR(internal::require_local_path(path, "merge part"));
+    std::error_code ec;
+    fs::path given = path;  // errors name the part as it was given
+    if (!fs::is_directory(given, ec) && given.filename() == format::kManifestName) {
+      given = given.has_parent_path() ? given.parent_path() : ".";
+    }
+    const fs::path rel = normal_absolute(given.string()).lexically_relative(root_);
+    if (rel.empty() || rel == "." || *rel.begin() == "..") {
+      return invalid_argument(outside_root_message(path, root_.string()));
+    }
+    const std::string manifest_path = (given / format::kManifestName).string();
+    if (!fs::is_directory(given, ec)) {
+      return not_found("part directory '" + given.string() + "' does not exist");
+    }
+    if (!fs::exists(manifest_path, ec)) return not_found(unfinished_part_message(given.string()));
+    ZW_ASSIGN_OR_RETURN(Manifest manifest, Manifest::load(manifest_path));
+    return make_part(rel.generic_string(), manifest_path, std::move(manifest));
+  }
+
+  Status write_manifest(const Manifest& manifest, bool sync) override {
+    return manifest.save(manifest_location(), sync);
+  }
+
+ private:
+  std::string out_dir_;
+  fs::path root_;
+};
+
+// s3://BUCKET/PREFIX: the parts of `pack --part I/N -o s3://BUCKET/PREFIX`. Found with one
+// listing, read with a GET of each part's manifest; the merged manifest is one PUT, which S3
+// publishes whole or not at all.
+class S3Root final : public MergeRoot {
+ public:
+  static Result<std::unique_ptr<S3Root>> open(const std::string& url) {
+    ZW_ASSIGN_OR_RETURN(internal::S3Location root, internal::parse_s3_url(url));
+    while (root.key.ends_with('/')) root.key.pop_back();
+    auto client = internal::default_s3_client();
+    if (!client.is_ok()) return client.status().with_context("cannot merge in " + url);
+    return std::unique_ptr<S3Root>(new S3Root(std::move(*client), std::move(root)));
+  }
+
+  std::string manifest_location() const override { return url_of(format::kManifestName); }
+
+  Result<bool> has_manifest() override {
+    auto head = client_->head(bucket_, key_of(format::kManifestName), deadline());
+    if (head.status().code() == ErrorCode::kNotFound) return false;
+    ZW_RETURN_IF_ERROR(head.status());
+    return true;
+  }
+
+  Result<std::vector<std::string>> find_part_dirs() override {
+    // Every object of every part is listed (S3 has no directories); their manifests name the
+    // parts that finished.
+    const std::string below = key_of("");
+    ZW_ASSIGN_OR_RETURN(auto objects, client_->list(bucket_, below + "part-", deadline()));
+    std::vector<std::string> dirs;
+    const std::string manifest_tail = std::string("/") + format::kManifestName;
+    for (const internal::S3Object& object : objects) {
+      const std::string_view rel = std::string_view(object.key).substr(below.size());
+      if (!rel.ends_with(manifest_tail)) continue;
+      const std::string_view dir = rel.substr(0, rel.size() - manifest_tail.size());
+      if (is_part_dir_name(dir)) dirs.push_back(url_of(std::string(dir)));
+    }
+    if (dirs.empty()) return not_found(no_parts_message(url_));
+    std::sort(dirs.begin(), dirs.end());
+    return dirs;
+  }
+
+  Result<Part> load_part(const std::string& path) override {
+    std::string dir = path;
+    while (dir.ends_with('/')) dir.pop_back();
+    const std::string manifest_tail = std::string("/") + format::kManifestName;
+    if (dir.ends_with(manifest_tail)) dir.resize(dir.size() - manifest_tail.size());
+    const std::string root = url_of("");
+    std::string rel = dir.starts_with(root) ? dir.substr(root.size()) : std::string();
+    const bool inside = !rel.empty() && ("/" + rel + "/").find("/../") == std::string::npos &&
+                        ("/" + rel + "/").find("/./") == std::string::npos;
+    if (!internal::is_s3_url(path) || !inside) {
+      return invalid_argument(outside_root_message(path, url_));
+    }
+    const std::string manifest_url = dir + manifest_tail;
+    auto text = internal::read_remote_object(manifest_url, deadline());
+    if (text.status().code() == ErrorCode::kNotFound) {
+      return not_found(unfinished_part_message(dir));
+    }
+    ZW_RETURN_IF_ERROR(text.status());
+    ZW_ASSIGN_OR_RETURN(Manifest manifest, Manifest::parse(*text, manifest_url));
+    return make_part(std::move(rel), manifest_url, std::move(manifest));
+  }
+
+  Status write_manifest(const Manifest& manifest, bool /*sync*/) override {
+    return client_->put(bucket_, key_of(format::kManifestName), manifest.to_json(), deadline());
+  }
+
+ private:
+  S3Root(std::shared_ptr<internal::S3Client> client, internal::S3Location root)
+      : client_(std::move(client)),
+        bucket_(std::move(root.bucket)),
+        prefix_(std::move(root.key)),
+        url_("s3://" + bucket_ + (prefix_.empty() ? "" : "/" + prefix_)) {}
+  static Deadline deadline() { return Deadline::after(internal::kRemoteOpenTimeout); }
+  // PREFIX/name; PREFIX/ for an empty name.
+  std::string key_of(const std::string& name) const {
+    return prefix_.empty() ? name : prefix_ + "/" + name;
+  }
+  std::string url_of(const std::string& name) const { return url_ + "/" + name; }
+
+  std::shared_ptr<internal::S3Client> client_;
+  std::string bucket_;
+  std::string prefix_;  // without a trailing '/'
+  std::string url_;     // s3://BUCKET/PREFIX
+};
 
 // Every part 0..N-1 exactly once, all of one input and options. `parts` is sorted by index.
 Status check_parts_belong_together(const std::vector<Part>& parts) {
@@ -240,30 +379,33 @@ Status check_shards_and_keys(const std::vector<Part>& parts) {
 Result<MergeReport> merge_parts(const MergeOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   if (options.out_dir.empty()) return invalid_argument("merge needs the output directory");
-  ZW_RETURN_IF_ERROR(internal::require_local_path(options.out_dir, "merge output"));
-  for (const std::string& p : options.parts) {
-    ZW_RETURN_IF_ERROR(internal::require_local_path(p, "merge part"));
+  std::unique_ptr<MergeRoot> root;
+  if (internal::is_s3_url(options.out_dir)) {
+    ZW_ASSIGN_OR_RETURN(root, S3Root::open(options.out_dir));
+  } else {
+    ZW_RETURN_IF_ERROR(internal::require_local_path(options.out_dir, "merge output"));
+    std::error_code ec;
+    if (!fs::is_directory(options.out_dir, ec)) {
+      return not_found("merge output '" + options.out_dir +
+                       "' is not a directory: it is the -o OUT_DIR the parts were packed with");
+    }
+    root = std::make_unique<LocalRoot>(options.out_dir);
   }
-  std::error_code ec;
-  if (!fs::is_directory(options.out_dir, ec)) {
-    return not_found("merge output '" + options.out_dir +
-                     "' is not a directory: it is the -o OUT_DIR the parts were packed with");
-  }
-  const fs::path root = normal_absolute(options.out_dir);
-  const std::string manifest_path = options.out_dir + "/" + format::kManifestName;
-  if (fs::exists(manifest_path, ec) && !options.overwrite) {
+  const std::string manifest_path = root->manifest_location();
+  ZW_ASSIGN_OR_RETURN(const bool exists, root->has_manifest());
+  if (exists && !options.overwrite) {
     return Status(ErrorCode::kAlreadyExists,
                   "'" + manifest_path +
                       "' already exists: pass --overwrite to replace it with the merged one");
   }
   std::vector<std::string> dirs = options.parts;
   if (dirs.empty()) {
-    ZW_ASSIGN_OR_RETURN(dirs, find_part_dirs(options.out_dir));
+    ZW_ASSIGN_OR_RETURN(dirs, root->find_part_dirs());
   }
 
   std::vector<Part> parts;
   for (const std::string& dir : dirs) {
-    ZW_ASSIGN_OR_RETURN(Part part, load_part(root, dir));
+    ZW_ASSIGN_OR_RETURN(Part part, root->load_part(dir));
     parts.push_back(std::move(part));
   }
   std::stable_sort(parts.begin(), parts.end(),
@@ -292,7 +434,7 @@ Result<MergeReport> merge_parts(const MergeOptions& options) {
   // What readers will parse: a part directory whose name the format refuses ("a..b") fails here,
   // before anything is written.
   ZW_RETURN_IF_ERROR(Manifest::parse(merged.to_json(), manifest_path).status());
-  ZW_RETURN_IF_ERROR(merged.save(manifest_path, options.sync));
+  ZW_RETURN_IF_ERROR(root->write_manifest(merged, options.sync));
 
   report.manifest_path = manifest_path;
   report.samples = merged.samples;

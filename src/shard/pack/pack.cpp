@@ -379,14 +379,29 @@ PackReport finish_report(PackRun& run, const Manifest& manifest, std::string man
   return report;
 }
 
-// `pack -o s3://BUCKET/PREFIX`: shards are uploaded as they are finished, the manifest last.
-Result<PackReport> pack_to_s3(const internal::PackPlan& plan, const PackOptions& options,
+// `pack -o s3://BUCKET/PREFIX`: shards are uploaded as they are finished, the manifest last. A
+// part goes to PREFIX/part-IIII-of-NNNN, as it would in a local directory.
+Result<PackReport> pack_to_s3(internal::PackPlan plan, const PackOptions& options,
                               std::chrono::steady_clock::time_point start) {
-  ZW_ASSIGN_OR_RETURN(auto output, internal::S3PackOutput::open(options.out_dir, options.tmp_dir,
-                                                                options.overwrite));
+  std::string url = options.out_dir;
+  std::string merged_url;
+  internal::PartPlan part;
+  if (options.part_count > 1) {
+    part = internal::select_part(std::move(plan), options);
+    plan = std::move(part.plan);
+    while (url.ends_with('/')) url.pop_back();
+    merged_url = url;
+    url += "/" + pack_part_dir_name(options.part_index, options.part_count);
+  }
+  ZW_ASSIGN_OR_RETURN(auto output, internal::S3PackOutput::open(url, options.tmp_dir,
+                                                                options.overwrite, merged_url));
   // Spooled shards need no fsync: the upload, checked by the server, is what makes them durable.
-  PackRun run(options, *output, /*sync_shards=*/false, plan.files, plan.bytes, {});
+  PackRun run(options, *output, /*sync_shards=*/false, plan.files, plan.bytes,
+              std::move(part.earlier_keys));
   ZW_ASSIGN_OR_RETURN(Manifest manifest, write_shards(plan, options, run));
+  if (options.part_count > 1) {
+    manifest.part = ManifestPart{options.part_index, options.part_count, part.input};
+  }
   ZW_RETURN_IF_ERROR(
       output->put_file(format::kQuarantineName, quarantine_json(run.report().quarantined)));
   ZW_RETURN_IF_ERROR(output->put_file(format::kManifestName, manifest.to_json()));
@@ -406,14 +421,8 @@ Result<PackReport> pack(const PackOptions& options) {
   const bool to_s3 = internal::is_s3_url(options.out_dir);
   if (!to_s3) ZW_RETURN_IF_ERROR(internal::require_local_path(options.out_dir, "pack output"));
   ZW_RETURN_IF_ERROR(internal::check_part(options.part_index, options.part_count));
-  if (to_s3 && options.part_count > 1) {
-    return unsupported("pack --part cannot write to '" + options.out_dir +
-                       "': parts are joined by `zerowait merge`, which works on local "
-                       "directories only; pack the parts to a shared filesystem, or pack the "
-                       "whole input to s3:// without --part");
-  }
   ZW_ASSIGN_OR_RETURN(internal::PackPlan plan, internal::plan_pack(options));
-  if (to_s3) return pack_to_s3(plan, options, start);
+  if (to_s3) return pack_to_s3(std::move(plan), options, start);
 
   std::string dir = options.out_dir;
   internal::PartPlan part;

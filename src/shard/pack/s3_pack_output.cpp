@@ -57,7 +57,8 @@ std::string hashed_shard_path(const std::string& name) {
 
 Result<std::unique_ptr<S3PackOutput>> S3PackOutput::open(const std::string& url,
                                                          const std::string& tmp_dir,
-                                                         bool overwrite) {
+                                                         bool overwrite,
+                                                         const std::string& merged_url) {
   ZW_ASSIGN_OR_RETURN(S3Location root, parse_s3_url(url));
   while (root.key.ends_with('/')) root.key.pop_back();
   const std::string where = "s3://" + root.bucket + (root.key.empty() ? "" : "/" + root.key);
@@ -67,20 +68,25 @@ Result<std::unique_ptr<S3PackOutput>> S3PackOutput::open(const std::string& url,
 
   // A listing, not a HEAD: a HEAD of a key in a missing bucket is a bare 404, while a listing
   // says NoSuchBucket, and a wrong key or secret is refused here, before anything is packed.
-  const std::string manifest_key = (root.key.empty() ? "" : root.key + "/") + format::kManifestName;
-  auto listed = (*client)->list(root.bucket, manifest_key, request_deadline());
-  if (!listed.is_ok()) return listed.status().with_context(context);
-  for (const S3Object& object : *listed) {
-    if (object.key != manifest_key) continue;
-    if (!overwrite) {
-      return Status(ErrorCode::kAlreadyExists,
-                    "'" + where + "' already holds a dataset (s3://" + root.bucket + "/" +
-                        manifest_key +
-                        "): pass --overwrite to replace it, or choose another prefix");
+  auto claim = [&](const std::string& prefix_url) -> Status {
+    ZW_ASSIGN_OR_RETURN(S3Location at, parse_s3_url(prefix_url));
+    while (at.key.ends_with('/')) at.key.pop_back();
+    const std::string manifest_key = (at.key.empty() ? "" : at.key + "/") + format::kManifestName;
+    ZW_ASSIGN_OR_RETURN(auto listed, (*client)->list(at.bucket, manifest_key, request_deadline()));
+    for (const S3Object& object : listed) {
+      if (object.key != manifest_key) continue;
+      if (!overwrite) {
+        return Status(ErrorCode::kAlreadyExists,
+                      "'" + prefix_url + "' already holds a dataset (s3://" + at.bucket + "/" +
+                          manifest_key +
+                          "): pass --overwrite to replace it, or choose another prefix");
+      }
+      ZW_RETURN_IF_ERROR((*client)->remove(at.bucket, manifest_key, request_deadline()));
     }
-    Status removed = (*client)->remove(root.bucket, manifest_key, request_deadline());
-    if (!removed.is_ok()) return removed.with_context(context);
-  }
+    return Status::ok();
+  };
+  ZW_RETURN_IF_ERROR(claim(url).with_context(context));
+  if (!merged_url.empty()) ZW_RETURN_IF_ERROR(claim(merged_url).with_context(context));
 
   std::error_code ec;
   const std::string tmp =

@@ -30,8 +30,11 @@ class S3PackOutput final : public ShardDestination {
   // answers, refuses a dataset already at the prefix (kAlreadyExists) unless `overwrite`, which
   // removes its manifest.json first so that no reader sees it listing new shards, and makes a
   // spool directory in `tmp_dir` (empty: $TMPDIR, else /tmp). Errors name s3://BUCKET/PREFIX.
+  // `merged_url`: for a part (`pack --part I/N`), the prefix the parts are merged at, whose
+  // manifest would list this part's shards: refused or removed the same way.
   static Result<std::unique_ptr<S3PackOutput>> open(const std::string& url,
-                                                    const std::string& tmp_dir, bool overwrite);
+                                                    const std::string& tmp_dir, bool overwrite,
+                                                    const std::string& merged_url = "");
   ~S3PackOutput() override;  // waits for an upload in flight, removes the spool directory
 
   S3PackOutput(const S3PackOutput&) = delete;

@@ -273,6 +273,30 @@ TEST_F(BlockCacheTest, AReadOverSeveralMissingBlocksDownloadsThemInParallel) {
   EXPECT_EQ(s.bytes_downloaded, object_.size());
 }
 
+// A shard's header and footer are read together: the footer's block, at the other end of the
+// object, is downloaded while the header's is, not after it.
+TEST_F(BlockCacheTest, TheRequestsOfOneReadDownloadTheirBlocksInParallel) {
+  BlockCacheOptions o = cache_options();
+  o.prefetch_threads = 2;
+  auto cache = open_cache(o);
+  auto source = cached_object(*cache);
+  server_.fail_next({.stall = 300ms}, 2);
+  const uint64_t connections_before = server_.connections();
+  std::string head(100, '\0'), tail(100, '\0');
+  const ReadRequest requests[] = {{0, std::as_writable_bytes(std::span(head))},
+                                  {object_.size() - tail.size(),
+                                   std::as_writable_bytes(std::span(tail))}};
+  Status status = source->read(requests, Deadline::none());
+  ASSERT_TRUE(status.is_ok()) << status.to_string();
+  EXPECT_EQ(head, object_.substr(0, head.size()));
+  EXPECT_EQ(tail, object_.substr(object_.size() - tail.size()));
+  // The HEAD's connection serves one GET; the other GET, asked while the first waits, opens a
+  // second (one after another, both would use the first).
+  EXPECT_EQ(server_.connections() - connections_before, 1u);
+  EXPECT_EQ(gets().size(), 2u);
+  EXPECT_EQ(cache->stats().prefetched, 1u);
+}
+
 TEST_F(BlockCacheTest, DamagedBlocksAreDownloadedAgainNeverServed) {
   {
     auto cache = open_cache();

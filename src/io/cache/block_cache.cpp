@@ -11,6 +11,7 @@
 #include <deque>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <tuple>
 #include <unordered_map>
@@ -112,22 +113,25 @@ class BlockCache::Impl {
       return remember(name, std::move(found));
     }
 
-    auto fresh = std::make_shared<OpenBlock>();
-    fresh->memory.resize(length);
-    ZW_RETURN_IF_ERROR(origin.read_at(block * options_.block_bytes, fresh->memory, deadline));
+    // Downloaded into this thread's buffer, kept from block to block: a fresh one per block
+    // would cost its zero-fill and page faults every time, on the CPU a cold epoch is short of.
+    thread_local std::vector<std::byte> download;
+    if (download.size() < length) download.resize(length);
+    const std::span<std::byte> bytes(download.data(), length);
+    ZW_RETURN_IF_ERROR(origin.read_at(block * options_.block_bytes, bytes, deadline));
     (announced ? counters_.prefetched : counters_.misses).fetch_add(1);
     counters_.bytes_downloaded.fetch_add(length);
 
     // What the file will take on disk, counted the way scans count it (allocated blocks of the
     // usual 4 KiB), so the ledger and a scan agree.
     const uint64_t disk_bytes = internal::align_up(length + internal::kBlockTrailerBytes, 4096);
+    auto fresh = std::make_shared<OpenBlock>();
     Status stored = reserve(disk_bytes, deadline);
     if (stored.is_ok()) {
-      Result<File> published = store_->publish_block(object, block, fresh->memory);
+      Result<File> published = store_->publish_block(object, block, bytes);
       if (published.is_ok()) {
         fresh->file = std::move(published).value();
         remember_checked(checked_key(fresh->file));
-        fresh->memory = {};
       } else {
         stored = published.status();
         (void)store_->ledger_add(-static_cast<int64_t>(disk_bytes));
@@ -138,6 +142,7 @@ class BlockCache::Impl {
                               "the cache cannot store a block, so reads use the downloaded bytes "
                               "without keeping them: " +
                                   stored.message());
+      fresh->memory.assign(bytes.begin(), bytes.end());
     }
     return remember(name, std::move(fresh));
   }
@@ -423,14 +428,9 @@ class CachedSource final : public ByteSource {
   std::string version() const override { return origin_->version(); }
 
   Status read(std::span<const ReadRequest> requests, Deadline deadline) override {
+    fetch_ahead(requests);
     for (const ReadRequest& r : requests) {
       ZW_RETURN_IF_ERROR(internal::check_range(name(), size(), r));
-      if (!r.dst.empty()) {
-        // A read over several blocks: those after its first are downloaded meanwhile.
-        const uint64_t first = r.offset / block_bytes_;
-        const uint64_t last = (r.offset + r.dst.size() - 1) / block_bytes_;
-        if (last > first) cache_->fetch_ahead(origin_, object_, first + 1, last);
-      }
       size_t done = 0;
       while (done < r.dst.size()) {
         const uint64_t position = r.offset + done;
@@ -454,6 +454,28 @@ class CachedSource final : public ByteSource {
   }
 
  private:
+  // The blocks a read needs after its first one are downloaded meanwhile, in the read's order:
+  // those of a request over several blocks, and those of other requests (a shard's header and
+  // its footer, at both ends of the object, cost one round trip instead of two).
+  void fetch_ahead(std::span<const ReadRequest> requests) {
+    std::optional<uint64_t> read_first;  // the block the read starts with
+    for (const ReadRequest& r : requests) {
+      if (r.dst.empty() || r.offset >= size() || r.dst.size() > size() - r.offset) continue;
+      read_first = r.offset / block_bytes_;
+      break;
+    }
+    if (!read_first) return;
+    // Backwards, since each range goes to the front of the downloaders' queue.
+    for (size_t i = requests.size(); i-- > 0;) {
+      const ReadRequest& r = requests[i];
+      if (r.dst.empty() || r.offset >= size() || r.dst.size() > size() - r.offset) continue;
+      uint64_t first = r.offset / block_bytes_;
+      const uint64_t last = (r.offset + r.dst.size() - 1) / block_bytes_;
+      if (first == *read_first) ++first;
+      if (first <= last) cache_->fetch_ahead(origin_, object_, first, last);
+    }
+  }
+
   std::shared_ptr<BlockCache::Impl> cache_;
   std::shared_ptr<ByteSource> origin_;
   std::string object_;

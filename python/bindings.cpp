@@ -150,19 +150,40 @@ struct PyDataset {
   std::string path;  // as given, file system bytes
   IoBackend backend = IoBackend::kPread;
   ReadOptions read_options;
+  std::string cache_dir;  // empty: no cache
+  uint64_t cache_bytes = 0;
 };
 
-std::shared_ptr<PyDataset> open_dataset(py::handle path, const std::string& io, bool verify) {
+std::shared_ptr<PyDataset> open_dataset(py::handle path, const std::string& io, bool verify,
+                                        py::handle cache_dir, uint64_t cache_bytes) {
   auto handle = std::make_shared<PyDataset>();
   handle->path = fs_path(path);
   handle->backend = value_or_throw(parse_io_backend(io));
   handle->read_options.verify = verify;
-  DatasetOptions options;
-  options.backend = handle->backend;
-  handle->dataset =
-      value_or_throw(without_gil([&] { return Dataset::open(handle->path, options); }));
+  handle->cache_dir = cache_dir.is_none() ? "" : fs_path(cache_dir);
+  handle->cache_bytes = cache_bytes;
+  handle->dataset = value_or_throw(without_gil([&]() -> Result<std::shared_ptr<Dataset>> {
+    DatasetOptions options;
+    options.backend = handle->backend;
+    ZW_ASSIGN_OR_RETURN(options.cache,
+                        open_block_cache_or_none(handle->cache_dir, handle->cache_bytes));
+    return Dataset::open(handle->path, options);
+  }));
   return handle;
 }
+
+}  // namespace
+
+Result<std::shared_ptr<BlockCache>> open_block_cache_or_none(const std::string& directory,
+                                                              uint64_t capacity_bytes) {
+  if (directory.empty()) return std::shared_ptr<BlockCache>();
+  BlockCacheOptions cache;
+  cache.directory = directory;
+  cache.capacity_bytes = capacity_bytes;
+  return BlockCache::open(std::move(cache));
+}
+
+namespace {
 
 // Negative indices count from the end, like a list; anything else out of range is IndexError.
 uint64_t normalize_index(const PyDataset& d, int64_t i) {
@@ -259,14 +280,18 @@ Samples of a packed dataset, by global index.
 
 ``path`` is a manifest.json, a directory holding one, a directory of .zws / .tar shards, a single
 .zws shard, or a single WebDataset .tar (its index is built once and cached beside it as
-``<tar>.zwidx``). ``io`` picks the read backend: "pread" or "mmap". With ``verify=True`` every
-read checks the sample's xxHash3 checksum and raises CorruptDataError naming shard, index and key.
+``<tar>.zwidx``), or an ``s3://`` / ``http(s)://`` URL of any of these. ``io`` picks the read
+backend: "pread" or "mmap". With ``verify=True`` every read checks the sample's xxHash3 checksum
+and raises CorruptDataError naming shard, index and key. ``cache_dir`` reads remote shards
+through the node-local block cache there (shared with every process and Loader that names it;
+``cache_bytes`` caps it, 0 = half the free space), as ``Loader(cache_dir=)`` does.
 
 ``ds[i]`` returns ``{field: bytes}`` (negative ``i`` counts from the end; IndexError past it).
 Thread-safe: reads release the GIL and may run from several Python threads at once.
 )doc")
       .def(py::init(&open_dataset), py::arg("path"), py::arg("io") = "pread",
-           py::arg("verify") = false)
+           py::arg("verify") = false, py::arg("cache_dir") = py::none(),
+           py::arg("cache_bytes") = 0)
       .def("__len__", [](const PyDataset& d) { return d.dataset->size(); })
       .def("__getitem__", &get_sample, py::arg("index"),
            "Returns the fields of sample `index` as {name: bytes}.")
@@ -300,11 +325,15 @@ Thread-safe: reads release the GIL and may run from several Python threads at on
       .def(py::pickle(
           [](const PyDataset& d) {
             return py::make_tuple(fs_str(d.path), io_backend_name(d.backend),
-                                  d.read_options.verify);
+                                  d.read_options.verify,
+                                  d.cache_dir.empty() ? py::object(py::none())
+                                                      : py::object(fs_str(d.cache_dir)),
+                                  d.cache_bytes);
           },
           [](const py::tuple& state) {
-            if (state.size() != 3) throw py::value_error("invalid zerowait.Dataset state");
-            return open_dataset(state[0], state[1].cast<std::string>(), state[2].cast<bool>());
+            if (state.size() != 5) throw py::value_error("invalid zerowait.Dataset state");
+            return open_dataset(state[0], state[1].cast<std::string>(), state[2].cast<bool>(),
+                                state[3], state[4].cast<uint64_t>());
           }));
 }
 
@@ -334,9 +363,26 @@ struct ProgressRelay {
   }
 };
 
+// `part`: None, "I/N", or (I, N).
+void set_pack_part(py::handle part, PackOptions* options) {
+  if (part.is_none()) return;
+  if (py::isinstance<py::str>(part)) {
+    throw_if_error(
+        parse_pack_part(part.cast<std::string>(), &options->part_index, &options->part_count));
+    return;
+  }
+  if (!py::isinstance<py::sequence>(part) || py::len(part) != 2) {
+    throw py::type_error("part must be \"I/N\" or a pair (I, N)");
+  }
+  const py::sequence pair = py::reinterpret_borrow<py::sequence>(part);
+  const std::string text = py::str(pair[0]).cast<std::string>() + "/" +
+                           py::str(pair[1]).cast<std::string>();
+  throw_if_error(parse_pack_part(text, &options->part_index, &options->part_count));
+}
+
 py::dict pack_py(py::handle sources, py::handle out_dir, bool imagefolder, uint64_t shard_size,
                  unsigned threads, bool align, bool verify_images, bool overwrite, bool sync,
-                 py::object progress) {
+                 py::handle part, py::handle tmp_dir, py::object progress) {
   PackOptions options;
   if (is_path_like(sources)) {
     options.sources.push_back(fs_path(sources));
@@ -351,6 +397,8 @@ py::dict pack_py(py::handle sources, py::handle out_dir, bool imagefolder, uint6
   options.verify_images = verify_images;
   options.overwrite = overwrite;
   options.sync = sync;
+  set_pack_part(part, &options);
+  if (!tmp_dir.is_none()) options.tmp_dir = fs_path(tmp_dir);
 
   ProgressRelay relay;
   if (!progress.is_none()) {
@@ -404,6 +452,36 @@ py::dict generate_imagefolder_py(py::handle out_dir, uint64_t files, uint32_t cl
   return out;
 }
 
+py::dict merge_py(py::handle out_dir, py::object parts, bool overwrite, bool sync) {
+  MergeOptions options;
+  options.out_dir = fs_path(out_dir);
+  if (!parts.is_none()) {
+    for (py::handle part : parts) options.parts.push_back(fs_path(part));
+  }
+  options.overwrite = overwrite;
+  options.sync = sync;
+  const MergeReport report = value_or_throw(without_gil([&] { return merge_parts(options); }));
+  py::list merged_parts;
+  for (const MergedPart& p : report.parts) {
+    py::dict part;
+    part["index"] = p.index;
+    part["dir"] = fs_str(p.dir);
+    part["samples"] = p.samples;
+    part["shards"] = p.shards;
+    part["bytes"] = p.bytes;
+    merged_parts.append(std::move(part));
+  }
+  py::dict out;
+  out["manifest_path"] = fs_str(report.manifest_path);
+  out["part_count"] = report.part_count;
+  out["samples"] = report.samples;
+  out["shards"] = report.shards;
+  out["bytes"] = report.bytes;
+  out["seconds"] = report.seconds;
+  out["parts"] = std::move(merged_parts);
+  return out;
+}
+
 void bind_functions(py::module_& m) {
   // Defaults come from the C++ option structs: one source of truth.
   const PackOptions pack_defaults;
@@ -413,9 +491,14 @@ void bind_functions(py::module_& m) {
         py::arg("threads") = pack_defaults.threads, py::arg("align") = pack_defaults.align,
         py::arg("verify_images") = pack_defaults.verify_images,
         py::arg("overwrite") = pack_defaults.overwrite, py::arg("sync") = pack_defaults.sync,
+        py::arg("part") = py::none(), py::arg("tmp_dir") = py::none(),
         py::arg("progress") = py::none(), R"doc(
 Packs trees of small files, ImageFolder trees and WebDataset tars into shards plus a manifest,
-like ``zerowait pack``.
+like ``zerowait pack``. ``out_dir`` is a directory or ``s3://BUCKET/PREFIX`` (shards go up as
+they are finished, spooled one at a time in ``tmp_dir``, default $TMPDIR).
+
+``part="I/N"`` or ``part=(I, N)`` packs the I-th of N parts into ``out_dir/part-IIII-of-NNNN``,
+as ``pack --part I/N`` does on each of N machines; :func:`merge` then joins them.
 
 ``sources`` is one path or a list of paths (directories, .tar, .tar.gz). With
 ``imagefolder=True`` CLASS/FILE.ext becomes fields ``ext`` and ``cls`` (ASCII decimal index into
@@ -426,6 +509,20 @@ not packed, and listed in the report.
 
 Returns a dict: samples, files, ignored, shards, bytes_in, bytes_out, seconds,
 quarantined ([{path, reason}]), manifest_path. Same inputs and options give identical bytes.
+)doc");
+
+  const MergeOptions merge_defaults;
+  m.def("merge", &merge_py, py::arg("out_dir"), py::arg("parts") = py::none(), py::kw_only(),
+        py::arg("overwrite") = merge_defaults.overwrite, py::arg("sync") = merge_defaults.sync,
+        R"doc(
+Joins the parts that ``pack(..., part=(I, N))`` wrote into ``out_dir`` (a directory or
+``s3://BUCKET/PREFIX``) into one dataset, ``out_dir/manifest.json``, without copying a shard,
+like ``zerowait merge``. ``parts``: the part directories (default: every part-IIII-of-NNNN in
+``out_dir``). Refuses, naming the part and the fix, a missing or duplicated part, parts of
+different inputs or options, a damaged shard and a key in two parts.
+
+Returns a dict: manifest_path, part_count, samples, shards, bytes, seconds, and parts
+([{index, dir, samples, shards, bytes}]).
 )doc");
 
   const SyntheticImageFolderOptions gen_defaults;

@@ -4,13 +4,16 @@
 
 #include <pybind11/pybind11.h>
 
+#include <cstdint>
 #include <exception>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "zerowait/common/status.hpp"
+#include "zerowait/io/block_cache.hpp"
 
 namespace py = pybind11;
 
@@ -75,6 +78,12 @@ auto without_gil(Work&& work) {
   py::gil_scoped_release release;
   return work();
 }
+
+// The node-local block cache in `directory` (capped at `capacity_bytes`; 0: half the free space),
+// or null for an empty directory: what Dataset(cache_dir=) and Loader(cache_dir=) read remote
+// shards through. Call without the GIL.
+Result<std::shared_ptr<BlockCache>> open_block_cache_or_none(const std::string& directory,
+                                                              uint64_t capacity_bytes);
 
 // Defined in loader_bindings.cpp.
 void bind_loader(py::module_& m);

@@ -35,6 +35,7 @@ from zerowait._core import (
     ZerowaitNotFoundError,
     __version__,
     generate_imagefolder,
+    merge,
     pack,
 )
 from zerowait.checkpoint import Checkpointer, SaveHandle
@@ -61,5 +62,6 @@ __all__ = [
     "ZerowaitNotFoundError",
     "__version__",
     "generate_imagefolder",
+    "merge",
     "pack",
 ]

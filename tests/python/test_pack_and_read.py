@@ -244,6 +244,38 @@ def test_verify_of_an_intact_dataset_finds_nothing(image_dataset):
     assert zerowait.Dataset(image_dataset).verify() == []
 
 
+def test_parts_packed_from_python_merge_into_the_samples_of_one_pack(random_tree, tmp_path):
+    root, expected = random_tree
+    whole = tmp_path / "whole"
+    zerowait.pack(root, whole, shard_size=32 * 1024, sync=False)
+    out = tmp_path / "parts"
+    # Both spellings of a part, as a launcher's rank and world size would give them.
+    for part in [(0, 3), "1/3", (2, 3)]:
+        report = zerowait.pack(root, out, shard_size=32 * 1024, sync=False, part=part)
+        index = part[0] if isinstance(part, tuple) else 1
+        assert Path(report["manifest_path"]) == out / f"part-{index:04d}-of-0003" / "manifest.json"
+    merged = zerowait.merge(out, sync=False)
+    assert merged["part_count"] == 3
+    assert Path(merged["manifest_path"]) == out / "manifest.json"
+    assert [p["dir"] for p in merged["parts"]] == [f"part-{i:04d}-of-0003" for i in range(3)]
+    assert merged["samples"] == sum(p["samples"] for p in merged["parts"]) == len(expected)
+    ds, one = zerowait.Dataset(out), zerowait.Dataset(whole)
+    assert [ds.key(i) for i in range(len(ds))] == [one.key(i) for i in range(len(one))]
+    assert dataset_contents(ds) == expected
+
+    with pytest.raises(zerowait.AlreadyExistsError, match="--overwrite"):
+        zerowait.merge(out)
+    assert zerowait.merge(out, [out / "part-0000-of-0003", out / "part-0001-of-0003",
+                                out / "part-0002-of-0003"], overwrite=True)["part_count"] == 3
+    with pytest.raises(zerowait.ZerowaitNotFoundError, match=r"1 of 3 parts missing \(1\)"):
+        zerowait.merge(out, [out / "part-0000-of-0003", out / "part-0002-of-0003"],
+                       overwrite=True)
+    with pytest.raises(zerowait.InvalidArgumentError, match="3/3"):
+        zerowait.pack(root, tmp_path / "bad", part=(3, 3))
+    with pytest.raises(TypeError, match="pair"):
+        zerowait.pack(root, tmp_path / "bad", part=(0, 1, 2))
+
+
 def test_version_and_public_names():
     assert zerowait.__version__.count(".") == 2
     for name in zerowait.__all__:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.server
 import io
+import pickle
 import random
 import re
 import tarfile
@@ -31,6 +32,8 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
     def do_GET(self) -> None:
         match = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
         path = Path(self.translate_path(self.path))
+        if match is not None:
+            self.ranged_gets.append(self.path)
         if match is None or self.ignore_range or not path.is_file():
             super().do_GET()
             return
@@ -55,9 +58,10 @@ class QuietServer(http.server.ThreadingHTTPServer):
 
 
 def serve(directory: Path, ignore_range: bool = False):
-    handler = type("Handler", (RangeHandler,), {"ignore_range": ignore_range})
+    handler = type("Handler", (RangeHandler,), {"ignore_range": ignore_range, "ranged_gets": []})
     server = QuietServer(
         ("127.0.0.1", 0), lambda *a: handler(*a, directory=str(directory)))
+    server.ranged_gets = handler.ranged_gets  # the path of every ranged GET answered, in order
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 
@@ -152,5 +156,26 @@ def test_a_cache_dir_serves_the_second_loader_from_local_disk(image_dataset, tmp
         assert second_cache["misses"] == 0
         assert second_cache["hits"] > 0
         assert zerowait.Loader(image_dataset, batch_size=5).stats()["cache"] is None
+    finally:
+        server.shutdown()
+
+
+def test_a_dataset_with_a_cache_dir_reads_through_the_cache_and_pickles_with_it(image_dataset,
+                                                                               tmp_path):
+    server, base = serve(image_dataset.parent)
+    try:
+        url = f"{base}/{image_dataset.name}/"
+        cache_dir = tmp_path / "cache"
+        local = zerowait.Dataset(image_dataset)
+        remote = zerowait.Dataset(url, cache_dir=cache_dir, cache_bytes=64 << 20)
+        assert [remote[i] for i in range(len(remote))] == [local[i] for i in range(len(local))]
+        assert any(p.is_file() for p in (cache_dir / "blocks").rglob("*"))
+        assert server.ranged_gets, "the first reads download"
+        # A copy (as a DataLoader worker gets) opens the same cache: it reads every sample
+        # again without a single ranged GET.
+        downloads = len(server.ranged_gets)
+        clone = pickle.loads(pickle.dumps(remote))
+        assert [clone[i] for i in range(len(clone))] == [local[i] for i in range(len(local))]
+        assert len(server.ranged_gets) == downloads
     finally:
         server.shutdown()

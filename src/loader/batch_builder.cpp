@@ -23,6 +23,26 @@ constexpr uint64_t kColumnAlignment = 64;
 // The loader's augmentation randomness stream (see sample_plan.cpp for the plan's streams).
 constexpr uint64_t kAugmentStream = 0x6175676d;  // "augm"
 
+// Publishes the read a builder is blocked in, for the consumer's hang report, while it lasts.
+class ReportedRead {
+ public:
+  ReportedRead(ReadInFlight* in_flight, std::mutex* mutex, ReadInFlight read)
+      : in_flight_(in_flight), mutex_(mutex) {
+    std::lock_guard<std::mutex> lock(*mutex_);
+    *in_flight_ = std::move(read);
+  }
+  ~ReportedRead() {
+    std::lock_guard<std::mutex> lock(*mutex_);
+    in_flight_->path.clear();
+  }
+  ReportedRead(const ReportedRead&) = delete;
+  ReportedRead& operator=(const ReportedRead&) = delete;
+
+ private:
+  ReadInFlight* in_flight_;
+  std::mutex* mutex_;
+};
+
 // How many rows, and bytes of each raw field, a batch has (or has room for).
 struct Extent {
   uint64_t rows = 0;
@@ -247,17 +267,10 @@ Status BatchBuilder::plan_blocks() {
 
 Status BatchBuilder::read_blocks(BuildStats* stats, ReadInFlight* in_flight,
                                  std::mutex* in_flight_mutex) {
-  {
-    std::lock_guard<std::mutex> lock(*in_flight_mutex);
-    *in_flight = {wants_.front().source->name(), wants_.front().offset, wants_.size()};
-  }
-  Status status = blocks_->window->acquire(wants_, Deadline::after(options_.read_timeout),
-                                           &held_blocks_, &stats->bytes_read);
-  {
-    std::lock_guard<std::mutex> lock(*in_flight_mutex);
-    in_flight->path.clear();
-  }
-  return status;
+  ReportedRead reported(in_flight, in_flight_mutex,
+                        {wants_.front().source->name(), wants_.front().offset, wants_.size()});
+  return blocks_->window->acquire(wants_, Deadline::after(options_.read_timeout), &held_blocks_,
+                                  &stats->bytes_read);
 }
 
 Status BatchBuilder::read_ranges(Arena* arena, BuildStats* stats, ReadInFlight* in_flight,
@@ -274,16 +287,9 @@ Status BatchBuilder::read_ranges(Arena* arena, BuildStats* stats, ReadInFlight* 
       ++end;
     }
     ByteSource& source = shards_[ranges_[first].shard]->source();
-    {
-      std::lock_guard<std::mutex> lock(*in_flight_mutex);
-      *in_flight = {source.name(), ranges_[first].offset, requests_.size()};
-    }
-    Status status = source.read(requests_, deadline);
-    {
-      std::lock_guard<std::mutex> lock(*in_flight_mutex);
-      in_flight->path.clear();
-    }
-    ZW_RETURN_IF_ERROR(status);
+    ReportedRead reported(in_flight, in_flight_mutex,
+                          {source.name(), ranges_[first].offset, requests_.size()});
+    ZW_RETURN_IF_ERROR(source.read(requests_, deadline));
     first = end;
   }
   return Status::ok();

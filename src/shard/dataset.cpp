@@ -279,8 +279,29 @@ Result<std::shared_ptr<ShardReader>> Dataset::shard(size_t s) const {
 }
 
 Result<std::shared_ptr<ShardReader>> Dataset::open_checked(size_t s) const {
-  ZW_ASSIGN_OR_RETURN(
-      auto reader, ShardReader::open_path(shard_paths_[s], options_.backend, options_.wrap_source));
+  const ManifestShard& expected = manifest_.shards[s];
+  const std::string& path = shard_paths_[s];
+  // A remote shard the manifest describes (its index checksum recorded) opens without a HEAD.
+  if (!expected.checksum.empty() && internal::is_remote_url(path) &&
+      path.ends_with(format::kShardExtension)) {
+    const internal::KnownObject known{expected.bytes, "index-" + expected.checksum};
+    ZW_ASSIGN_OR_RETURN(auto source, internal::open_shard_source(path, options_.backend,
+                                                                 options_.wrap_source, &known));
+    auto opened = ShardReader::open(std::move(source));
+    if (!opened.is_ok()) {
+      return opened.status().with_context(
+          "shard '" + path + "' does not read as the manifest describes it (" +
+          std::to_string(expected.bytes) + " bytes; replaced after packing?)");
+    }
+    return check_against_manifest(s, std::move(opened).value());
+  }
+  ZW_ASSIGN_OR_RETURN(auto reader,
+                      ShardReader::open_path(path, options_.backend, options_.wrap_source));
+  return check_against_manifest(s, std::move(reader));
+}
+
+Result<std::shared_ptr<ShardReader>> Dataset::check_against_manifest(
+    size_t s, std::shared_ptr<ShardReader> reader) const {
   const ManifestShard& expected = manifest_.shards[s];
   if (reader->size() != expected.samples || reader->source().size() != expected.bytes) {
     return corrupt("shard '" + shard_paths_[s] + "' has " + std::to_string(reader->size()) +

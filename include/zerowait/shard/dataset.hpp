@@ -102,6 +102,8 @@ class Dataset {
   std::vector<uint64_t> first_index_;     // first global index of each shard, plus the total
   // Opens shard s and checks it against the manifest; no lock held.
   Result<std::shared_ptr<ShardReader>> open_checked(size_t s) const;
+  Result<std::shared_ptr<ShardReader>> check_against_manifest(
+      size_t s, std::shared_ptr<ShardReader> reader) const;
   // Keeps shard s's reader, closing the least recently used others past the budget. Locked.
   void hold(size_t s, std::shared_ptr<ShardReader> reader) const;
 

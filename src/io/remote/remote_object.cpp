@@ -77,6 +77,20 @@ Status status_error(const char* method, const std::string& url, int status) {
   return io_error(what);
 }
 
+FetchRange http_fetch(std::shared_ptr<HttpClient> client, std::string url, uint64_t size) {
+  return [client = std::move(client), url = std::move(url), size](
+             uint64_t offset, std::span<std::byte> dst, Deadline d) {
+    return http_get_range(*client, url, size, offset, dst, d);
+  };
+}
+
+FetchRange s3_fetch(std::shared_ptr<S3Client> client, S3Location location) {
+  return [client = std::move(client), location = std::move(location)](
+             uint64_t offset, std::span<std::byte> dst, Deadline d) {
+    return client->get_range(location.bucket, location.key, offset, dst, d);
+  };
+}
+
 }  // namespace
 
 bool is_s3_url(std::string_view path) { return ascii_lower(url_scheme(path)) == "s3"; }
@@ -106,25 +120,32 @@ Result<std::unique_ptr<ByteSource>> open_http_source(std::shared_ptr<HttpClient>
     return unsupported("HEAD '" + url_for_errors(url) + "' gave no Content-Length");
   }
   const uint64_t size = std::stoull(length);
-  auto fetch = [client, url, size](uint64_t offset, std::span<std::byte> dst, Deadline d) {
-    return http_get_range(*client, url, size, offset, dst, d);
-  };
   return std::unique_ptr<ByteSource>(std::make_unique<RangedGetSource>(
-      url_for_errors(url), size, response.header("etag"), std::move(fetch)));
+      url_for_errors(url), size, response.header("etag"), http_fetch(client, url, size)));
 }
 
-Result<std::unique_ptr<ByteSource>> open_remote_source(const std::string& url, Deadline deadline) {
-  if (!is_s3_url(url)) return open_http_source(default_http_client(), url, deadline);
+Result<std::unique_ptr<ByteSource>> open_remote_source(const std::string& url, Deadline deadline,
+                                                       const KnownObject* known) {
+  if (!is_s3_url(url)) {
+    if (known == nullptr) return open_http_source(default_http_client(), url, deadline);
+    return std::unique_ptr<ByteSource>(
+        std::make_unique<RangedGetSource>(url_for_errors(url), known->size, known->version,
+                                          http_fetch(default_http_client(), url, known->size)));
+  }
   ZW_ASSIGN_OR_RETURN(S3Location location, parse_s3_url(url));
   ZW_ASSIGN_OR_RETURN(auto client, default_s3_client());
-  return open_s3_source(std::move(client), std::move(location), deadline);
+  if (known == nullptr) return open_s3_source(std::move(client), std::move(location), deadline);
+  std::string name = "s3://" + location.bucket + "/" + location.key;
+  return std::unique_ptr<ByteSource>(std::make_unique<RangedGetSource>(
+      std::move(name), known->size, known->version, s3_fetch(client, std::move(location))));
 }
 
 Result<std::shared_ptr<ByteSource>> open_shard_source(const std::string& path, IoBackend backend,
-                                                      const SourceWrapper& wrap) {
+                                                      const SourceWrapper& wrap,
+                                                      const KnownObject* known) {
   ZW_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> opened,
                       is_remote_url(path)
-                          ? open_remote_source(path, Deadline::after(kRemoteOpenTimeout))
+                          ? open_remote_source(path, Deadline::after(kRemoteOpenTimeout), known)
                           : open_file_source(path, backend));
   std::shared_ptr<ByteSource> source = std::move(opened);
   return wrap ? wrap(std::move(source)) : source;
@@ -134,11 +155,8 @@ Result<std::unique_ptr<ByteSource>> open_s3_source(std::shared_ptr<S3Client> cli
                                                    S3Location location, Deadline deadline) {
   ZW_ASSIGN_OR_RETURN(S3Object object, client->head(location.bucket, location.key, deadline));
   std::string url = "s3://" + location.bucket + "/" + location.key;
-  auto fetch = [client, location](uint64_t offset, std::span<std::byte> dst, Deadline d) {
-    return client->get_range(location.bucket, location.key, offset, dst, d);
-  };
   return std::unique_ptr<ByteSource>(std::make_unique<RangedGetSource>(
-      std::move(url), object.size, object.etag, std::move(fetch)));
+      std::move(url), object.size, object.etag, s3_fetch(client, std::move(location))));
 }
 
 Result<std::string> read_remote_object(const std::string& url, Deadline deadline) {

@@ -28,14 +28,27 @@ bool is_s3_url(std::string_view path);
 // next call resolves again.
 Result<std::shared_ptr<S3Client>> default_s3_client();
 
-// A ByteSource over the object at `url` (its size from one HEAD). Each read request is one ranged
-// GET with the read's deadline; errors name the URL and range.
-Result<std::unique_ptr<ByteSource>> open_remote_source(const std::string& url, Deadline deadline);
+// What a dataset's manifest already says about a remote shard: its size, and a version that
+// changes with its content (its index checksum). Given these, the shard opens without a HEAD, one
+// round trip less per shard; a manifest that does not describe the object shows as a failed or
+// corrupt read of the shard's footer, which Dataset reports against the manifest.
+struct KnownObject {
+  uint64_t size = 0;
+  std::string version;
+};
+
+// A ByteSource over the object at `url`: its size and version from one HEAD, or from `known`
+// without any request. Each read request is one ranged GET with the read's deadline; errors name
+// the URL and range.
+Result<std::unique_ptr<ByteSource>> open_remote_source(const std::string& url, Deadline deadline,
+                                                       const KnownObject* known = nullptr);
 
 // The source a shard at `path` is read through: a local file read with `backend`, or the object
-// at a URL read with ranged GETs (opened within kRemoteOpenTimeout); then through `wrap` when set.
+// at a URL read with ranged GETs (opened within kRemoteOpenTimeout, with `known` as above); then
+// through `wrap` when set.
 Result<std::shared_ptr<ByteSource>> open_shard_source(const std::string& path, IoBackend backend,
-                                                      const SourceWrapper& wrap);
+                                                      const SourceWrapper& wrap,
+                                                      const KnownObject* known = nullptr);
 
 // The same for one object through `client` (a checkpoint target's own).
 Result<std::unique_ptr<ByteSource>> open_s3_source(std::shared_ptr<S3Client> client,

@@ -177,13 +177,15 @@ def test_packing_twice_gives_identical_bytes(random_tree, image_tree, tmp_path):
             assert first[name] == second[name], f"{name} differs between two packs"
 
 
-def count_while(call) -> int:
+def count_while(call, max_calls: int = 1) -> int:
     """Runs call() while another Python thread counts; returns how far it counted meanwhile.
 
     The switch interval is raised far beyond the test's length, so the interpreter never takes
     the GIL away from a thread: the counting thread can only run when the calling thread gives
     the GIL up of its own accord, and between reading `before` and `after` only call() can do
-    that. A call that holds the GIL throughout gives exactly 0, however long it runs.
+    that. A call that holds the GIL throughout gives exactly 0, however long it runs, and however
+    often it is repeated: a quick call is repeated, up to `max_calls` times, until the counting
+    thread has run (waking it takes tens of microseconds, longer on a busy machine).
     """
     counter = 0
     stop = threading.Event()
@@ -200,7 +202,10 @@ def count_while(call) -> int:
     thread.start()
     try:
         before = counter
-        call()
+        for _ in range(max_calls):
+            call()
+            if counter != before:
+                break
         after = counter
     finally:
         stop.set()
@@ -210,17 +215,13 @@ def count_while(call) -> int:
 
 
 def test_blocking_calls_release_the_gil(tmp_path):
-    """A Python thread makes progress while pack, generate, verify and reads run.
-
-    Each call must last long enough for the counting thread to wake up at least once (tens of
-    microseconds); a quick one is repeated, which cannot hide a call that keeps the GIL.
-    """
+    """A Python thread makes progress while pack, generate, verify and reads run."""
     src, out = tmp_path / "images", tmp_path / "shards"
     assert count_while(lambda: zerowait.generate_imagefolder(src, files=200, classes=2)) > 0
     assert count_while(lambda: zerowait.pack(src, out, imagefolder=True, sync=True)) > 0
     ds = zerowait.Dataset(out)
-    assert count_while(lambda: [ds.verify() for _ in range(10)]) > 0
-    assert count_while(lambda: [ds[i] for _ in range(3) for i in range(len(ds))]) > 0
+    assert count_while(ds.verify, max_calls=1000) > 0
+    assert count_while(lambda: [ds[i] for i in range(len(ds))], max_calls=100) > 0
 
 
 def test_reads_from_threads_agree(random_tree, tmp_path):

@@ -337,6 +337,13 @@ TEST_F(ShardStructure, IndexSizesMustAddUp) {
                   "index counts (2305843009213693952 samples, 6 fields");
   expect_rejected(with_u32(format::index_header_at::kNameCount, 3),
                   "index counts (3 samples, 6 fields, 3 names");
+  // More field entries and a string size that wraps around 2^64 by as much: the sum still comes
+  // to the index size, but the string table cannot be larger than the index (found by fuzzing).
+  const uint64_t more = strings / format::kFieldEntrySize + 1;
+  ShardParts wrapped = with_u64(format::index_header_at::kFieldCount, 6 + more);
+  internal::set_u64(wrapped.index, format::index_header_at::kStringsSize,
+                    strings - more * format::kFieldEntrySize);
+  expect_rejected(wrapped, "index counts (3 samples, " + std::to_string(6 + more) + " fields");
   ShardParts bad_magic = parts_;
   bad_magic.index[0] = 'X';
   expect_rejected(bad_magic, "index does not start with its magic");

@@ -215,7 +215,7 @@ Result<ShardIndex> ShardIndex::parse(std::span<const std::byte> bytes, uint64_t 
   // Sizes are checked by division first so corrupt counts cannot overflow the sum.
   const uint64_t room = n - kIndexHeaderSize;
   if (sample_count > room / kSampleEntrySize || field_count > room / kFieldEntrySize ||
-      name_count > room / kNameEntrySize ||
+      name_count > room / kNameEntrySize || strings_size > room ||
       kIndexHeaderSize + sample_count * kSampleEntrySize + field_count * kFieldEntrySize +
               name_count * kNameEntrySize + strings_size !=
           n) {

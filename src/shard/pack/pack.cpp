@@ -348,8 +348,8 @@ void remove_stale_shards(const std::string& dir, const std::vector<ManifestShard
 
 // Packs every source of `plan` through `run` and returns the manifest of the shards, all
 // published once this returns.
-Result<Manifest> write_shards(const internal::PackPlan& plan, const PackOptions& options,
-                              PackRun& run) {
+Result<Manifest> write_shards(const internal::PackPlan& plan, const internal::PartPlan& part,
+                              const PackOptions& options, PackRun& run) {
   const unsigned threads =
       options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
   run.report().ignored = plan.ignored;
@@ -365,6 +365,9 @@ Result<Manifest> write_shards(const internal::PackPlan& plan, const PackOptions&
   manifest.classes = plan.classes;
   manifest.shards = run.writer().shards();
   for (const auto& s : manifest.shards) manifest.bytes += s.bytes;
+  if (options.part_count > 1) {
+    manifest.part = ManifestPart{options.part_index, options.part_count, part.input};
+  }
   return manifest;
 }
 
@@ -381,14 +384,12 @@ PackReport finish_report(PackRun& run, const Manifest& manifest, std::string man
 
 // `pack -o s3://BUCKET/PREFIX`: shards are uploaded as they are finished, the manifest last. A
 // part goes to PREFIX/part-IIII-of-NNNN, as it would in a local directory.
-Result<PackReport> pack_to_s3(internal::PackPlan plan, const PackOptions& options,
+Result<PackReport> pack_to_s3(const internal::PackPlan& plan, internal::PartPlan& part,
+                              const PackOptions& options,
                               std::chrono::steady_clock::time_point start) {
   std::string url = options.out_dir;
   std::string merged_url;
-  internal::PartPlan part;
   if (options.part_count > 1) {
-    part = internal::select_part(std::move(plan), options);
-    plan = std::move(part.plan);
     while (url.ends_with('/')) url.pop_back();
     merged_url = url;
     url += "/" + pack_part_dir_name(options.part_index, options.part_count);
@@ -398,10 +399,7 @@ Result<PackReport> pack_to_s3(internal::PackPlan plan, const PackOptions& option
   // Spooled shards need no fsync: the upload, checked by the server, is what makes them durable.
   PackRun run(options, *output, /*sync_shards=*/false, plan.files, plan.bytes,
               std::move(part.earlier_keys));
-  ZW_ASSIGN_OR_RETURN(Manifest manifest, write_shards(plan, options, run));
-  if (options.part_count > 1) {
-    manifest.part = ManifestPart{options.part_index, options.part_count, part.input};
-  }
+  ZW_ASSIGN_OR_RETURN(Manifest manifest, write_shards(plan, part, options, run));
   ZW_RETURN_IF_ERROR(
       output->put_file(format::kQuarantineName, quarantine_json(run.report().quarantined)));
   ZW_RETURN_IF_ERROR(output->put_file(format::kManifestName, manifest.to_json()));
@@ -422,13 +420,15 @@ Result<PackReport> pack(const PackOptions& options) {
   if (!to_s3) ZW_RETURN_IF_ERROR(internal::require_local_path(options.out_dir, "pack output"));
   ZW_RETURN_IF_ERROR(internal::check_part(options.part_index, options.part_count));
   ZW_ASSIGN_OR_RETURN(internal::PackPlan plan, internal::plan_pack(options));
-  if (to_s3) return pack_to_s3(std::move(plan), options, start);
-
-  std::string dir = options.out_dir;
-  internal::PartPlan part;
+  internal::PartPlan part;  // this part's share of the plan, wherever it goes
   if (options.part_count > 1) {
     part = internal::select_part(std::move(plan), options);
     plan = std::move(part.plan);
+  }
+  if (to_s3) return pack_to_s3(plan, part, options, start);
+
+  std::string dir = options.out_dir;
+  if (options.part_count > 1) {
     ZW_RETURN_IF_ERROR(prepare_out_dir(options.out_dir, options));
     dir += "/" + pack_part_dir_name(options.part_index, options.part_count);
   }
@@ -436,10 +436,7 @@ Result<PackReport> pack(const PackOptions& options) {
   internal::DirectoryShardDestination destination(dir, options.sync);
   PackRun run(options, destination, options.sync, plan.files, plan.bytes,
               std::move(part.earlier_keys));
-  ZW_ASSIGN_OR_RETURN(Manifest manifest, write_shards(plan, options, run));
-  if (options.part_count > 1) {
-    manifest.part = ManifestPart{options.part_index, options.part_count, part.input};
-  }
+  ZW_ASSIGN_OR_RETURN(Manifest manifest, write_shards(plan, part, options, run));
   ZW_RETURN_IF_ERROR(internal::write_file_atomic(dir + "/" + format::kQuarantineName,
                                                  quarantine_json(run.report().quarantined),
                                                  options.sync));

@@ -45,6 +45,17 @@ bool is_packed_shard_path(std::string_view path) {
          path.find('/') == std::string_view::npos;
 }
 
+// s3://BUCKET/PREFIX as bucket and prefix, the prefix without a trailing '/'.
+Result<S3Location> parse_prefix_url(const std::string& url) {
+  ZW_ASSIGN_OR_RETURN(S3Location at, parse_s3_url(url));
+  while (at.key.ends_with('/')) at.key.pop_back();
+  return at;
+}
+
+std::string prefix_url(const S3Location& at) {
+  return "s3://" + at.bucket + (at.key.empty() ? "" : "/" + at.key);
+}
+
 }  // namespace
 
 std::string hashed_shard_path(const std::string& name) {
@@ -59,34 +70,34 @@ Result<std::unique_ptr<S3PackOutput>> S3PackOutput::open(const std::string& url,
                                                          const std::string& tmp_dir,
                                                          bool overwrite,
                                                          const std::string& merged_url) {
-  ZW_ASSIGN_OR_RETURN(S3Location root, parse_s3_url(url));
-  while (root.key.ends_with('/')) root.key.pop_back();
-  const std::string where = "s3://" + root.bucket + (root.key.empty() ? "" : "/" + root.key);
+  ZW_ASSIGN_OR_RETURN(S3Location root, parse_prefix_url(url));
+  const std::string where = prefix_url(root);
   const std::string context = "cannot pack to " + where;
   auto client = default_s3_client();
   if (!client.is_ok()) return client.status().with_context(context);
 
   // A listing, not a HEAD: a HEAD of a key in a missing bucket is a bare 404, while a listing
   // says NoSuchBucket, and a wrong key or secret is refused here, before anything is packed.
-  auto claim = [&](const std::string& prefix_url) -> Status {
-    ZW_ASSIGN_OR_RETURN(S3Location at, parse_s3_url(prefix_url));
-    while (at.key.ends_with('/')) at.key.pop_back();
+  auto claim = [&](const S3Location& at) -> Status {
     const std::string manifest_key = (at.key.empty() ? "" : at.key + "/") + format::kManifestName;
     ZW_ASSIGN_OR_RETURN(auto listed, (*client)->list(at.bucket, manifest_key, request_deadline()));
     for (const S3Object& object : listed) {
       if (object.key != manifest_key) continue;
       if (!overwrite) {
         return Status(ErrorCode::kAlreadyExists,
-                      "'" + prefix_url + "' already holds a dataset (s3://" + at.bucket + "/" +
-                          manifest_key +
+                      "'" + prefix_url(at) + "' already holds a dataset (s3://" + at.bucket +
+                          "/" + manifest_key +
                           "): pass --overwrite to replace it, or choose another prefix");
       }
       ZW_RETURN_IF_ERROR((*client)->remove(at.bucket, manifest_key, request_deadline()));
     }
     return Status::ok();
   };
-  ZW_RETURN_IF_ERROR(claim(url).with_context(context));
-  if (!merged_url.empty()) ZW_RETURN_IF_ERROR(claim(merged_url).with_context(context));
+  ZW_RETURN_IF_ERROR(claim(root).with_context(context));
+  if (!merged_url.empty()) {
+    ZW_ASSIGN_OR_RETURN(S3Location merged, parse_prefix_url(merged_url));
+    ZW_RETURN_IF_ERROR(claim(merged).with_context(context));
+  }
 
   std::error_code ec;
   const std::string tmp =

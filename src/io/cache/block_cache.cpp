@@ -11,7 +11,6 @@
 #include <deque>
 #include <list>
 #include <mutex>
-#include <optional>
 #include <thread>
 #include <tuple>
 #include <unordered_map>
@@ -458,20 +457,20 @@ class CachedSource final : public ByteSource {
   // those of a request over several blocks, and those of other requests (a shard's header and
   // its footer, at both ends of the object, cost one round trip instead of two).
   void fetch_ahead(std::span<const ReadRequest> requests) {
-    std::optional<uint64_t> read_first;  // the block the read starts with
-    for (const ReadRequest& r : requests) {
-      if (r.dst.empty() || r.offset >= size() || r.dst.size() > size() - r.offset) continue;
-      read_first = r.offset / block_bytes_;
-      break;
-    }
-    if (!read_first) return;
+    // Empty requests need nothing; out-of-range ones fail in read().
+    auto reads_bytes = [this](const ReadRequest& r) {
+      return !r.dst.empty() && r.offset < size() && r.dst.size() <= size() - r.offset;
+    };
+    auto opening = std::find_if(requests.begin(), requests.end(), reads_bytes);
+    if (opening == requests.end()) return;
+    const uint64_t read_first = opening->offset / block_bytes_;  // the block the read starts with
     // Backwards, since each range goes to the front of the downloaders' queue.
     for (size_t i = requests.size(); i-- > 0;) {
       const ReadRequest& r = requests[i];
-      if (r.dst.empty() || r.offset >= size() || r.dst.size() > size() - r.offset) continue;
+      if (!reads_bytes(r)) continue;
       uint64_t first = r.offset / block_bytes_;
       const uint64_t last = (r.offset + r.dst.size() - 1) / block_bytes_;
-      if (first == *read_first) ++first;
+      if (first == read_first) ++first;
       if (first <= last) cache_->fetch_ahead(origin_, object_, first, last);
     }
   }

@@ -391,6 +391,44 @@ TEST_F(BlockCacheTest, WaitingForAnotherFillerEndsAtTheReadsDeadline) {
   EXPECT_EQ(cache->stats().misses, 1u);
 }
 
+TEST_F(BlockCacheTest, ThreadsWaitingForAFillTakeItsBlockOrTakeOverWhenItFails) {
+  auto cache = open_cache();
+  auto source = cached_object(*cache);
+  auto wait_for_requests = [&](uint64_t n) {
+    while (server_.requests() < n) std::this_thread::sleep_for(1ms);
+  };
+  // Block 0: its filler's GET stalls while three more threads ask for it; they are handed the
+  // filler's block.
+  server_.fail_next({.stall = 300ms});
+  std::vector<std::thread> readers;
+  readers.emplace_back([&] { EXPECT_EQ(read(*source, 0, 100), object_.substr(0, 100)); });
+  wait_for_requests(2);  // the HEAD, then block 0's GET
+  for (int t = 1; t <= 3; ++t) {
+    readers.emplace_back([&, t] {
+      EXPECT_EQ(read(*source, 1000 * t, 100), object_.substr(1000 * t, 100));
+    });
+  }
+  for (std::thread& t : readers) t.join();
+  readers.clear();
+  EXPECT_EQ(gets()["bytes=0-65535"], 1);
+  EXPECT_EQ(cache->stats().misses, 1u);
+  EXPECT_EQ(cache->stats().waits, 3u);
+
+  // Block 1: its filler's GET fails after a stall; the thread that waited for it downloads it.
+  server_.fail_next({.status = 404, .stall = 300ms});
+  std::string failed(10, '\0');
+  readers.emplace_back([&] {
+    Status s = source->read_at(kBlock, std::as_writable_bytes(std::span(failed)), {});
+    EXPECT_FALSE(s.is_ok());
+  });
+  wait_for_requests(3);
+  readers.emplace_back(
+      [&] { EXPECT_EQ(read(*source, kBlock + 5, 10), object_.substr(kBlock + 5, 10)); });
+  for (std::thread& t : readers) t.join();
+  EXPECT_EQ(gets()["bytes=65536-131071"], 2);
+  EXPECT_EQ(cache->stats().misses, 2u);
+}
+
 TEST_F(BlockCacheTest, WithoutRoomOnDiskReadsUseTheDownloadedBytes) {
   BlockCacheOptions o = cache_options();
   o.min_free_bytes = uint64_t{1} << 62;  // no filesystem has this much free

@@ -101,11 +101,16 @@ class BlockCache::Impl {
       return remember(name, std::move(found));
     }
 
-    ZW_ASSIGN_OR_RETURN(
-        ByteLock lock,
-        store_->lock_block(object, block, deadline,
-                           "block " + std::to_string(block) + " of '" + origin.name() +
-                               "', which another thread or process is downloading"));
+    const std::string what = "block " + std::to_string(block) + " of '" + origin.name() +
+                             "', which another thread or process is downloading";
+    // A background fill leaves a block another thread is filling to it.
+    ZW_ASSIGN_OR_RETURN(found, claim_fill(name, announced ? Deadline::after({}) : deadline, what));
+    if (found) {
+      if (!announced) counters_.waits.fetch_add(1);
+      return found;
+    }
+    FillClaim claim(this, name);
+    ZW_ASSIGN_OR_RETURN(ByteLock lock, store_->lock_block(object, block, deadline, what));
     ZW_ASSIGN_OR_RETURN(found, open_checked(object, block, length, /*locked=*/true));
     if (found) {
       if (!announced) counters_.waits.fetch_add(1);
@@ -245,6 +250,51 @@ class BlockCache::Impl {
     std::shared_ptr<ByteSource> origin;
     std::string object;
     uint64_t block = 0;
+  };
+
+  // Waits while another thread of this process fills block `name` (woken when it is done: the
+  // block's file lock could only be polled, which adds up to a poll interval to every wait).
+  // Returns the block that thread opened, or nullptr when this thread is now the block's filler
+  // (a FillClaim must end the claim); kDeadlineExceeded names `what` at the deadline.
+  Result<std::shared_ptr<const OpenBlock>> claim_fill(const std::string& name, Deadline deadline,
+                                                      const std::string& what) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    bool waited = false;
+    while (filling_.count(name) != 0) {
+      waited = true;
+      if (deadline.at == Clock::time_point::max()) {
+        filled_.wait(lock);
+      } else if (filled_.wait_until(lock, deadline.at) == std::cv_status::timeout &&
+                 filling_.count(name) != 0) {
+        return Status(ErrorCode::kDeadlineExceeded, "deadline passed while waiting for " + what);
+      }
+    }
+    if (waited) {
+      auto it = open_.find(name);
+      if (it != open_.end()) return it->second.block;
+    }
+    filling_.insert(name);
+    return std::shared_ptr<const OpenBlock>();
+  }
+
+  // Ends a claim of claim_fill() when destroyed, whatever the fill's outcome, and wakes the
+  // threads waiting for it.
+  class FillClaim {
+   public:
+    FillClaim(Impl* impl, std::string name) : impl_(impl), name_(std::move(name)) {}
+    ~FillClaim() {
+      {
+        std::lock_guard<std::mutex> lock(impl_->mutex_);
+        impl_->filling_.erase(name_);
+      }
+      impl_->filled_.notify_all();
+    }
+    FillClaim(const FillClaim&) = delete;
+    FillClaim& operator=(const FillClaim&) = delete;
+
+   private:
+    Impl* impl_;
+    std::string name_;
   };
 
   void count_hit(uint64_t length) {
@@ -407,6 +457,8 @@ class BlockCache::Impl {
   uint64_t announce_sequence_ = 0;
   std::deque<PrefetchJob> queue_;
   std::condition_variable prefetch_wake_;
+  std::unordered_set<std::string> filling_;  // blocks a thread of this process is filling
+  std::condition_variable filled_;           // a fill of filling_ ended
   bool stopping_ = false;
   std::vector<std::thread> prefetchers_;
 };

@@ -196,6 +196,10 @@ uint64_t normalize_index(const PyDataset& d, int64_t i) {
   return static_cast<uint64_t>(resolved);
 }
 
+py::object cache_dir_or_none(const PyDataset& d) {
+  return d.cache_dir.empty() ? py::object(py::none()) : py::object(fs_str(d.cache_dir));
+}
+
 std::shared_ptr<ShardReader> shard_reader(const PyDataset& d, size_t shard) {
   return value_or_throw(without_gil([&] { return d.dataset->shard(shard); }));
 }
@@ -305,6 +309,12 @@ Thread-safe: reads release the GIL and may run from several Python threads at on
       .def_property_readonly("path", [](const PyDataset& d) { return fs_str(d.path); })
       .def_property_readonly("io", [](const PyDataset& d) { return io_backend_name(d.backend); })
       .def_property_readonly(
+          "cache_dir", &cache_dir_or_none,
+          "The node-local cache its remote shards are read through, or None.")
+      .def_property_readonly(
+          "cache_bytes", [](const PyDataset& d) { return d.cache_bytes; },
+          "The cache's cap in bytes (0: half the free space when opened).")
+      .def_property_readonly(
           "fields", [](const PyDataset& d) { return str_list(d.dataset->fields()); },
           "Every field name that occurs, sorted.")
       .def_property_readonly(
@@ -325,10 +335,7 @@ Thread-safe: reads release the GIL and may run from several Python threads at on
       .def(py::pickle(
           [](const PyDataset& d) {
             return py::make_tuple(fs_str(d.path), io_backend_name(d.backend),
-                                  d.read_options.verify,
-                                  d.cache_dir.empty() ? py::object(py::none())
-                                                      : py::object(fs_str(d.cache_dir)),
-                                  d.cache_bytes);
+                                  d.read_options.verify, cache_dir_or_none(d), d.cache_bytes);
           },
           [](const py::tuple& state) {
             if (state.size() != 5) throw py::value_error("invalid zerowait.Dataset state");

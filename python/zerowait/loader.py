@@ -85,7 +85,7 @@ class Loader:
     Remote datasets (``https://``, ``s3://``) are read through a node-local block cache with
     ``cache_dir=`` (local disk, shared by every process that names it; ``cache_bytes`` caps it,
     0 = half the free space; docs/cache.md); ``stats()["cache"]`` counts its hits, misses and
-    evictions.
+    evictions. A :class:`zerowait.Dataset` opened with a ``cache_dir`` lends it to the loader.
     """
 
     def __init__(
@@ -123,6 +123,10 @@ class Loader:
         output: str = "torch",
     ) -> None:
         if isinstance(data, _core.Dataset):
+            # The loader reads the dataset's files through the dataset's own cache, unless
+            # given one.
+            if cache_dir is None and data.cache_dir is not None:
+                cache_dir, cache_bytes = data.cache_dir, data.cache_bytes
             data = data.path
         if shuffle == "auto":
             # Remote data is read in whole blocks: one request per block instead of per sample.

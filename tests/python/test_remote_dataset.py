@@ -177,5 +177,11 @@ def test_a_dataset_with_a_cache_dir_reads_through_the_cache_and_pickles_with_it(
         clone = pickle.loads(pickle.dumps(remote))
         assert [clone[i] for i in range(len(clone))] == [local[i] for i in range(len(local))]
         assert len(server.ranged_gets) == downloads
+        # So does a Loader made from the dataset: it reads through the dataset's cache.
+        assert (remote.cache_dir, remote.cache_bytes) == (str(cache_dir), 64 << 20)
+        loader = zerowait.Loader(remote, batch_size=5, fields=["jpg", "cls"])
+        assert loader.stats()["cache"]["capacity_bytes"] == 64 << 20
+        assert sum(b["__index__"].numel() for b in loader) == len(local)
+        assert len(server.ranged_gets) == downloads
     finally:
         server.shutdown()

@@ -17,7 +17,7 @@
 #include "shard/pack/image_check.hpp"
 #include "shard/pack/pack_part.hpp"
 #include "shard/pack/pack_plan.hpp"
-#include "shard/pack/s3_pack_output.hpp"
+#include "shard/pack/dataset_output.hpp"
 #include "shard/pack/shard_set_writer.hpp"
 #include "shard/tar/tar_stream.hpp"
 #include "zerowait/shard/format.hpp"
@@ -302,50 +302,6 @@ Status pack_tar(const std::string& archive, PackRun* run) {
   return flush();
 }
 
-// The text of quarantine.json.
-std::string quarantine_json(const std::vector<QuarantineEntry>& entries) {
-  nlohmann::ordered_json j;
-  j["count"] = entries.size();
-  j["entries"] = nlohmann::ordered_json::array();
-  for (const auto& q : entries) j["entries"].push_back({{"path", q.path}, {"reason", q.reason}});
-  return j.dump(1) + "\n";
-}
-
-// Makes `dir` ready: created if missing; an existing dataset is refused unless overwriting, in
-// which case its manifest goes first so no reader ever sees it pointing at new shards. A part
-// runs this on out_dir too, for a merged manifest there lists the part's shards.
-Status prepare_out_dir(const std::string& dir, const PackOptions& options) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return errno_status(ec.value(), "cannot create output directory", dir);
-  const std::string manifest = dir + "/" + format::kManifestName;
-  if (fs::exists(manifest, ec)) {
-    if (!options.overwrite) {
-      return Status(ErrorCode::kAlreadyExists,
-                    "'" + dir + "' already holds a dataset (" + manifest +
-                        "): pass --overwrite to replace it, or choose another directory");
-    }
-    // Parts packed at once may race to remove a merged manifest: gone is what they want.
-    if (!fs::remove(manifest, ec) && ec) return errno_status(ec.value(), "cannot remove", manifest);
-    if (options.sync) ZW_RETURN_IF_ERROR(internal::sync_directory(dir));
-  }
-  return Status::ok();
-}
-
-// After a new manifest is published, shards of an older dataset that it does not list go.
-void remove_stale_shards(const std::string& dir, const std::vector<ManifestShard>& kept) {
-  std::unordered_set<std::string> keep;
-  for (const auto& s : kept) keep.insert(s.path);
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("shard-", 0) == 0 && name.ends_with(format::kShardExtension) &&
-        !keep.count(name)) {
-      fs::remove(e.path(), ec);
-    }
-  }
-}
-
 // Packs every source of `plan` through `run` and returns the manifest of the shards, all
 // published once this returns.
 Result<Manifest> write_shards(const internal::PackPlan& plan, const internal::PartPlan& part,
@@ -382,31 +338,6 @@ PackReport finish_report(PackRun& run, const Manifest& manifest, std::string man
   return report;
 }
 
-// `pack -o s3://BUCKET/PREFIX`: shards are uploaded as they are finished, the manifest last. A
-// part goes to PREFIX/part-IIII-of-NNNN, as it would in a local directory.
-Result<PackReport> pack_to_s3(const internal::PackPlan& plan, internal::PartPlan& part,
-                              const PackOptions& options,
-                              std::chrono::steady_clock::time_point start) {
-  std::string url = options.out_dir;
-  std::string merged_url;
-  if (options.part_count > 1) {
-    while (url.ends_with('/')) url.pop_back();
-    merged_url = url;
-    url += "/" + pack_part_dir_name(options.part_index, options.part_count);
-  }
-  ZW_ASSIGN_OR_RETURN(auto output, internal::S3PackOutput::open(url, options.tmp_dir,
-                                                                options.overwrite, merged_url));
-  // Spooled shards need no fsync: the upload, checked by the server, is what makes them durable.
-  PackRun run(options, *output, /*sync_shards=*/false, plan.files, plan.bytes,
-              std::move(part.earlier_keys));
-  ZW_ASSIGN_OR_RETURN(Manifest manifest, write_shards(plan, part, options, run));
-  ZW_RETURN_IF_ERROR(
-      output->put_file(format::kQuarantineName, quarantine_json(run.report().quarantined)));
-  ZW_RETURN_IF_ERROR(output->put_file(format::kManifestName, manifest.to_json()));
-  output->remove_stale_shards(manifest.shards);
-  return finish_report(run, manifest, output->url(format::kManifestName), start);
-}
-
 }  // namespace
 
 Result<PackReport> pack(const PackOptions& options) {
@@ -425,24 +356,15 @@ Result<PackReport> pack(const PackOptions& options) {
     part = internal::select_part(std::move(plan), options);
     plan = std::move(part.plan);
   }
-  if (to_s3) return pack_to_s3(plan, part, options, start);
-
-  std::string dir = options.out_dir;
-  if (options.part_count > 1) {
-    ZW_RETURN_IF_ERROR(prepare_out_dir(options.out_dir, options));
-    dir += "/" + pack_part_dir_name(options.part_index, options.part_count);
-  }
-  ZW_RETURN_IF_ERROR(prepare_out_dir(dir, options));
-  internal::DirectoryShardDestination destination(dir, options.sync);
-  PackRun run(options, destination, options.sync, plan.files, plan.bytes,
+  ZW_ASSIGN_OR_RETURN(std::unique_ptr<internal::DatasetOutput> output,
+                      internal::open_dataset_output(options.out_dir, options.tmp_dir,
+                                                    options.overwrite, options.sync,
+                                                    options.part_index, options.part_count));
+  PackRun run(options, *output, output->sync_shards(), plan.files, plan.bytes,
               std::move(part.earlier_keys));
   ZW_ASSIGN_OR_RETURN(Manifest manifest, write_shards(plan, part, options, run));
-  ZW_RETURN_IF_ERROR(internal::write_file_atomic(dir + "/" + format::kQuarantineName,
-                                                 quarantine_json(run.report().quarantined),
-                                                 options.sync));
-  const std::string manifest_path = dir + "/" + format::kManifestName;
-  ZW_RETURN_IF_ERROR(manifest.save(manifest_path, options.sync));
-  remove_stale_shards(dir, manifest.shards);
+  ZW_ASSIGN_OR_RETURN(std::string manifest_path,
+                      internal::publish_dataset(*output, manifest, run.report().quarantined));
   return finish_report(run, manifest, manifest_path, start);
 }
 

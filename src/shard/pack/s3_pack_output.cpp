@@ -130,7 +130,7 @@ std::string S3PackOutput::key_of(const std::string& name) const {
   return prefix_.empty() ? name : prefix_ + "/" + name;
 }
 
-std::string S3PackOutput::url(const std::string& name) const {
+std::string S3PackOutput::location(const std::string& name) const {
   return "s3://" + bucket_ + "/" + key_of(name);
 }
 

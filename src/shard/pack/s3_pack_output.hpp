@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "io/remote/s3_client.hpp"
-#include "shard/pack/shard_set_writer.hpp"
+#include "shard/pack/dataset_output.hpp"
 #include "zerowait/common/status.hpp"
 #include "zerowait/shard/manifest.hpp"
 
@@ -24,7 +24,7 @@ namespace zerowait::internal {
 // hash of the name: neighbouring shards land on unrelated prefixes, the same name always on one.
 std::string hashed_shard_path(const std::string& name);
 
-class S3PackOutput final : public ShardDestination {
+class S3PackOutput final : public DatasetOutput {
  public:
   // Makes the process's S3 client (credentials, endpoint: docs/remote.md), checks that the bucket
   // answers, refuses a dataset already at the prefix (kAlreadyExists) unless `overwrite`, which
@@ -46,13 +46,15 @@ class S3PackOutput final : public ShardDestination {
   Result<std::string> publish(const std::string& spool, const std::string& name) override;
   Status finish() override;
 
+  // Spooled shards need no fsync: the upload, checked by the server, is what makes them durable.
+  bool sync_shards() const override { return false; }
   // Uploads a small file (quarantine.json, the manifest) to PREFIX/name with one PUT.
-  Status put_file(const std::string& name, std::string_view text);
+  Status put_file(const std::string& name, std::string_view text) override;
   // After a new manifest is up: removes shards under the prefix that it does not list, left by an
   // earlier dataset or an interrupted pack. Best effort, as for a local directory.
-  void remove_stale_shards(const std::vector<ManifestShard>& kept);
+  void remove_stale_shards(const std::vector<ManifestShard>& kept) override;
   // "s3://BUCKET/PREFIX/name"
-  std::string url(const std::string& name) const;
+  std::string location(const std::string& name) const override;
 
  private:
   S3PackOutput(std::shared_ptr<S3Client> client, S3Location root, std::string spool_dir);

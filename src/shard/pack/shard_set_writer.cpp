@@ -9,19 +9,6 @@
 
 namespace zerowait::internal {
 
-std::string DirectoryShardDestination::spool_path(const std::string& name) {
-  // A leading dot keeps partial shards out of `*.zws` globs and directory scans.
-  return dir_ + "/." + name + ".partial";
-}
-
-Result<std::string> DirectoryShardDestination::publish(const std::string& spool,
-                                                       const std::string& name) {
-  ZW_RETURN_IF_ERROR(rename_file(spool, dir_ + "/" + name));
-  return name;
-}
-
-Status DirectoryShardDestination::finish() { return sync_ ? sync_directory(dir_) : Status::ok(); }
-
 std::string ShardSetWriter::shard_name(size_t number) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "shard-%06zu%s", number, format::kShardExtension);

@@ -1,6 +1,6 @@
 // Writes a sequence of samples into numbered shards of a target size: each shard is written to a
 // local file under a temporary name and handed, once complete, to a ShardDestination that
-// publishes it (renamed into a directory, or uploaded to an object store).
+// publishes it (renamed into a directory, or uploaded to an object store: dataset_output.hpp).
 #pragma once
 
 #include <cstdint>
@@ -29,20 +29,6 @@ class ShardDestination {
   virtual Result<std::string> publish(const std::string& spool, const std::string& name) = 0;
   // Returns once every published shard is durable (or the first error of one that is not).
   virtual Status finish() = 0;
-};
-
-// Shards in a local directory: written as ".<name>.partial" beside their final name, renamed into
-// place, the directory fsynced by finish() when `sync`.
-class DirectoryShardDestination final : public ShardDestination {
- public:
-  DirectoryShardDestination(std::string dir, bool sync) : dir_(std::move(dir)), sync_(sync) {}
-  std::string spool_path(const std::string& name) override;
-  Result<std::string> publish(const std::string& spool, const std::string& name) override;
-  Status finish() override;
-
- private:
-  std::string dir_;
-  bool sync_;
 };
 
 class ShardSetWriter {

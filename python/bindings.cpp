@@ -555,4 +555,5 @@ PYBIND11_MODULE(_core, m) {
   zerowait::bind_functions(m);
   zerowait::bind_loader(m);
   zerowait::bind_checkpoint(m);
+  zerowait::bind_writer(m);
 }

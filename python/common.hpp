@@ -89,5 +89,7 @@ Result<std::shared_ptr<BlockCache>> open_block_cache_or_none(const std::string& 
 void bind_loader(py::module_& m);
 // Defined in checkpoint_bindings.cpp.
 void bind_checkpoint(py::module_& m);
+// Defined in writer_bindings.cpp.
+void bind_writer(py::module_& m);
 
 }  // namespace zerowait

@@ -93,7 +93,8 @@ pip_install() {
 
 # Build and test requirements. Debian 12's cmake (3.25) and ninja serve the build; the pip
 # versions are not required. The stamp skips pip entirely when nothing changed.
-PY_REQUIREMENTS=("scikit-build-core>=0.10" "pybind11>=2.12" numpy pytest safetensors fusepy)
+PY_REQUIREMENTS=("scikit-build-core>=0.10" "pybind11>=2.12" numpy pytest safetensors fusepy pillow
+  datasets)
 TORCH_REQUIREMENT="torch==2.13.0"  # a CPU build; later features and the benchmarks use it
 STAMP="$VENV/.zerowait-requirements"
 wanted="${PY_REQUIREMENTS[*]} $TORCH_REQUIREMENT"

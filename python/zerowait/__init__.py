@@ -8,6 +8,10 @@ Pack trees of small files into large indexed shards, then read samples back by i
     >>> sample = ds[0]                      # {"jpg": b"...", "cls": b"3"}
     >>> ds.classes[int(sample["cls"])]      # the class directory name
 
+or write the samples of a table or a generator into the same kind of dataset:
+
+    >>> zerowait.write_dataset(({"jpg": row.image, "cls": row.label} for row in rows), "shards/")
+
 Save and restore training state without stalling the training loop:
 
     >>> ckpt = zerowait.Checkpointer("ckpt/", keep_last=3)
@@ -40,6 +44,7 @@ from zerowait._core import (
 )
 from zerowait.checkpoint import Checkpointer, SaveHandle
 from zerowait.loader import CenterCrop, ImageTransform, Loader, RandomResizedCrop
+from zerowait.writer import ShardWriter, write_dataset
 
 __all__ = [
     "AlreadyExistsError",
@@ -56,6 +61,7 @@ __all__ = [
     "RandomResizedCrop",
     "ResourceExhaustedError",
     "SaveHandle",
+    "ShardWriter",
     "UnsupportedError",
     "ZerowaitError",
     "ZerowaitIOError",
@@ -64,4 +70,5 @@ __all__ = [
     "generate_imagefolder",
     "merge",
     "pack",
+    "write_dataset",
 ]

@@ -1,9 +1,14 @@
-"""Shared fixtures: real trees of files on disk, packed with the public API."""
+"""Shared fixtures: real trees of files on disk, packed with the public API, and a real S3
+server."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
+import subprocess
 import sysconfig
+import uuid
 from pathlib import Path
 
 import pytest
@@ -44,3 +49,46 @@ def image_dataset(image_tree, tmp_path_factory) -> Path:
 def random_tree(tmp_path) -> tuple[Path, dict[str, dict[str, bytes]]]:
     root = tmp_path / "files"
     return root, write_random_tree(root, samples=40, seed=11)
+
+
+REPO = Path(__file__).resolve().parents[2]
+RGW = REPO / "tests" / "s3" / "rgw.sh"
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3 server (Ceph RGW, started by tests/s3/rgw.sh) for the whole session: its AWS_*
+    settings; skipped with the reason where it cannot run."""
+    if shutil.which("radosgw") is None:
+        pytest.skip("no radosgw: scripts/setup.sh installs Ceph's RADOS Gateway for these tests")
+    if os.geteuid() != 0:
+        pytest.skip("tests/s3/rgw.sh needs root to start Ceph's daemons")
+    directory = tmp_path_factory.mktemp("s3") / "rgw"
+    subprocess.run(["bash", str(RGW), "start", str(directory)], check=True, timeout=300,
+                   stdin=subprocess.DEVNULL, capture_output=True)
+    try:
+        env = dict(line.split("=", 1) for line in (directory / "env").read_text().splitlines()
+                   if "=" in line)
+        yield env
+    finally:
+        subprocess.run(["bash", str(RGW), "stop", str(directory)], timeout=300,
+                       stdin=subprocess.DEVNULL, capture_output=True)
+
+
+@pytest.fixture()
+def bucket(s3_server, monkeypatch) -> str:
+    """A new bucket, with this process's environment pointing at the server."""
+    for name, value in s3_server.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/config")
+    name = "zw-" + uuid.uuid4().hex[:16]
+    region = s3_server.get("AWS_REGION", "us-east-1")
+    subprocess.run(
+        ["curl", "-sS", "--fail", "-X", "PUT", f"{s3_server['AWS_ENDPOINT_URL']}/{name}",
+         "--aws-sigv4", f"aws:amz:{region}:s3",
+         "--user", f"{s3_server['AWS_ACCESS_KEY_ID']}:{s3_server['AWS_SECRET_ACCESS_KEY']}",
+         # RGW wants the payload's hash, which curl signs but does not add by itself.
+         "-H", f"x-amz-content-sha256: {hashlib.sha256(b'').hexdigest()}"],
+        check=True, timeout=60, stdin=subprocess.DEVNULL, capture_output=True)
+    return name

@@ -28,6 +28,11 @@ FieldDecode field_decode(py::handle spec, const std::string& field) {
     decode.image = spec.cast<ImageTransform>();
     return decode;
   }
+  if (py::isinstance<TokenWindow>(spec)) {
+    decode.kind = FieldDecode::Kind::kTokens;
+    decode.tokens = spec.cast<TokenWindow>();
+    return decode;
+  }
   if (py::isinstance<py::str>(spec)) {
     const std::string kind = spec.cast<std::string>();
     if (kind == "raw") return decode;
@@ -36,9 +41,10 @@ FieldDecode field_decode(py::handle spec, const std::string& field) {
       return decode;
     }
   }
-  throw StatusError(invalid_argument("decode['" + field + "'] must be \"raw\", \"int\" or an " +
-                                     "ImageTransform (zerowait.RandomResizedCrop / CenterCrop), " +
-                                     "not " + py::repr(spec).cast<std::string>()));
+  throw StatusError(invalid_argument("decode['" + field + "'] must be \"raw\", \"int\", an " +
+                                     "ImageTransform (zerowait.RandomResizedCrop / CenterCrop) " +
+                                     "or a zerowait.TokenWindow, not " +
+                                     py::repr(spec).cast<std::string>()));
 }
 
 // Destroying a loader stops and joins its worker threads, which may be waiting on reads: that
@@ -317,6 +323,38 @@ zerowait.RandomResizedCrop(...) or zerowait.CenterCrop(...).
         const bool rrc = t.mode == ImageTransform::Mode::kRandomResizedCrop;
         return std::string(rrc ? "RandomResizedCrop(" : "CenterCrop(") + std::to_string(t.size) +
                (t.random_flip ? ", flip=True)" : ")");
+      });
+
+  const TokenWindow token_defaults;
+  py::class_<TokenWindow>(m, "TokenWindow", R"doc(
+How a field holding a token sequence (a little-endian uint16, uint32 or int32 array, no header)
+becomes a row of an int64 [batch, seq_len] tensor, with "<field>.lengths" (int64 [batch]) the
+tokens of each row before its padding. Shorter sequences are padded with ``pad``; longer ones are
+cut to ``seq_len`` tokens from their start, or with ``random_offset=True`` from an offset drawn
+from (seed, epoch, sample index): the same after an exact resume. docs/loader.md.
+)doc")
+      .def(py::init([](uint32_t seq_len, const std::string& dtype, int64_t pad,
+                       bool random_offset) {
+             TokenWindow t;
+             t.seq_len = seq_len;
+             t.dtype = value_or_throw(parse_token_dtype(dtype));
+             t.pad = pad;
+             t.random_offset = random_offset;
+             throw_if_error(t.validate());
+             return t;
+           }),
+           py::arg("seq_len"), py::arg("dtype") = token_dtype_name(token_defaults.dtype),
+           py::arg("pad") = token_defaults.pad,
+           py::arg("random_offset") = token_defaults.random_offset)
+      .def_readonly("seq_len", &TokenWindow::seq_len)
+      .def_property_readonly("dtype",
+                             [](const TokenWindow& t) { return token_dtype_name(t.dtype); })
+      .def_readonly("pad", &TokenWindow::pad)
+      .def_readonly("random_offset", &TokenWindow::random_offset)
+      .def("__repr__", [](const TokenWindow& t) {
+        return "TokenWindow(" + std::to_string(t.seq_len) + ", dtype='" +
+               token_dtype_name(t.dtype) + "', pad=" + std::to_string(t.pad) +
+               (t.random_offset ? ", random_offset=True)" : ")");
       });
 
   py::class_<Loader, LoaderHolder>(m, "_Loader")

@@ -43,8 +43,8 @@ from zerowait._core import (
     pack,
 )
 from zerowait.checkpoint import Checkpointer, SaveHandle
-from zerowait.loader import CenterCrop, ImageTransform, Loader, RandomResizedCrop
-from zerowait.writer import ShardWriter, write_dataset
+from zerowait.loader import CenterCrop, ImageTransform, Loader, RandomResizedCrop, TokenWindow
+from zerowait.writer import ShardWriter, token_windows, write_dataset
 
 __all__ = [
     "AlreadyExistsError",
@@ -61,6 +61,7 @@ __all__ = [
     "RandomResizedCrop",
     "ResourceExhaustedError",
     "SaveHandle",
+    "TokenWindow",
     "ShardWriter",
     "UnsupportedError",
     "ZerowaitError",
@@ -70,5 +71,6 @@ __all__ = [
     "generate_imagefolder",
     "merge",
     "pack",
+    "token_windows",
     "write_dataset",
 ]

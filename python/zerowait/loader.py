@@ -14,6 +14,7 @@ from typing import Any, Dict, Iterator, Optional, Sequence
 from zerowait import _core
 
 ImageTransform = _core.ImageTransform
+TokenWindow = _core.TokenWindow
 _DEFAULTS = _core.LOADER_DEFAULTS  # LoaderOptions' defaults, from the C++ side
 
 
@@ -59,6 +60,8 @@ class Loader:
       ``batch[f][offsets[i]:offsets[i + 1]]``);
     - ``decode={"cls": "int"}``: int64 [n]; ``decode={"jpg": RandomResizedCrop(224)}``:
       uint8 [n, 224, 224, 3] (normalise on the GPU);
+    - ``decode={"tokens": TokenWindow(2048, dtype="uint16")}``: int64 [n, 2048] and
+      ``tokens.lengths`` int64 [n] (tokens before the padding);
     - ``"__key__"``: list of str, with ``keys=True``.
 
     Keeping a batch's labels, ``__index__`` or ``__key__`` holds no loader memory; keeping a large

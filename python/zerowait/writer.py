@@ -11,7 +11,7 @@ import io
 import json
 import numbers
 import os
-from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, Iterator, Mapping, Optional, Sequence
 
 from zerowait import _core
 
@@ -161,3 +161,39 @@ def write_dataset(samples: Iterable[Mapping[str, Any]], out: Any, **options: Any
         for sample in samples:
             writer.write(sample)
     return writer.report
+
+
+def token_windows(documents: Iterable[Any], seq_len: int, *, eos: Optional[int] = None,
+                  dtype: str = "uint16", field: str = "tokens",
+                  drop_last: bool = True) -> Iterator[Dict[str, bytes]]:
+    """Packs token sequences for language-model pretraining: concatenates ``documents`` (each a
+    sequence of token ids: a list, a NumPy array, a tensor), with ``eos`` after each when given,
+    and cuts the stream into windows of exactly ``seq_len`` tokens. Yields one sample per window,
+    ``{field: the window as little-endian dtype bytes}``, for :func:`write_dataset`; read them
+    back with ``decode={field: zerowait.TokenWindow(seq_len, dtype=dtype)}`` (rows with no
+    padding). A last, shorter window is dropped unless ``drop_last=False``. Memory holds one
+    document and one window."""
+    import numpy as np
+
+    if seq_len < 1:
+        raise ValueError(f"seq_len must be at least 1, not {seq_len}")
+    width = np.dtype(dtype).newbyteorder("<")
+    if width.kind not in "iu" or width.itemsize not in (2, 4):
+        raise ValueError(f"dtype must be uint16, uint32 or int32, not {dtype!r}")
+    info = np.iinfo(width)
+    pending = np.empty(0, dtype=width)
+    for document in documents:
+        tokens = np.asarray(document.detach().cpu() if hasattr(document, "detach") else document)
+        if tokens.size and (tokens.min() < info.min or tokens.max() > info.max):
+            raise ValueError(f"a document holds token ids outside {dtype} "
+                             f"({int(tokens.min())}..{int(tokens.max())})")
+        parts = [pending, tokens.astype(width, copy=False).ravel()]
+        if eos is not None:
+            parts.append(np.array([eos], dtype=width))
+        pending = np.concatenate(parts)
+        whole = len(pending) // seq_len * seq_len
+        for start in range(0, whole, seq_len):
+            yield {field: pending[start:start + seq_len].tobytes()}
+        pending = pending[whole:]
+    if len(pending) and not drop_last:
+        yield {field: pending.tobytes()}

@@ -86,6 +86,14 @@ uint64_t lay_out(const std::vector<FieldSpec>& fields, Extent room, Extent fille
             filled.rows * row_bytes);
         break;
       }
+      case FieldDecode::Kind::kTokens: {
+        const int64_t seq_len = field.decode.tokens.seq_len;
+        const uint64_t row_bytes = uint64_t(seq_len) * 8;
+        add(field.name, DType::kInt64, {n, seq_len}, room.rows * row_bytes,
+            filled.rows * row_bytes);
+        add(field.name + ".lengths", DType::kInt64, {n}, room.rows * 8, filled.rows * 8);
+        break;
+      }
     }
   }
   return used;
@@ -97,7 +105,9 @@ std::vector<size_t> column_of_fields(const std::vector<FieldSpec>& fields) {
   size_t column = 1;  // after "__index__"
   for (const FieldSpec& field : fields) {
     first.push_back(column);
-    column += field.decode.kind == FieldDecode::Kind::kRaw ? 2 : 1;
+    const bool two = field.decode.kind == FieldDecode::Kind::kRaw ||
+                     field.decode.kind == FieldDecode::Kind::kTokens;
+    column += two ? 2 : 1;
   }
   return first;
 }
@@ -116,6 +126,9 @@ std::vector<bool> per_sample_columns(const std::vector<FieldSpec>& fields) {
         break;
       case FieldDecode::Kind::kImage:
         per_sample.push_back(false);
+        break;
+      case FieldDecode::Kind::kTokens:
+        per_sample.insert(per_sample.end(), {false, true});  // "f", "f.lengths"
         break;
     }
   }
@@ -295,6 +308,11 @@ Status BatchBuilder::read_ranges(Arena* arena, BuildStats* stats, ReadInFlight* 
   return Status::ok();
 }
 
+uint64_t BatchBuilder::augment_seed(uint64_t epoch, uint64_t global_index) const {
+  return internal::combine_seed(internal::combine_seed(options_.shuffle.seed, epoch),
+                                global_index, kAugmentStream);
+}
+
 Status BatchBuilder::fill_sample(const Item& item, uint64_t global_index, uint64_t epoch,
                                  std::span<const std::byte> bytes, uint64_t row, Batch::Impl* batch,
                                  uint64_t* raw_filled) {
@@ -324,10 +342,19 @@ Status BatchBuilder::fill_sample(const Item& item, uint64_t global_index, uint64
         const ImageTransform& t = spec.decode.image;
         const uint64_t row_bytes = uint64_t(t.size) * t.size * 3;
         auto* out = reinterpret_cast<uint8_t*>(column.data + row * row_bytes);
-        const uint64_t seed = internal::combine_seed(
-            internal::combine_seed(options_.shuffle.seed, epoch), global_index, kAugmentStream);
-        Status decoded = decoder_.decode(field->bytes, t, seed, {out, row_bytes});
+        Status decoded =
+            decoder_.decode(field->bytes, t, augment_seed(epoch, global_index), {out, row_bytes});
         if (!decoded.is_ok()) return field_error(decoded.message());
+        break;
+      }
+      case FieldDecode::Kind::kTokens: {
+        if (field == nullptr) return field_error("is missing");
+        const TokenWindow& t = spec.decode.tokens;
+        auto* out = reinterpret_cast<int64_t*>(column.data) + row * t.seq_len;
+        Result<uint64_t> taken = t.decode(field->bytes, augment_seed(epoch, global_index), out);
+        if (!taken.is_ok()) return field_error(taken.status().message());
+        const auto length = static_cast<int64_t>(*taken);
+        std::memcpy(columns[column_of_field_[f] + 1].data + row * 8, &length, 8);
         break;
       }
     }

@@ -90,6 +90,9 @@ class BatchBuilder {
   // Whole-block reads: the blocks holding items_, each wanted once.
   Status plan_blocks();
   Status read_blocks(BuildStats* stats, ReadInFlight* in_flight, std::mutex* in_flight_mutex);
+  // The seed of a sample's random augmentations (crops, token offsets): a function of (seed,
+  // epoch, global index) alone, so the same after an exact resume and whatever the threads.
+  uint64_t augment_seed(uint64_t epoch, uint64_t global_index) const;
   Status fill_sample(const Item& item, uint64_t global_index, uint64_t epoch,
                      std::span<const std::byte> bytes, uint64_t row, Batch::Impl* batch,
                      uint64_t* raw_filled);

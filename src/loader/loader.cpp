@@ -35,10 +35,10 @@ Status LoaderOptions::validate() const {
   if (memory_budget == 0) return invalid_argument("memory_budget must be positive");
   if (read_timeout.count() <= 0) return invalid_argument("read_timeout must be positive");
   for (const auto& [name, decode] : decode) {
-    if (decode.kind == FieldDecode::Kind::kImage) {
-      Status status = decode.image.validate();
-      if (!status.is_ok()) return status.with_context("decode of field '" + name + "'");
-    }
+    Status status = decode.kind == FieldDecode::Kind::kImage    ? decode.image.validate()
+                    : decode.kind == FieldDecode::Kind::kTokens ? decode.tokens.validate()
+                                                                : Status::ok();
+    if (!status.is_ok()) return status.with_context("decode of field '" + name + "'");
   }
   return Status::ok();
 }

@@ -1,7 +1,8 @@
 // The training input pipeline: shuffled, rank-partitioned, exactly resumable batches.
 //
 //   plan (sample_plan.hpp) -> coalesced reads per shard (ByteSource) -> checksum check ->
-//   decode on worker threads (raw bytes, integer labels, JPEG -> uint8 HWC) -> a batch arena
+//   decode on worker threads (raw bytes, integer labels, JPEG -> uint8 HWC, token windows) -> a
+//   batch arena
 //   from a bounded pool -> the consumer, who returns the arena by dropping the batch.
 //
 // Memory: every byte the pipeline holds lives in the arena pool, whose size is derived from
@@ -20,6 +21,7 @@
 #include "zerowait/io/byte_source.hpp"
 #include "zerowait/loader/image_transform.hpp"
 #include "zerowait/loader/sample_plan.hpp"
+#include "zerowait/loader/token_window.hpp"
 #include "zerowait/shard/dataset.hpp"
 
 namespace zerowait {
@@ -30,9 +32,13 @@ struct FieldDecode {
     kRaw,    // "<field>": uint8 [total bytes], "<field>.offsets": int64 [n + 1]
     kInt,    // "<field>": int64 [n], from the field's ASCII decimal text (e.g. a "cls" label)
     kImage,  // "<field>": uint8 [n, size, size, 3], a JPEG decoded and transformed
+    // "<field>": int64 [n, seq_len], a token sequence (token_window.hpp);
+    // "<field>.lengths": int64 [n], the tokens of each row before its padding
+    kTokens,
   };
   Kind kind = Kind::kRaw;
   ImageTransform image;  // kImage only
+  TokenWindow tokens;    // kTokens only
 };
 
 enum class CorruptPolicy {

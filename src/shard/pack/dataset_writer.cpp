@@ -21,7 +21,7 @@ class DatasetWriter::Impl {
         start_(std::chrono::steady_clock::now()) {}
 
   Result<bool> write(std::string_view key, std::span<const FieldData> fields) {
-    if (finished_) return invalid_argument("the dataset writer has finished: it writes nothing more");
+    if (finished_) return finished_error();
     if (key.empty()) return invalid_argument("a sample needs a key (got an empty one)");
     if (keys_.count(std::string(key)) != 0) {
       return invalid_argument("sample key '" + std::string(key) +
@@ -45,7 +45,7 @@ class DatasetWriter::Impl {
   }
 
   Result<DatasetWriterReport> finish() {
-    if (finished_) return invalid_argument("the dataset writer has finished: it writes nothing more");
+    if (finished_) return finished_error();
     finished_ = true;
     ZW_RETURN_IF_ERROR(shards_.finish());
     Manifest manifest;
@@ -65,6 +65,10 @@ class DatasetWriter::Impl {
   }
 
   uint64_t samples() const { return shards_.samples(); }
+
+  static Status finished_error() {
+    return invalid_argument("the dataset writer has finished: it writes nothing more");
+  }
   uint64_t quarantined() const { return report_.quarantined.size(); }
   uint64_t bytes_written() const { return shards_.bytes(); }
 

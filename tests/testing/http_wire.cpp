@@ -10,6 +10,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <future>
 #include <stdexcept>
 
 namespace zerowait::testing {
@@ -58,7 +59,16 @@ void set_no_delay(int fd) {
 ConnectionThreads::ConnectionThreads(int port, std::function<void(int fd)> serve)
     : serve_(std::move(serve)) {
   listen_fd_ = listen_on_loopback(port, &port_);
-  acceptor_ = std::thread([this] { accept_loop(); });
+  // Returns once the acceptor thread runs its loop: a test that forks right after making a
+  // server must not fork while that thread is still being set up (under ASan its start-up takes
+  // allocator locks, which a forked child would inherit held; see ChildProcesses).
+  std::promise<void> running;
+  std::future<void> started = running.get_future();
+  acceptor_ = std::thread([this, &running] {
+    running.set_value();
+    accept_loop();
+  });
+  started.wait();
 }
 
 ConnectionThreads::~ConnectionThreads() {

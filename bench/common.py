@@ -235,3 +235,35 @@ def print_ratios(ratios, notes, extras=(), name_width=58):
     for note in notes:
         print(f"note: {note}")
     print()
+
+
+# ---- epochs of an iterator, for the Python-only benchmarks (tokens.py, image_formats.py) ------
+
+def timed_epochs(epoch, seconds):
+    """Runs epoch() once to warm up (page cache, workers, arenas), then until `seconds` of epochs
+    are timed (at least 2); epoch() returns what it delivered (samples, tokens). Returns (that
+    count per second, epochs timed)."""
+    import time
+    epoch()
+    delivered, spent, epochs = 0, 0.0, 0
+    while epochs < 2 or spent < seconds:
+        start = time.perf_counter()
+        delivered += epoch()
+        spent += time.perf_counter() - start
+        epochs += 1
+    return delivered / spent, epochs
+
+
+def add_epoch_options(parser, out_name, seconds):
+    """--seconds, --out (bench/out/OUT_NAME, emptied at the start) and --json."""
+    parser.add_argument("--seconds", type=float, default=seconds,
+                        help="time epochs until at least this many seconds are timed")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT / out_name,
+                        help="work folder, emptied first")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+
+
+def empty_folder(path):
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path

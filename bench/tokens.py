@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -44,21 +43,6 @@ def corpus(docs, seed=0):
     rng = np.random.default_rng(seed)
     for _ in range(docs):
         yield rng.integers(0, EOS, int(rng.integers(64, 4097)), dtype=np.uint16)
-
-
-def timed(epoch, seconds):
-    """Runs epoch() once to warm up, then until `seconds` of epochs are timed (at least 2).
-    Returns (tokens per second, epochs timed)."""
-    epoch()
-    tokens = 0
-    spent = 0.0
-    epochs = 0
-    while epochs < 2 or spent < seconds:
-        start = time.perf_counter()
-        tokens += epoch()
-        spent += time.perf_counter() - start
-        epochs += 1
-    return tokens / spent, epochs
 
 
 def loader_epoch(path, batch_size, decode=None, token_bytes=2):
@@ -110,14 +94,10 @@ def main():
     parser.add_argument("--docs", type=int, default=20_000)
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--seconds", type=float, default=2.0)
-    parser.add_argument("--out", type=Path, default=common.DEFAULT_OUT / "tokens")
-    parser.add_argument("--json", type=Path)
+    common.add_epoch_options(parser, "tokens", seconds=2.0)
     args = parser.parse_args()
 
-    out = args.out
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
+    out = common.empty_folder(args.out)
     start = time.perf_counter()
     packed = zerowait.write_dataset(zerowait.token_windows(corpus(args.docs), args.seq_len,
                                                            eos=EOS),
@@ -148,7 +128,7 @@ def main():
     results = {}
     for name, epoch in rows:
         common.log(name, tag="tokens")
-        rate, epochs = timed(epoch, args.seconds)
+        rate, epochs = common.timed_epochs(epoch, args.seconds)
         results[name] = {"tokens_per_s": rate, "epochs": epochs}
 
     names = [name for name, _ in rows]

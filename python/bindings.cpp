@@ -427,16 +427,9 @@ py::dict pack_py(py::handle sources, py::handle out_dir, bool imagefolder, uint6
     q["reason"] = entry.reason;
     quarantined.append(std::move(q));
   }
-  py::dict out;
-  out["samples"] = report.samples;
+  py::dict out = written_dataset_report(report, std::move(quarantined));
   out["files"] = report.files;
   out["ignored"] = report.ignored;
-  out["shards"] = report.shards;
-  out["bytes_in"] = report.bytes_in;
-  out["bytes_out"] = report.bytes_out;
-  out["seconds"] = report.seconds;
-  out["quarantined"] = std::move(quarantined);
-  out["manifest_path"] = fs_str(report.manifest_path);
   return out;
 }
 

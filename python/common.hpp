@@ -47,6 +47,21 @@ inline py::list str_list(const std::vector<std::string>& values) {
   return out;
 }
 
+// What pack() and ShardWriter.close() report alike about the dataset they wrote: samples, shards,
+// bytes_in, bytes_out, seconds, manifest_path, and `quarantined` as the caller lists it.
+template <typename Report>
+py::dict written_dataset_report(const Report& report, py::list quarantined) {
+  py::dict out;
+  out["samples"] = report.samples;
+  out["shards"] = report.shards;
+  out["bytes_in"] = report.bytes_in;
+  out["bytes_out"] = report.bytes_out;
+  out["seconds"] = report.seconds;
+  out["quarantined"] = std::move(quarantined);
+  out["manifest_path"] = fs_str(report.manifest_path);
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Errors
 

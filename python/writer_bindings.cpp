@@ -51,15 +51,7 @@ class PyDatasetWriter {
       q["reason"] = entry.reason;
       quarantined.append(std::move(q));
     }
-    py::dict out;
-    out["samples"] = report.samples;
-    out["shards"] = report.shards;
-    out["bytes_in"] = report.bytes_in;
-    out["bytes_out"] = report.bytes_out;
-    out["seconds"] = report.seconds;
-    out["quarantined"] = std::move(quarantined);
-    out["manifest_path"] = fs_str(report.manifest_path);
-    return out;
+    return written_dataset_report(report, std::move(quarantined));
   }
 
   // Drops the writer without a manifest (an error in the caller's loop): no dataset is published.

@@ -632,11 +632,11 @@ TEST(ImageDecoder, GarbageAndEmptyInputAreCorrupt) {
   const std::string garbage = testing::random_bytes(5000, 9);
   const Status g = decoder.decode(testing::to_bytes(garbage), ImageTransform{}, 0, out);
   EXPECT_EQ(g.code(), ErrorCode::kCorrupt);
-  EXPECT_NE(g.message().find("Not a JPEG file"), std::string::npos) << g.message();
+  EXPECT_NE(g.message().find("not a JPEG, PNG or WebP image"), std::string::npos) << g.message();
   const Status e = decoder.decode({}, ImageTransform{}, 0, out);
   EXPECT_EQ(e.code(), ErrorCode::kCorrupt);
   EXPECT_NE(e.message().find("empty"), std::string::npos) << e.message();
-  // A PNG is not a JPEG either.
+  // A PNG signature with nothing after it.
   const Bytes png_start = testing::to_bytes(std::string("\x89PNG\r\n\x1a\n", 8));
   EXPECT_EQ(decoder.decode(png_start, ImageTransform{}, 0, out).code(), ErrorCode::kCorrupt);
   // And the decoder still works afterwards.

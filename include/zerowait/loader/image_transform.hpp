@@ -1,5 +1,6 @@
-// JPEG bytes -> a fixed-size RGB image with torchvision's training and evaluation crops, decoded
-// only as far and as finely as the crop needs. What the loader's decode stage runs per sample.
+// JPEG, PNG or WebP bytes -> a fixed-size RGB image with torchvision's training and evaluation
+// crops; a JPEG is decoded only as far and as finely as the crop needs. What the loader's decode
+// stage runs per sample.
 #pragma once
 
 #include <cstddef>
@@ -52,9 +53,9 @@ struct CropBox {
 CropBox random_resized_crop_box(int width, int height, const ImageTransform& t,
                                 uint64_t random_seed);
 
-// Decodes JPEGs into transformed images, reusing its buffers and its libjpeg state from call to
+// Decodes images into transformed images, reusing its buffers and its libjpeg state from call to
 // call, so a worker that decodes image after image does not allocate once the buffers have grown
-// to the largest image seen (libjpeg-turbo's own per-image pools aside). Not thread-safe: one
+// to the largest image seen (the libraries' own per-image allocations aside). Not thread-safe: one
 // decoder per thread; different decoders run in parallel freely. Move-only.
 class ImageDecoder {
  public:
@@ -65,9 +66,12 @@ class ImageDecoder {
   ImageDecoder(const ImageDecoder&) = delete;
   ImageDecoder& operator=(const ImageDecoder&) = delete;
 
-  // Decodes `jpeg` and writes t.size * t.size * 3 bytes (rows top to bottom, RGB per pixel) to
-  // `out`. The crop and flip depend only on (image dimensions, t, random_seed): the same seed gives
-  // the same pixels on any machine and thread. Grayscale and CMYK JPEGs come out as RGB.
+  // Decodes `jpeg` (a JPEG, or a PNG or WebP, told by its signature) and writes
+  // t.size * t.size * 3 bytes (rows top to bottom, RGB per pixel) to `out`. The crop and flip
+  // depend only on (image dimensions, t, random_seed): the same seed gives the same pixels on any
+  // machine and thread. Grayscale and CMYK JPEGs come out as RGB; PNG and WebP as Pillow's
+  // convert("RGB") gives them (rgb_decode.hpp), with their own kCorrupt / kUnsupported reasons,
+  // and other data is kCorrupt ("not a JPEG, PNG or WebP image").
   // Errors: kInvalidArgument for an invalid `t` or out.size() != t.size * t.size * 3; kCorrupt
   // when libjpeg-turbo cannot decode the part of the image the crop needs (the message gives
   // libjpeg's reason; data that ends before the needed rows is "truncated"), including progressive

@@ -14,6 +14,7 @@
 
 #include "common/random.hpp"
 #include "loader/image/resample.hpp"
+#include "loader/image/rgb_decode.hpp"
 
 // The crop box must come out the same on every machine, so its floating-point expressions are
 // evaluated as written: no fused multiply-adds (GCC contracts by default in C++, Clang within
@@ -138,6 +139,24 @@ int dct_scale_for(const Box& box, int size) {
     if (w * m >= 8.0 * size * (1 - kSlack) && h * m >= 8.0 * size * (1 - kSlack)) return m;
   }
   return 8;
+}
+
+// The crop in full-resolution pixels: `box` is what the output shows, `domain` where the
+// filter's edge clamps (the crop itself for RandomResizedCrop, which crops before resizing;
+// the whole image for Resize + CenterCrop, which resizes first).
+struct CropGeometry {
+  Box box, domain;
+  bool flip = false;
+};
+
+CropGeometry crop_geometry(int width, int height, const ImageTransform& t, uint64_t seed) {
+  if (t.mode == ImageTransform::Mode::kRandomResizedCrop) {
+    const CropBox c = random_resized_crop_box(width, height, t, seed);
+    const Box box{double(c.x), double(c.y), double(c.x + c.width), double(c.y + c.height)};
+    return {box, box, c.flip};
+  }
+  return {center_crop_box(width, height, t), {0, 0, double(width), double(height)},
+          draw_flip(t, seed)};
 }
 
 }  // namespace
@@ -293,6 +312,17 @@ struct Region {
   int x0, y0, x1, y1;
 };
 
+// "starts with 47 49 46 38": the first bytes of data that is no image we decode, for the error.
+std::string signature_text(std::span<const std::byte> bytes) {
+  std::string text = "starts with";
+  char hex[4];
+  for (size_t i = 0; i < std::min<size_t>(bytes.size(), 4); ++i) {
+    std::snprintf(hex, sizeof hex, " %02x", unsigned(bytes[i]));
+    text += hex;
+  }
+  return text;
+}
+
 }  // namespace
 
 class ImageDecoder::Impl {
@@ -324,6 +354,17 @@ class ImageDecoder::Impl {
 
   Status failure(const char* stage) const;
 
+  // Plans the resampler for `crop` in an image scaled by `f` to scaled_w x scaled_h pixels and
+  // returns the region of the scaled image its input rows and columns are relative to.
+  // kUnsupported (naming the `format` and width x height) for a plan too large.
+  Result<Region> plan_resample(const CropGeometry& crop, double f, int scaled_w, int scaled_h,
+                               const ImageTransform& t, const char* format, int width,
+                               int height);
+  // PNG and WebP: decoded (whole, or a PNG's rows down to the last one the crop needs), then
+  // resampled like a JPEG at full scale.
+  Status decode_whole(std::span<const std::byte> bytes, internal::ImageFormat format,
+                      const ImageTransform& t, uint64_t random_seed, std::span<uint8_t> out);
+
   jpeg_decompress_struct cinfo_{};
   JpegErrorManager err_{};
   jpeg_progress_mgr progress_{};
@@ -331,6 +372,7 @@ class ImageDecoder::Impl {
   internal::Resampler resampler_;
   std::vector<uint8_t> scanlines_;  // a batch of libjpeg output rows (3 or 4 channels)
   std::vector<uint8_t> rgb_row_;    // one row converted from CMYK
+  internal::RgbDecoder whole_;      // PNG and WebP, at full scale
 };
 
 bool ImageDecoder::Impl::create() {
@@ -422,8 +464,15 @@ Status ImageDecoder::Impl::decode(std::span<const std::byte> jpeg, const ImageTr
                             std::to_string(t.size) + "x" + std::to_string(t.size) +
                             " RGB image needs " + std::to_string(out_bytes));
   }
+  const internal::ImageFormat format = internal::sniff_image_format(jpeg);
+  if (format == internal::ImageFormat::kPng || format == internal::ImageFormat::kWebp) {
+    return decode_whole(jpeg, format, t, random_seed, out);
+  }
   if (!created_) return Status(ErrorCode::kInternal, std::string("libjpeg init: ") + err_.message);
-  if (jpeg.empty()) return corrupt("JPEG decode failed (header): empty input");
+  if (jpeg.empty()) return corrupt("image decode failed: empty input");
+  if (format == internal::ImageFormat::kUnknown) {
+    return corrupt("not a JPEG, PNG or WebP image (" + signature_text(jpeg) + ")");
+  }
 
   // Whatever happens below, libjpeg is left ready for the next image.
   struct AbortOnExit {
@@ -440,47 +489,61 @@ Status ImageDecoder::Impl::decode(std::span<const std::byte> jpeg, const ImageTr
                        " pixels is over the limit of " + std::to_string(kMaxPixels) + " pixels");
   }
 
-  // The crop in full-resolution pixels: `box` is what the output shows, `domain` where the
-  // filter's edge clamps (the crop itself for RandomResizedCrop, which crops before resizing;
-  // the whole image for Resize + CenterCrop, which resizes first).
-  Box box, domain;
-  bool flip;
-  if (t.mode == ImageTransform::Mode::kRandomResizedCrop) {
-    const CropBox c = random_resized_crop_box(width, height, t, random_seed);
-    box = {double(c.x), double(c.y), double(c.x + c.width), double(c.y + c.height)};
-    domain = box;
-    flip = c.flip;
-  } else {
-    box = center_crop_box(width, height, t);
-    domain = {0, 0, double(width), double(height)};
-    flip = draw_flip(t, random_seed);
-  }
-
-  const int scale_num = t.dct_downscale ? dct_scale_for(box, t.size) : 8;
+  const CropGeometry crop = crop_geometry(width, height, t, random_seed);
+  const int scale_num = t.dct_downscale ? dct_scale_for(crop.box, t.size) : 8;
   const bool cmyk = cinfo_.jpeg_color_space == JCS_CMYK || cinfo_.jpeg_color_space == JCS_YCCK;
   if (!start(scale_num, cmyk ? JCS_CMYK : JCS_RGB)) return failure("start");
 
-  // The same geometry at scale M/8, the domain widened to whole pixels of the scaled image.
-  const double f = scale_num / 8.0;
-  const int scaled_w = int(cinfo_.output_width), scaled_h = int(cinfo_.output_height);
+  // The same geometry at scale M/8.
+  ZW_ASSIGN_OR_RETURN(const Region d,
+                      plan_resample(crop, scale_num / 8.0, int(cinfo_.output_width),
+                                    int(cinfo_.output_height), t, "JPEG", width, height));
+  const Region needed{d.x0 + resampler_.first_column(), d.y0 + resampler_.first_row(),
+                      d.x0 + resampler_.end_column(), d.y0 + resampler_.end_row()};
+  if (!read_rows(needed)) return failure("scan data");
+  resampler_.finish(out);
+  return Status::ok();
+}
+
+Result<Region> ImageDecoder::Impl::plan_resample(const CropGeometry& crop, double f, int scaled_w,
+                                                 int scaled_h, const ImageTransform& t,
+                                                 const char* format, int width, int height) {
+  // The domain widened to whole pixels of the (scaled) image, the box relative to it.
+  const Box& domain = crop.domain;
   const Region d{std::max(int(std::floor(domain.x0 * f)), 0),
                  std::max(int(std::floor(domain.y0 * f)), 0),
                  std::min(int(std::ceil(domain.x1 * f)), scaled_w),
                  std::min(int(std::ceil(domain.y1 * f)), scaled_h)};
   const int dw = d.x1 - d.x0, dh = d.y1 - d.y0;
+  const Box& box = crop.box;
   const Box scaled{std::clamp(box.x0 * f - d.x0, 0.0, double(dw)),
                    std::clamp(box.y0 * f - d.y0, 0.0, double(dh)),
                    std::clamp(box.x1 * f - d.x0, 0.0, double(dw)),
                    std::clamp(box.y1 * f - d.y0, 0.0, double(dh))};
-  resampler_.plan(dw, dh, scaled, t.size, t.size, flip);
+  resampler_.plan(dw, dh, scaled, t.size, t.size, crop.flip);
   if (resampler_.intermediate_bytes() > kMaxDecodeBytes) {
     return unsupported("resampling a " + std::to_string(width) + "x" + std::to_string(height) +
-                       " JPEG to " + std::to_string(t.size) + " pixels needs more than " +
+                       " " + format + " to " + std::to_string(t.size) + " pixels needs more than " +
                        std::to_string(kMaxDecodeBytes >> 20) + " MiB");
   }
-  const Region needed{d.x0 + resampler_.first_column(), d.y0 + resampler_.first_row(),
-                      d.x0 + resampler_.end_column(), d.y0 + resampler_.end_row()};
-  if (!read_rows(needed)) return failure("scan data");
+  return d;
+}
+
+Status ImageDecoder::Impl::decode_whole(std::span<const std::byte> bytes,
+                                        internal::ImageFormat format, const ImageTransform& t,
+                                        uint64_t random_seed, std::span<uint8_t> out) {
+  const char* name = format == internal::ImageFormat::kPng ? "PNG" : "WebP";
+  int first_column = 0;  // of the image: where each row handed to the resampler starts
+  auto need = [&](int width, int height) -> Result<internal::RgbDecoder::RowRange> {
+    const CropGeometry crop = crop_geometry(width, height, t, random_seed);
+    ZW_ASSIGN_OR_RETURN(const Region d,
+                        plan_resample(crop, 1.0, width, height, t, name, width, height));
+    first_column = d.x0 + resampler_.first_column();
+    return internal::RgbDecoder::RowRange{d.y0 + resampler_.first_row(),
+                                          d.y0 + resampler_.end_row()};
+  };
+  auto row = [&](const uint8_t* rgb) { resampler_.add_row(rgb + size_t(first_column) * 3); };
+  ZW_RETURN_IF_ERROR(whole_.decode_rows(bytes, format, kMaxPixels, need, row));
   resampler_.finish(out);
   return Status::ok();
 }

@@ -643,6 +643,41 @@ TEST(ImageDecoder, GarbageAndEmptyInputAreCorrupt) {
   decode_ok(decoder, smooth_jpeg(300, 300), ImageTransform{}, 0);
 }
 
+// A JPEG without Huffman tables (an abbreviated file, or a damaged one) decodes with the standard
+// tables, as it would in a new decoder, not with the tables of the JPEG decoded before it.
+TEST(ImageDecoder, AJpegWithoutTablesDecodesAsInANewDecoderWhateverCameBefore) {
+  const Bytes baseline = smooth_jpeg(96, 64);  // TurboJPEG writes the standard tables
+  Bytes abbreviated;                            // the same file without its DHT segments
+  for (size_t i = 0; i < baseline.size();) {
+    const bool marker = baseline[i] == std::byte(0xff) && i + 3 < baseline.size();
+    const uint8_t type = marker ? uint8_t(baseline[i + 1]) : 0;
+    if (marker && type != 0xd8 && type != 0xda) {
+      const size_t length = (size_t(baseline[i + 2]) << 8 | size_t(baseline[i + 3])) + 2;
+      if (type != 0xc4) abbreviated.insert(abbreviated.end(), baseline.begin() + long(i),
+                                           baseline.begin() + long(i + length));
+      i += length;
+      continue;
+    }
+    if (type == 0xda) {  // the scan runs to the end of the file
+      abbreviated.insert(abbreviated.end(), baseline.begin() + long(i), baseline.end());
+      break;
+    }
+    abbreviated.insert(abbreviated.end(), baseline.begin() + long(i),
+                       baseline.begin() + long(i + 2));
+    i += 2;
+  }
+  ASSERT_LT(abbreviated.size(), baseline.size());
+  const ImageTransform t{.size = 32};
+  const std::vector<uint8_t> alone = decode_ok(abbreviated, t, 1);
+  EXPECT_EQ(alone, decode_ok(baseline, t, 1));
+  // After a progressive JPEG, whose tables are optimised for its own pixels.
+  ImageDecoder decoder;
+  decode_ok(decoder, encode(ramp_picture(300, 200), 300, 200, TJPF_RGB, TJSAMP_444, 75,
+                            TJFLAG_PROGRESSIVE),
+            t, 2);
+  EXPECT_EQ(decode_ok(decoder, abbreviated, t, 1), alone);
+}
+
 TEST(ImageDecoder, TruncatedJpegIsCorruptWhenTheCropNeedsTheMissingRows) {
   const Bytes jpeg = smooth_jpeg(256, 256, TJSAMP_444);
   const Bytes cut(jpeg.begin(), jpeg.begin() + long(jpeg.size() * 4 / 10));

@@ -369,6 +369,7 @@ class ImageDecoder::Impl {
   JpegErrorManager err_{};
   jpeg_progress_mgr progress_{};
   bool created_ = false;
+  bool used_ = false;  // cinfo_ has read a JPEG since it was created
   internal::Resampler resampler_;
   std::vector<uint8_t> scanlines_;  // a batch of libjpeg output rows (3 or 4 channels)
   std::vector<uint8_t> rgb_row_;    // one row converted from CMYK
@@ -468,11 +469,19 @@ Status ImageDecoder::Impl::decode(std::span<const std::byte> jpeg, const ImageTr
   if (format == internal::ImageFormat::kPng || format == internal::ImageFormat::kWebp) {
     return decode_whole(jpeg, format, t, random_seed, out);
   }
-  if (!created_) return Status(ErrorCode::kInternal, std::string("libjpeg init: ") + err_.message);
   if (jpeg.empty()) return corrupt("image decode failed: empty input");
   if (format == internal::ImageFormat::kUnknown) {
     return corrupt("not a JPEG, PNG or WebP image (" + signature_text(jpeg) + ")");
   }
+  // A decompress object keeps the Huffman and quantization tables of every JPEG it has read,
+  // and a JPEG that lacks one (abbreviated, or damaged) would be decoded with an earlier file's
+  // instead of the standard one: the pixels would depend on which images the worker decoded
+  // before (found by fuzz_image). Each JPEG gets a fresh object, as a new decoder would; making
+  // one costs microseconds.
+  if (used_ && created_) jpeg_destroy_decompress(&cinfo_);
+  if (used_) created_ = create();
+  used_ = true;
+  if (!created_) return Status(ErrorCode::kInternal, std::string("libjpeg init: ") + err_.message);
 
   // Whatever happens below, libjpeg is left ready for the next image.
   struct AbortOnExit {

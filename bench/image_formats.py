@@ -12,7 +12,9 @@ each. Rows, each timed over epochs after a warm-up epoch (page cache warm):
   DataLoader(batch_size, shuffle=True, num_workers=2). Where torchvision cannot be imported
   (this machine's CPU torch has no torchvision build), the same transform is done with the
   Pillow calls torchvision makes for a PIL image (crop, resize with BILINEAR, transpose), and
-  the row says so.
+  the row says so;
+- Pillow decode only: the same DataLoader decoding each file to RGB and dropping it, for
+  information: the part of the peer's time that is the decoders' own.
 
 Goal (issue 11): zerowait >= 2x the Pillow row, per format.
 
@@ -75,6 +77,9 @@ def pillow_random_resized_crop(image, rng):
 
 
 class Files(torch.utils.data.Dataset):
+    """Image files opened with Pillow; `transform` None: torchvision's calls done by hand;
+    "decode only": the image decoded to RGB and dropped (the row's floor)."""
+
     def __init__(self, paths, transform):
         self.paths, self.transform = paths, transform
         self.rng = random.Random(0)
@@ -85,6 +90,8 @@ class Files(torch.utils.data.Dataset):
     def __getitem__(self, i):
         with Image.open(self.paths[i]) as image:
             rgb = image.convert("RGB")
+        if self.transform == "decode only":
+            return torch.zeros(1, dtype=torch.uint8)
         if self.transform is not None:
             return self.transform(rgb)
         return pillow_random_resized_crop(rgb, self.rng)
@@ -125,11 +132,15 @@ def main():
         loader = zerowait.Loader(out / f"{fmt}-shards", batch_size=args.batch_size, threads=2,
                                  fields=["img"],
                                  decode={"img": zerowait.RandomResizedCrop(224, flip=True)})
-        peer_loader = torch.utils.data.DataLoader(Files(paths, transform),
-                                                  batch_size=args.batch_size, shuffle=True,
-                                                  num_workers=2, persistent_workers=True)
+        def files_loader(files_transform):
+            return torch.utils.data.DataLoader(Files(paths, files_transform),
+                                               batch_size=args.batch_size, shuffle=True,
+                                               num_workers=2, persistent_workers=True)
+        peer_loader, decode_loader = files_loader(transform), files_loader("decode only")
         rows = {f"zerowait {fmt}": lambda: sum(len(b["img"]) for b in loader),
-                f"{peer} {fmt}": lambda: sum(len(b) for b in peer_loader)}
+                f"{peer} {fmt}": lambda: sum(len(b) for b in peer_loader),
+                f"Pillow decode only (no crop, no resize) {fmt}":
+                    lambda: sum(len(b) for b in decode_loader)}
         for name, epoch in rows.items():
             common.log(name, tag="image-formats")
             rate, epochs = common.timed_epochs(epoch, args.seconds)
@@ -148,7 +159,15 @@ def main():
                            results[f"zerowait {fmt}"]["samples_per_s"]
                            / results[f"{peer} {fmt}"]["samples_per_s"], 2.0, True)
               for fmt in FORMATS]
-    common.print_ratios(ratios, [f"peer row: {peer}"])
+    ratios += [{"name": f"zerowait / Pillow decode only, {fmt}",
+                "value": results[f"zerowait {fmt}"]["samples_per_s"]
+                / results[f"Pillow decode only (no crop, no resize) {fmt}"]["samples_per_s"],
+                "goal": "-", "result": "info"} for fmt in FORMATS]
+    common.print_ratios(ratios, [f"peer row: {peer}",
+                                 "Pillow decode only: Image.open + convert('RGB') in the same "
+                                 "DataLoader, the result dropped: what the peer's decoding alone "
+                                 "costs (its wheel's zlib-ng and libwebp 1.6; zerowait uses "
+                                 "Debian's zlib 1.2.13 and libwebp 1.2.4)"])
     if args.json:
         args.json.write_text(json.dumps({"results": results, "ratios": ratios,
                                          "sizes": sizes, "peer": peer}, indent=1))

@@ -117,7 +117,15 @@ LoaderHolder make_loader(py::handle path, py::dict kw) {
 }
 
 py::dtype numpy_dtype(DType dtype) {
-  return dtype == DType::kInt64 ? py::dtype::of<int64_t>() : py::dtype::of<uint8_t>();
+  switch (dtype) {
+    case DType::kInt64:
+      return py::dtype::of<int64_t>();
+    case DType::kInt32:
+      return py::dtype::of<int32_t>();
+    case DType::kUInt8:
+      break;
+  }
+  return py::dtype::of<uint8_t>();
 }
 
 // A capsule that owns a copy of `owner` (a shared_ptr of any type): the base of a numpy array.
@@ -328,33 +336,43 @@ zerowait.RandomResizedCrop(...) or zerowait.CenterCrop(...).
   const TokenWindow token_defaults;
   py::class_<TokenWindow>(m, "TokenWindow", R"doc(
 How a field holding a token sequence (a little-endian uint16, uint32 or int32 array, no header)
-becomes a row of an int64 [batch, seq_len] tensor, with "<field>.lengths" (int64 [batch]) the
+becomes a row of an int64 [batch, seq_len] tensor (int32 with ``out_dtype="int32"``: half the
+bytes), with "<field>.lengths" (int64 [batch]) the
 tokens of each row before its padding. Shorter sequences are padded with ``pad``; longer ones are
 cut to ``seq_len`` tokens from their start, or with ``random_offset=True`` from an offset drawn
 from (seed, epoch, sample index): the same after an exact resume. docs/loader.md.
 )doc")
       .def(py::init([](uint32_t seq_len, const std::string& dtype, int64_t pad,
-                       bool random_offset) {
+                       bool random_offset, const std::string& out_dtype) {
              TokenWindow t;
              t.seq_len = seq_len;
              t.dtype = value_or_throw(parse_token_dtype(dtype));
              t.pad = pad;
              t.random_offset = random_offset;
+             if (out_dtype != "int64" && out_dtype != "int32") {
+               throw StatusError(invalid_argument("TokenWindow out_dtype must be \"int64\" or "
+                                                  "\"int32\", not \"" + out_dtype + "\""));
+             }
+             t.int32_rows = out_dtype == "int32";
              throw_if_error(t.validate());
              return t;
            }),
            py::arg("seq_len"), py::arg("dtype") = token_dtype_name(token_defaults.dtype),
            py::arg("pad") = token_defaults.pad,
-           py::arg("random_offset") = token_defaults.random_offset)
+           py::arg("random_offset") = token_defaults.random_offset,
+           py::arg("out_dtype") = "int64")
       .def_readonly("seq_len", &TokenWindow::seq_len)
       .def_property_readonly("dtype",
                              [](const TokenWindow& t) { return token_dtype_name(t.dtype); })
       .def_readonly("pad", &TokenWindow::pad)
       .def_readonly("random_offset", &TokenWindow::random_offset)
+      .def_property_readonly("out_dtype",
+                             [](const TokenWindow& t) { return t.int32_rows ? "int32" : "int64"; })
       .def("__repr__", [](const TokenWindow& t) {
         return "TokenWindow(" + std::to_string(t.seq_len) + ", dtype='" +
                token_dtype_name(t.dtype) + "', pad=" + std::to_string(t.pad) +
-               (t.random_offset ? ", random_offset=True)" : ")");
+               (t.random_offset ? ", random_offset=True" : "") +
+               (t.int32_rows ? ", out_dtype='int32')" : ")");
       });
 
   py::class_<Loader, LoaderHolder>(m, "_Loader")

@@ -87,10 +87,11 @@ uint64_t lay_out(const std::vector<FieldSpec>& fields, Extent room, Extent fille
         break;
       }
       case FieldDecode::Kind::kTokens: {
-        const int64_t seq_len = field.decode.tokens.seq_len;
-        const uint64_t row_bytes = uint64_t(seq_len) * 8;
-        add(field.name, DType::kInt64, {n, seq_len}, room.rows * row_bytes,
-            filled.rows * row_bytes);
+        const TokenWindow& t = field.decode.tokens;
+        const int64_t seq_len = t.seq_len;
+        const uint64_t row_bytes = uint64_t(seq_len) * t.row_value_bytes();
+        add(field.name, t.int32_rows ? DType::kInt32 : DType::kInt64, {n, seq_len},
+            room.rows * row_bytes, filled.rows * row_bytes);
         add(field.name + ".lengths", DType::kInt64, {n}, room.rows * 8, filled.rows * 8);
         break;
       }
@@ -350,7 +351,7 @@ Status BatchBuilder::fill_sample(const Item& item, uint64_t global_index, uint64
       case FieldDecode::Kind::kTokens: {
         if (field == nullptr) return field_error("is missing");
         const TokenWindow& t = spec.decode.tokens;
-        auto* out = reinterpret_cast<int64_t*>(column.data) + row * t.seq_len;
+        std::byte* out = column.data + row * t.seq_len * t.row_value_bytes();
         Result<uint64_t> taken = t.decode(field->bytes, augment_seed(epoch, global_index), out);
         if (!taken.is_ok()) return field_error(taken.status().message());
         const auto length = static_cast<int64_t>(*taken);

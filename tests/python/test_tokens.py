@@ -42,6 +42,28 @@ def test_each_document_becomes_one_row_padded_or_cut(tmp_path, dtype):
         assert row == kept + [-100] * (16 - len(kept))
 
 
+def test_int32_rows_hold_the_same_tokens_in_half_the_bytes(tmp_path):
+    docs = documents(30, seed=5)
+    docs[7][0] = 2**31 + 5  # fits uint32 on disk, not an int32 row
+    zerowait.write_dataset(({"tokens": d.astype("uint32").tobytes()} for d in docs),
+                           tmp_path / "ds")
+    wide = zerowait.TokenWindow(16, dtype="uint32", pad=-1)
+    narrow = zerowait.TokenWindow(16, dtype="uint32", pad=-1, out_dtype="int32")
+    assert narrow.out_dtype == "int32" and "out_dtype='int32'" in repr(narrow)
+    loader = zerowait.Loader(tmp_path / "ds", batch_size=7, shuffle="none", fields=["tokens"],
+                             decode={"tokens": narrow}, on_corrupt="skip")
+    batches = list(loader)
+    assert {b["tokens"].dtype for b in batches} == {torch.int32}
+    rows = [row for b in batches for row in b["tokens"].tolist()]
+    expected, _ = rows_of(tmp_path / "ds", wide)
+    assert rows == expected[:7] + expected[8:]  # document 7 is skipped: its token does not fit
+    assert loader.stats()["skipped"] == 1
+    with pytest.raises(ValueError, match="out_dtype"):
+        zerowait.TokenWindow(8, out_dtype="int16")
+    with pytest.raises(ValueError, match="does not fit int32"):
+        zerowait.TokenWindow(8, pad=2**40, out_dtype="int32")
+
+
 def test_random_offsets_are_windows_of_the_document_and_repeat_after_a_resume(tmp_path):
     docs = documents(60, seed=2, longest=100)
     zerowait.write_dataset(({"tokens": d.astype("uint16").tobytes()} for d in docs),

@@ -32,7 +32,7 @@ struct FieldDecode {
     kRaw,    // "<field>": uint8 [total bytes], "<field>.offsets": int64 [n + 1]
     kInt,    // "<field>": int64 [n], from the field's ASCII decimal text (e.g. a "cls" label)
     kImage,  // "<field>": uint8 [n, size, size, 3], a JPEG decoded and transformed
-    // "<field>": int64 [n, seq_len], a token sequence (token_window.hpp);
+    // "<field>": int64 (or int32) [n, seq_len], a token sequence (token_window.hpp);
     // "<field>.lengths": int64 [n], the tokens of each row before its padding
     kTokens,
   };
@@ -77,7 +77,7 @@ struct LoaderOptions {
   Status validate() const;
 };
 
-enum class DType { kUInt8, kInt64 };
+enum class DType { kUInt8, kInt32, kInt64 };
 
 // A column of fewer bytes than this in a batch is copied out of the batch arena into memory of
 // its own (see BatchColumn::copy), so a caller may keep it without holding the arena: a list of

@@ -24,15 +24,21 @@ struct TokenWindow {
   uint32_t seq_len = 0;  // tokens per row, > 0
   int64_t pad = 0;       // the token that fills the rest of a shorter sequence's row
   bool random_offset = false;
+  // Rows of int32 instead of int64: half the bytes written and moved (nn.Embedding takes either;
+  // cross_entropy wants int64 targets, a cast on the GPU).
+  bool int32_rows = false;
 
   // kInvalidArgument naming the bad field.
   Status validate() const;
   size_t token_bytes() const { return dtype == DType::kUInt16 ? 2 : 4; }
 
-  // Writes the row of a sequence stored in `bytes` into `row` (seq_len values) and returns how
-  // many tokens it took from the sequence. `seed` picks the offset of a longer sequence when
-  // random_offset is set. kCorrupt when `bytes` is not a whole number of tokens.
-  Result<uint64_t> decode(std::span<const std::byte> bytes, uint64_t seed, int64_t* row) const;
+  size_t row_value_bytes() const { return int32_rows ? 4 : 8; }
+
+  // Writes the row of a sequence stored in `bytes` into `row` (seq_len values of int64, or of
+  // int32 with int32_rows) and returns how many tokens it took from the sequence. `seed` picks
+  // the offset of a longer sequence when random_offset is set. kCorrupt when `bytes` is not a
+  // whole number of tokens, or (int32 rows) a uint32 token does not fit an int32.
+  Result<uint64_t> decode(std::span<const std::byte> bytes, uint64_t seed, std::byte* row) const;
 };
 
 // "uint16", "uint32", "int32" (numpy's names); kInvalidArgument otherwise.

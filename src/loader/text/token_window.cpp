@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <limits>
 #include <string>
+#include <type_traits>
 
 #include "common/random.hpp"
 
@@ -14,16 +16,34 @@ namespace {
 // Longer than any context a model trains on, and small enough that a batch's rows fit in memory.
 constexpr uint32_t kMaxSeqLen = 1u << 24;
 
-// Widens `count` little-endian tokens of type T at `src` into int64 (a loop the compiler
-// vectorizes: the copy runs at memory speed).
-template <typename T>
-void widen(const std::byte* src, uint64_t count, int64_t* dst) {
+// Widens `count` little-endian tokens of type T at `src` into Out (a loop the compiler
+// vectorizes: the copy runs at memory speed). False when a value does not fit Out.
+template <typename T, typename Out>
+bool widen(const std::byte* src, uint64_t count, Out* dst) {
   static_assert(std::endian::native == std::endian::little, "tokens are stored little-endian");
+  bool fits = true;
   for (uint64_t i = 0; i < count; ++i) {
     T value;
     std::memcpy(&value, src + i * sizeof(T), sizeof(T));
-    dst[i] = static_cast<int64_t>(value);
+    dst[i] = static_cast<Out>(value);
+    if constexpr (sizeof(T) == sizeof(Out) && std::is_unsigned_v<T> && std::is_signed_v<Out>) {
+      fits &= value <= T(std::numeric_limits<Out>::max());
+    }
   }
+  return fits;
+}
+
+template <typename Out>
+bool widen_as(TokenWindow::DType dtype, const std::byte* src, uint64_t count, Out* dst) {
+  switch (dtype) {
+    case TokenWindow::DType::kUInt16:
+      return widen<uint16_t>(src, count, dst);
+    case TokenWindow::DType::kUInt32:
+      return widen<uint32_t>(src, count, dst);
+    case TokenWindow::DType::kInt32:
+      return widen<int32_t>(src, count, dst);
+  }
+  return false;
 }
 
 }  // namespace
@@ -33,11 +53,15 @@ Status TokenWindow::validate() const {
     return invalid_argument("token window seq_len must be between 1 and " +
                             std::to_string(kMaxSeqLen) + ", not " + std::to_string(seq_len));
   }
+  if (int32_rows && (pad < std::numeric_limits<int32_t>::min() ||
+                     pad > std::numeric_limits<int32_t>::max())) {
+    return invalid_argument("token window pad " + std::to_string(pad) + " does not fit int32 rows");
+  }
   return Status::ok();
 }
 
 Result<uint64_t> TokenWindow::decode(std::span<const std::byte> bytes, uint64_t seed,
-                                     int64_t* row) const {
+                                     std::byte* row) const {
   const size_t width = token_bytes();
   if (bytes.size() % width != 0) {
     return corrupt("holds " + std::to_string(bytes.size()) + " bytes, not a whole number of " +
@@ -50,18 +74,17 @@ Result<uint64_t> TokenWindow::decode(std::span<const std::byte> bytes, uint64_t 
     first = internal::mix64(seed) % (tokens - seq_len + 1);
   }
   const std::byte* src = bytes.data() + first * width;
-  switch (dtype) {
-    case DType::kUInt16:
-      widen<uint16_t>(src, taken, row);
-      break;
-    case DType::kUInt32:
-      widen<uint32_t>(src, taken, row);
-      break;
-    case DType::kInt32:
-      widen<int32_t>(src, taken, row);
-      break;
+  if (int32_rows) {
+    auto* out = reinterpret_cast<int32_t*>(row);
+    if (!widen_as(dtype, src, taken, out)) {
+      return corrupt("holds a uint32 token over 2147483647, which an int32 row cannot hold");
+    }
+    std::fill(out + taken, out + seq_len, static_cast<int32_t>(pad));
+  } else {
+    auto* out = reinterpret_cast<int64_t*>(row);
+    widen_as(dtype, src, taken, out);
+    std::fill(out + taken, out + seq_len, pad);
   }
-  std::fill(row + taken, row + seq_len, pad);
   return taken;
 }
 

@@ -18,7 +18,8 @@ bool starts_with(std::span<const std::byte> bytes, const void* prefix, size_t n,
 }
 
 // libpng reports errors through a callback that must not return: ours records the message and
-// longjmps to the setjmp in read_png(), whose frame holds nothing with a destructor.
+// longjmps to the setjmp of the PngSteps function that called libpng, whose frame holds nothing
+// with a destructor.
 struct PngRead {
   std::span<const std::byte> bytes;
   size_t position = 0;
@@ -92,32 +93,19 @@ ImageFormat sniff_image_format(std::span<const std::byte> bytes) {
   return ImageFormat::kUnknown;
 }
 
-Result<RgbDecoder::Image> RgbDecoder::decode(std::span<const std::byte> bytes, ImageFormat format,
-                                             uint64_t max_pixels) {
-  if (format == ImageFormat::kWebp) return decode_webp(bytes, max_pixels);
-  if (format != ImageFormat::kPng) return invalid_argument("RgbDecoder decodes PNG and WebP only");
-  Image whole;
-  ZW_RETURN_IF_ERROR(decode_png_rows(bytes, max_pixels, nullptr, nullptr, &whole));
-  return whole;
-}
-
 Status RgbDecoder::decode_rows(std::span<const std::byte> bytes, ImageFormat format,
                                uint64_t max_pixels,
                                const std::function<Result<RowRange>(int width, int height)>& need,
                                const std::function<void(const uint8_t* rgb)>& row) {
-  if (format == ImageFormat::kPng) return decode_png_rows(bytes, max_pixels, need, row, nullptr);
-  ZW_ASSIGN_OR_RETURN(const Image image, decode(bytes, format, max_pixels));
-  ZW_ASSIGN_OR_RETURN(const RowRange rows, need(image.width, image.height));
-  for (int y = rows.first; y < rows.end; ++y) row(image.rgb + size_t(y) * image.width * 3);
-  return Status::ok();
+  if (format == ImageFormat::kPng) return decode_png_rows(bytes, max_pixels, need, row);
+  if (format == ImageFormat::kWebp) return decode_webp_rows(bytes, max_pixels, need, row);
+  return invalid_argument("RgbDecoder decodes PNG and WebP only");
 }
 
-// With `need`: rows as decode_rows() says. Without: the whole image into rgb_, described in
-// `whole`.
 Status RgbDecoder::decode_png_rows(
     std::span<const std::byte> bytes, uint64_t max_pixels,
     const std::function<Result<RowRange>(int width, int height)>& need,
-    const std::function<void(const uint8_t* rgb)>& row, Image* whole) {
+    const std::function<void(const uint8_t* rgb)>& row) {
   PngRead read{bytes};
   png_structp png =
       png_create_read_struct(PNG_LIBPNG_VER_STRING, &read, on_png_error, on_png_warning);
@@ -147,11 +135,8 @@ Status RgbDecoder::decode_png_rows(
                                             " bytes after the RGB transforms, not " +
                                             std::to_string(size_t(width) * 3));
   }
-  RowRange wanted{0, int(height)};
-  if (need) {
-    ZW_ASSIGN_OR_RETURN(wanted, need(int(width), int(height)));
-  }
-  if (need && png_get_interlace_type(png, info) == PNG_INTERLACE_NONE) {
+  ZW_ASSIGN_OR_RETURN(const RowRange wanted, need(int(width), int(height)));
+  if (png_get_interlace_type(png, info) == PNG_INTERLACE_NONE) {
     rgb_.resize(row_bytes);
     if (!PngSteps::some_rows(png, rgb_.data(), wanted.first, wanted.end, row)) {
       return corrupt(std::string("PNG decode failed (image data): ") + read.message);
@@ -164,15 +149,14 @@ Status RgbDecoder::decode_png_rows(
   if (!PngSteps::rows(png, rows_.data())) {
     return corrupt(std::string("PNG decode failed (image data): ") + read.message);
   }
-  if (whole != nullptr) *whole = Image{rgb_.data(), int(width), int(height)};
-  if (need) {
-    for (int y = wanted.first; y < wanted.end; ++y) row(rows_[size_t(y)]);
-  }
+  for (int y = wanted.first; y < wanted.end; ++y) row(rows_[size_t(y)]);
   return Status::ok();
 }
 
-Result<RgbDecoder::Image> RgbDecoder::decode_webp(std::span<const std::byte> bytes,
-                                                  uint64_t max_pixels) {
+Status RgbDecoder::decode_webp_rows(
+    std::span<const std::byte> bytes, uint64_t max_pixels,
+    const std::function<Result<RowRange>(int width, int height)>& need,
+    const std::function<void(const uint8_t* rgb)>& row) {
   const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
   WebPBitstreamFeatures features;
   const VP8StatusCode status = WebPGetFeatures(data, bytes.size(), &features);
@@ -192,7 +176,9 @@ Result<RgbDecoder::Image> RgbDecoder::decode_webp(std::span<const std::byte> byt
   if (WebPDecodeRGBInto(data, bytes.size(), rgb_.data(), rgb_.size(), int(width * 3)) == nullptr) {
     return corrupt("WebP decode failed: the image data is truncated or damaged");
   }
-  return Image{rgb_.data(), int(width), int(height)};
+  ZW_ASSIGN_OR_RETURN(const RowRange wanted, need(int(width), int(height)));
+  for (int y = wanted.first; y < wanted.end; ++y) row(rgb_.data() + size_t(y) * width * 3);
+  return Status::ok();
 }
 
 }  // namespace zerowait::internal

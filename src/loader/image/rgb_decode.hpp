@@ -23,35 +23,29 @@ ImageFormat sniff_image_format(std::span<const std::byte> bytes);
 // interlaced PNGs deinterlaced. Reuses its buffers from image to image. Not thread-safe.
 class RgbDecoder {
  public:
-  struct Image {
-    const uint8_t* rgb = nullptr;  // height rows of width * 3 bytes; valid until the next decode
-    int width = 0;
-    int height = 0;
-  };
-
-  // kCorrupt with the library's reason (a truncated file, a bad checksum), kUnsupported for an
-  // animated WebP or an image of more than `max_pixels` pixels (checked before decoding).
-  Result<Image> decode(std::span<const std::byte> bytes, ImageFormat format, uint64_t max_pixels);
-
   // Rows [first, end) of an image, for a caller that needs only some: a crop.
   struct RowRange {
     int first = 0;
     int end = 0;
   };
-  // The same decode, row by row: `need(width, height)` is called once the size is known and
-  // returns the rows wanted; `row(rgb)` then receives each of them in order (width * 3 bytes,
-  // valid during the call). A non-interlaced PNG is decoded row by row and no further than
+  // Decodes `bytes` (format kPng or kWebp): `need(width, height)` is called once the size is
+  // known and returns the rows wanted; `row(rgb)` then receives each of them in order (width * 3
+  // bytes, valid during the call). A non-interlaced PNG is decoded row by row and no further than
   // `end`, so data after the last row needed is never read (a file cut short there decodes);
-  // interlaced PNGs and WebPs are decoded whole first. An error `need` returns is returned.
+  // interlaced PNGs and WebPs are decoded whole first. Errors: kCorrupt with the library's reason
+  // (a truncated file, a bad checksum); kUnsupported for an animated WebP or an image of more
+  // than `max_pixels` pixels (checked before decoding); an error `need` returns.
   Status decode_rows(std::span<const std::byte> bytes, ImageFormat format, uint64_t max_pixels,
                      const std::function<Result<RowRange>(int width, int height)>& need,
                      const std::function<void(const uint8_t* rgb)>& row);
 
  private:
-  Result<Image> decode_webp(std::span<const std::byte> bytes, uint64_t max_pixels);
   Status decode_png_rows(std::span<const std::byte> bytes, uint64_t max_pixels,
                          const std::function<Result<RowRange>(int width, int height)>& need,
-                         const std::function<void(const uint8_t* rgb)>& row, Image* whole);
+                         const std::function<void(const uint8_t* rgb)>& row);
+  Status decode_webp_rows(std::span<const std::byte> bytes, uint64_t max_pixels,
+                          const std::function<Result<RowRange>(int width, int height)>& need,
+                          const std::function<void(const uint8_t* rgb)>& row);
 
   std::vector<uint8_t> rgb_;
   std::vector<uint8_t*> rows_;

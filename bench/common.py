@@ -267,3 +267,32 @@ def empty_folder(path):
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)
     return path
+
+
+def import_torchvision():
+    """torchvision, or None. PyPI's torchvision wheels are CUDA builds; beside a CPU torch their
+    C++ ops fail to load, and torchvision 0.28's import then fails registering fake kernels for
+    two of them. The transforms are pure Python and need none of those ops, so the two schemas
+    are declared (never implemented, never called) and the import retried."""
+    try:
+        import torchvision
+        return torchvision
+    except RuntimeError as e:
+        if "torchvision::nms" not in str(e):
+            return None
+    except ImportError:
+        return None
+    import sys
+    import torch
+
+    for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+        del sys.modules[name]
+    schemas = torch.library.Library("torchvision", "DEF")  # noqa: kept alive in the module
+    schemas.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    schemas.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    _LIBRARIES.append(schemas)
+    import torchvision
+    return torchvision
+
+
+_LIBRARIES = []  # torch.library.Library objects must outlive the import

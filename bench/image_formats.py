@@ -46,10 +46,10 @@ FORMATS = {"png": ("PNG", {}), "webp": ("WEBP", {"quality": 90})}
 
 def torchvision_transform():
     """torchvision's RandomResizedCrop(224) + flip + PILToTensor, or None without torchvision."""
-    try:
-        from torchvision import transforms
-    except Exception:  # noqa: BLE001 - any import failure means "not available here"
+    torchvision = common.import_torchvision()
+    if torchvision is None:
         return None
+    transforms = torchvision.transforms
     return transforms.Compose([transforms.RandomResizedCrop(224),
                                transforms.RandomHorizontalFlip(), transforms.PILToTensor()])
 

@@ -402,6 +402,21 @@ from (seed, epoch, sample index): the same after an exact resume. docs/loader.md
              throw_if_error(without_gil([&] { return l.load_state(state); }));
            })
       .def("stats", [](const Loader& l) { return stats_to_dict(l.stats()); })
+      .def(
+          "describe_sample",
+          [](const Loader& l, uint64_t index) {
+            // For error messages: where a sample lies. Empty when it cannot be located.
+            py::dict out;
+            const Dataset& dataset = l.dataset();
+            const Result<SampleLocation> location = dataset.locate(index);
+            if (!location) return out;
+            out["shard"] = fs_str(dataset.shard_path(location->shard));
+            out["shard_index"] = location->local;
+            const Result<std::shared_ptr<ShardReader>> reader = dataset.shard(location->shard);
+            if (reader) out["key"] = fs_str((*reader)->key(location->local));
+            return out;
+          },
+          py::arg("index"), "{shard, shard_index, key} of sample `index`, for messages.")
       .def("close", &Loader::close, py::call_guard<py::gil_scoped_release>());
 }
 

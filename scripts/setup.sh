@@ -97,17 +97,22 @@ pip_install() {
 PY_REQUIREMENTS=("scikit-build-core>=0.10" "pybind11>=2.12" numpy pytest safetensors fusepy pillow
   datasets)
 TORCH_REQUIREMENT="torch==2.13.0"  # a CPU build; later features and the benchmarks use it
+TORCHVISION_REQUIREMENT="torchvision==0.28.0"  # the release built against torch 2.13
 STAMP="$VENV/.zerowait-requirements"
-wanted="${PY_REQUIREMENTS[*]} $TORCH_REQUIREMENT"
+wanted="${PY_REQUIREMENTS[*]} $TORCH_REQUIREMENT $TORCHVISION_REQUIREMENT"
 if [[ "$(cat "$STAMP" 2>/dev/null || true)" != "$wanted" ]]; then
   echo "installing ${PY_REQUIREMENTS[*]}"
   pip_install --quiet "${PY_REQUIREMENTS[@]}" ||
     die "pip install of the build requirements failed"
   echo "installing $TORCH_REQUIREMENT (large; takes a minute)"
-  if pip_install --quiet "$TORCH_REQUIREMENT"; then
+  # torchvision for the benchmarks' augmentation pipelines; --no-deps keeps pip from replacing
+  # the CPU torch with the CUDA build its wheel names.
+  if pip_install --quiet "$TORCH_REQUIREMENT" &&
+    pip_install --quiet --no-deps "$TORCHVISION_REQUIREMENT"; then
     printf '%s' "$wanted" >"$STAMP"
   else
-    echo "setup.sh: warning: '$TORCH_REQUIREMENT' could not be installed; zerowait itself works" \
+    echo "setup.sh: warning: '$TORCH_REQUIREMENT' or '$TORCHVISION_REQUIREMENT' could not be" \
+      "installed; zerowait itself works" \
       "without it, but the PyTorch integration and benchmarks will not. Continuing." >&2
   fi
 else

@@ -44,6 +44,7 @@ from zerowait._core import (
 )
 from zerowait.checkpoint import Checkpointer, SaveHandle
 from zerowait.loader import CenterCrop, ImageTransform, Loader, RandomResizedCrop, TokenWindow
+from zerowait.map_stage import MapError, MapWorkerError
 from zerowait.writer import ShardWriter, token_windows, write_dataset
 
 __all__ = [
@@ -58,6 +59,8 @@ __all__ = [
     "InternalError",
     "InvalidArgumentError",
     "Loader",
+    "MapError",
+    "MapWorkerError",
     "RandomResizedCrop",
     "ResourceExhaustedError",
     "SaveHandle",

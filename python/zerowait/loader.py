@@ -9,9 +9,10 @@ tensors (or numpy arrays): large columns point straight into a native arena, sma
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterator, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence
 
 from zerowait import _core
+from zerowait.map_stage import MapStage
 
 ImageTransform = _core.ImageTransform
 TokenWindow = _core.TokenWindow
@@ -89,6 +90,22 @@ class Loader:
     ``cache_dir=`` (local disk, shared by every process that names it; ``cache_bytes`` caps it,
     0 = half the free space; docs/cache.md); ``stats()["cache"]`` counts its hits, misses and
     evictions. A :class:`zerowait.Dataset` opened with a ``cache_dir`` lends it to the loader.
+
+    ``map=fn`` runs a Python function on every sample after the C++ stages: ``fn`` gets a dict
+    (raw fields as uint8 numpy views, decoded rows as tensors, labels and ``__index__`` as ints,
+    ``__seed__``) and returns a dict; equal-shaped arrays are stacked into batch tensors, numbers
+    into 1-D tensors, ragged arrays and other objects into lists. It runs in ``map_workers``
+    processes (``map_mode="process"``: samples and results pass through shared memory, the
+    workers start once; forked unless ``map_start_method`` says otherwise), threads
+    (``"thread"``: for functions that release the GIL) or, with ``map_workers=0``, the calling
+    thread. Each call's ``sample["__seed__"]`` comes from (seed, epoch, index), and outside
+    thread mode ``random``, ``numpy.random`` and ``torch`` are seeded with it: the same
+    augmentations after an exact resume, whatever the worker count (threads share those
+    generators: there, draw from ``numpy.random.default_rng(sample["__seed__"])``). An
+    exception in ``fn`` follows ``on_corrupt`` and names the sample (MapError); a worker that
+    dies is reported and replaced and its batches run again, or with
+    ``map_on_worker_death="raise"`` MapWorkerError is raised and the loader stands before that
+    batch (docs/loader.md, "Per-sample Python").
     """
 
     def __init__(
@@ -124,6 +141,12 @@ class Loader:
         cache_bytes: int = 0,
         device: str = "cpu",
         output: str = "torch",
+        map: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None,  # noqa: A002
+        map_workers: int = 2,
+        map_mode: str = "process",
+        map_prefetch: int = 2,
+        map_on_worker_death: str = "retry",
+        map_start_method: Optional[str] = None,
     ) -> None:
         if isinstance(data, _core.Dataset):
             # The loader reads the dataset's files through the dataset's own cache, unless
@@ -164,7 +187,20 @@ class Loader:
             autotune=autotune, pin_memory=pin_memory,
             cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
             cache_bytes=cache_bytes)
-        self._loader = _core._Loader(data, options)
+        # The map workers are forked before the C++ loader starts its threads.
+        self._map = (MapStage(map, workers=map_workers, mode=map_mode, seed=seed,
+                              on_corrupt=on_corrupt, on_worker_death=map_on_worker_death,
+                              prefetch=map_prefetch, start_method=map_start_method, keys=keys,
+                              as_torch=output == "torch")
+                     if map is not None else None)
+        try:
+            self._loader = _core._Loader(data, options)
+        except BaseException:
+            if self._map is not None:
+                self._map.close()
+            raise
+        if self._map is not None:
+            self._map.attach(self._loader)
         self._keys = keys
         self.rank = rank
         self.world_size = world_size
@@ -182,6 +218,9 @@ class Loader:
         """The next batch, or None at the end of the epoch. With ``timeout`` (seconds), raises
         DeadlineExceededError when no batch is ready by then; nothing is lost, and the next call
         waits for the same batch."""
+        if self._map is not None:
+            batch = self._map.next(timeout)
+            return self._copy(batch) if batch is not None and self._copy is not None else batch
         arrays = self._loader.next(timeout)
         if arrays is None:
             return None
@@ -203,7 +242,8 @@ class Loader:
 
     def remaining(self) -> int:
         """Batches this rank still gets in the current epoch."""
-        return self._loader.remaining_batches()
+        pending = self._map.pending() if self._map is not None else 0
+        return self._loader.remaining_batches() + pending
 
     @property
     def epoch(self) -> int:
@@ -211,24 +251,39 @@ class Loader:
 
     def set_epoch(self, epoch: int) -> None:
         """Restart at the beginning of ``epoch``."""
-        self._loader.set_epoch(epoch)
+        if self._map is not None:
+            self._map.set_epoch(epoch)
+        else:
+            self._loader.set_epoch(epoch)
 
     def state_dict(self) -> Dict[str, Any]:
         """Where the loader stands, counting the batches already returned: a plain dict that
         torch.save / json can store."""
-        return self._loader.state_dict()
+        return self._map.state_dict() if self._map is not None else self._loader.state_dict()
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continue exactly where ``state`` was taken; world size and batch size may differ."""
-        self._loader.load_state_dict(dict(state))
+        if self._map is not None:
+            self._map.load_state_dict(dict(state))
+        else:
+            self._loader.load_state_dict(dict(state))
 
     def stats(self) -> Dict[str, Any]:
         """Totals since creation (``wait_s``: time blocked in next(), ``read_s``, ``decode_s``,
-        ``bytes_read``, ``skipped``, ...), pool state, and ``recent``: the last steps."""
-        return self._loader.stats()
+        ``bytes_read``, ``skipped``, ...), pool state, and ``recent``: the last steps. With
+        ``map=``, ``map`` adds the stage's: ``wait_s`` (time next() waited on fn's results),
+        ``fn_s`` (time in fn, all workers), ``samples``, ``errors``, ``worker_deaths`` and the
+        last ``deaths``, and in process mode ``worker_rss_bytes`` and ``worker_unique_bytes`` (the
+        part not shared with the training process)."""
+        stats = self._loader.stats()
+        if self._map is not None:
+            stats["map"] = self._map.stats()
+        return stats
 
     def close(self) -> None:
-        """Stop the worker threads. Batches already returned stay valid."""
+        """Stop the worker threads (and map workers). Batches already returned stay valid."""
+        if self._map is not None:
+            self._map.close()
         self._loader.close()
 
     def __enter__(self) -> "Loader":

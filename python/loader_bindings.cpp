@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common.hpp"
@@ -33,18 +34,28 @@ FieldDecode field_decode(py::handle spec, const std::string& field) {
     decode.tokens = spec.cast<TokenWindow>();
     return decode;
   }
+  if (py::isinstance<ArrayField>(spec)) {
+    decode.kind = FieldDecode::Kind::kArray;
+    decode.array = spec.cast<ArrayField>();
+    return decode;
+  }
   if (py::isinstance<py::str>(spec)) {
     const std::string kind = spec.cast<std::string>();
-    if (kind == "raw") return decode;
+    // "text" and "json" fields travel as raw bytes; zerowait.Loader makes them str / objects.
+    if (kind == "raw" || kind == "text" || kind == "json") return decode;
     if (kind == "int") {
       decode.kind = FieldDecode::Kind::kInt;
       return decode;
     }
+    if (kind == "npy") {
+      decode.kind = FieldDecode::Kind::kArray;
+      return decode;
+    }
   }
-  throw StatusError(invalid_argument("decode['" + field + "'] must be \"raw\", \"int\", an " +
-                                     "ImageTransform (zerowait.RandomResizedCrop / CenterCrop) " +
-                                     "or a zerowait.TokenWindow, not " +
-                                     py::repr(spec).cast<std::string>()));
+  throw StatusError(invalid_argument(
+      "decode['" + field + "'] must be \"raw\", \"int\", \"npy\", \"text\", \"json\", an " +
+      "ImageTransform (zerowait.RandomResizedCrop / CenterCrop), a zerowait.TokenWindow or a " +
+      "zerowait.Array, not " + py::repr(spec).cast<std::string>()));
 }
 
 // Destroying a loader stops and joins its worker threads, which may be waiting on reads: that
@@ -116,17 +127,7 @@ LoaderHolder make_loader(py::handle path, py::dict kw) {
   return LoaderHolder(value_or_throw(Loader::create(std::move(dataset), std::move(o))).release());
 }
 
-py::dtype numpy_dtype(DType dtype) {
-  switch (dtype) {
-    case DType::kInt64:
-      return py::dtype::of<int64_t>();
-    case DType::kInt32:
-      return py::dtype::of<int32_t>();
-    case DType::kUInt8:
-      break;
-  }
-  return py::dtype::of<uint8_t>();
-}
+py::dtype numpy_dtype(DType dtype) { return py::dtype(std::string(dtype_name(dtype))); }
 
 // A capsule that owns a copy of `owner` (a shared_ptr of any type): the base of a numpy array.
 template <typename T>
@@ -373,6 +374,51 @@ from (seed, epoch, sample index): the same after an exact resume. docs/loader.md
                token_dtype_name(t.dtype) + "', pad=" + std::to_string(t.pad) +
                (t.random_offset ? ", random_offset=True" : "") +
                (t.int32_rows ? ", out_dtype='int32')" : ")");
+      });
+
+  py::class_<ArrayField>(m, "Array", R"doc(
+How a field holding one NumPy array a sample becomes a row of a [batch, *shape] tensor: the
+.npy format (numpy.save; what zerowait.write_dataset stores arrays and tensors as), or with
+``header=False`` the bare bytes of an array of ``dtype`` and ``shape``. Without ``dtype`` the
+first sample that has the field sets dtype and shape; every sample must match them, or it is a
+corrupt sample (on_corrupt). Rows are copied as stored (C order, little-endian). docs/loader.md.
+)doc")
+      .def(py::init([](std::optional<std::string> dtype, std::optional<std::vector<int64_t>> shape,
+                       bool header) {
+             ArrayField a;
+             if (dtype) a.dtype = value_or_throw(parse_dtype(*dtype));
+             if (shape && !dtype) {
+               throw StatusError(invalid_argument("Array(shape=...) needs a dtype as well"));
+             }
+             if (dtype && !shape) {
+               throw StatusError(invalid_argument("Array(dtype=...) needs a shape as well"));
+             }
+             if (shape) a.shape = *shape;
+             a.header = header;
+             throw_if_error(a.validate());
+             return a;
+           }),
+           py::arg("dtype") = py::none(), py::arg("shape") = py::none(), py::arg("header") = true)
+      .def_property_readonly("dtype",
+                             [](const ArrayField& a) -> py::object {
+                               if (!a.dtype) return py::none();
+                               return py::str(dtype_name(*a.dtype));
+                             })
+      .def_property_readonly("shape",
+                             [](const ArrayField& a) -> py::object {
+                               if (!a.dtype) return py::none();
+                               return py::tuple(py::cast(a.shape));
+                             })
+      .def_readonly("header", &ArrayField::header)
+      .def("__repr__", [](const ArrayField& a) {
+        if (!a.dtype) return std::string(a.header ? "Array()" : "Array(header=False)");
+        std::string shape = "(";
+        for (size_t i = 0; i < a.shape.size(); ++i) {
+          shape += (i ? ", " : "") + std::to_string(a.shape[i]);
+        }
+        shape += a.shape.size() == 1 ? ",)" : ")";
+        return "Array(dtype='" + std::string(dtype_name(*a.dtype)) + "', shape=" + shape +
+               (a.header ? ")" : ", header=False)");
       });
 
   py::class_<Loader, LoaderHolder>(m, "_Loader")

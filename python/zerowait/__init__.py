@@ -43,12 +43,20 @@ from zerowait._core import (
     pack,
 )
 from zerowait.checkpoint import Checkpointer, SaveHandle
-from zerowait.loader import CenterCrop, ImageTransform, Loader, RandomResizedCrop, TokenWindow
+from zerowait.loader import (
+    Array,
+    CenterCrop,
+    ImageTransform,
+    Loader,
+    RandomResizedCrop,
+    TokenWindow,
+)
 from zerowait.map_stage import MapError, MapWorkerError
 from zerowait.writer import ShardWriter, token_windows, write_dataset
 
 __all__ = [
     "AlreadyExistsError",
+    "Array",
     "CancelledError",
     "CenterCrop",
     "Checkpointer",

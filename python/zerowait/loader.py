@@ -11,9 +11,13 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence
 
-from zerowait import _core
-from zerowait.map_stage import MapStage
+import numpy as np
 
+from zerowait import _core
+from zerowait.map_stage import MapStage, sample_name
+from zerowait.text_fields import parse_columns, text_kinds
+
+Array = _core.Array
 ImageTransform = _core.ImageTransform
 TokenWindow = _core.TokenWindow
 _DEFAULTS = _core.LOADER_DEFAULTS  # LoaderOptions' defaults, from the C++ side
@@ -187,11 +191,18 @@ class Loader:
             autotune=autotune, pin_memory=pin_memory,
             cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
             cache_bytes=cache_bytes)
+        self._text = text_kinds(decode)
+        self._on_corrupt = on_corrupt
+        # A batch held back while a corrupt text/json sample is raised first, with the state
+        # before it: (state, batch).
+        self._ready: Optional[tuple] = None
+        self._errors: list = []
+        self._text_skipped = 0
         # The map workers are forked before the C++ loader starts its threads.
         self._map = (MapStage(map, workers=map_workers, mode=map_mode, seed=seed,
                               on_corrupt=on_corrupt, on_worker_death=map_on_worker_death,
                               prefetch=map_prefetch, start_method=map_start_method, keys=keys,
-                              as_torch=output == "torch")
+                              as_torch=output == "torch", text=self._text)
                      if map is not None else None)
         try:
             self._loader = _core._Loader(data, options)
@@ -221,20 +232,37 @@ class Loader:
         if self._map is not None:
             batch = self._map.next(timeout)
             return self._copy(batch) if batch is not None and self._copy is not None else batch
+        if self._errors:
+            raise self._errors.pop(0)
+        if self._ready is not None:
+            batch, self._ready = self._ready[1], None
+            return batch
+        state = self._loader.state_dict() if self._text else None
         arrays = self._loader.next(timeout)
         if arrays is None:
             return None
+        if self._text:
+            arrays, failed = parse_columns(arrays, self._text)
+            self._text_skipped += len(failed)
+            if self._on_corrupt == "raise":
+                self._errors = [_core.CorruptDataError(
+                    f"{sample_name(dict(index=i, **self._loader.describe_sample(i)))}: {reason}")
+                    for i, reason in failed]
         if self._keys and "__key__" not in arrays:
             arrays["__key__"] = []
-        if self._output == "numpy":
-            return arrays
-        import torch
+        batch = arrays
+        if self._output == "torch":
+            import torch
 
-        batch = {name: (torch.from_numpy(a) if name != "__key__" else a)
-                 for name, a in arrays.items()}
-        if self._copy is not None:
-            batch = self._copy(batch)
+            batch = {name: (torch.from_numpy(a) if isinstance(a, np.ndarray) else a)
+                     for name, a in arrays.items()}
+            if self._copy is not None:
+                batch = self._copy(batch)
+        if self._errors:  # raised first, as for the C++ stages; the batch comes next
+            self._ready = (state, batch)
+            raise self._errors.pop(0)
         return batch
+
 
     def __len__(self) -> int:
         """Batches this rank gets in a whole epoch."""
@@ -243,7 +271,7 @@ class Loader:
     def remaining(self) -> int:
         """Batches this rank still gets in the current epoch."""
         pending = self._map.pending() if self._map is not None else 0
-        return self._loader.remaining_batches() + pending
+        return self._loader.remaining_batches() + pending + (self._ready is not None)
 
     @property
     def epoch(self) -> int:
@@ -251,6 +279,7 @@ class Loader:
 
     def set_epoch(self, epoch: int) -> None:
         """Restart at the beginning of ``epoch``."""
+        self._ready, self._errors = None, []
         if self._map is not None:
             self._map.set_epoch(epoch)
         else:
@@ -259,10 +288,13 @@ class Loader:
     def state_dict(self) -> Dict[str, Any]:
         """Where the loader stands, counting the batches already returned: a plain dict that
         torch.save / json can store."""
+        if self._ready is not None:
+            return dict(self._ready[0])
         return self._map.state_dict() if self._map is not None else self._loader.state_dict()
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continue exactly where ``state`` was taken; world size and batch size may differ."""
+        self._ready, self._errors = None, []
         if self._map is not None:
             self._map.load_state_dict(dict(state))
         else:
@@ -276,6 +308,7 @@ class Loader:
         last ``deaths``, and in process mode ``worker_rss_bytes`` and ``worker_unique_bytes`` (the
         part not shared with the training process)."""
         stats = self._loader.stats()
+        stats["skipped"] += self._text_skipped
         if self._map is not None:
             stats["map"] = self._map.stats()
         return stats

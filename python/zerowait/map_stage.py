@@ -46,6 +46,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from zerowait import _core
+from zerowait.text_fields import parse_value
 
 MAP_MODES = ("process", "thread")
 WORKER_DEATH_POLICIES = ("retry", "raise")
@@ -281,6 +282,9 @@ def _run_fn(fn: Callable, layout: _Layout, arrays: Dict[str, Any], keys: Optiona
             _seed_generators(seed)
         start = time.perf_counter()
         try:
+            for name, kind in task["text"].items():
+                if name in sample:
+                    sample[name] = parse_value(kind, sample[name])
             result = fn(sample)
             if not isinstance(result, dict):
                 raise TypeError(f"map fn must return a dict, not {type(result).__name__}")
@@ -431,7 +435,7 @@ class MapStage:
 
     def __init__(self, fn: Callable, *, workers: int, mode: str, seed: int, on_corrupt: str,
                  on_worker_death: str, prefetch: int, start_method: Optional[str],
-                 keys: bool, as_torch: bool) -> None:
+                 keys: bool, as_torch: bool, text: Dict[str, str]) -> None:
         if not callable(fn):
             raise TypeError(f"map must be callable, not {type(fn).__name__}")
         if mode not in MAP_MODES:
@@ -449,6 +453,7 @@ class MapStage:
         self._on_worker_death = on_worker_death
         self._keys = keys
         self._as_torch = as_torch
+        self._text = text  # fields fn gets as str / JSON values (text_fields.py)
         self._depth = workers * prefetch if workers > 0 else 1
         self._core: Any = None
         self._describe: Callable[[int], Dict[str, Any]] = lambda index: {}
@@ -530,7 +535,7 @@ class MapStage:
         """Runs a batch in this process (thread and inline modes): the reply a worker sends,
         with the columns themselves in place of their layout."""
         task = dict(seed=self._seed, epoch=batch.epoch, exclude=batch.exclude,
-                    threads=self._mode == "thread")
+                    threads=self._mode == "thread", text=self._text)
         outcome = _run_fn(self._fn, batch.layout, batch.arrays, batch.keys, task, self._as_torch,
                           progress)
         if outcome is None:
@@ -594,7 +599,7 @@ class MapStage:
         try:
             self._conns[w].send(dict(batch=batch.id, slot=batch.slot, layout=batch.layout,
                                      keys=batch.keys, seed=self._seed, epoch=batch.epoch,
-                                     exclude=batch.exclude))
+                                     exclude=batch.exclude, text=self._text))
         except OSError:  # the worker died while idle: replaced, and its batches (this one) dealt
             self._handle_death(w)
 
@@ -676,7 +681,7 @@ class MapStage:
         if held is not None and held_row >= 0 and held.worker == w:
             index = int(held.index[held_row])
             describe = dict(index=index, **self._describe(index))
-            where = f"on {_name(describe)}"
+            where = f"on {sample_name(describe)}"
             held.deaths[held_row] += 1
         self._stats["worker_deaths"] += 1
         death = dict(worker=w, pid=proc.pid, cause=cause, **describe)
@@ -703,8 +708,8 @@ class MapStage:
         where = dict(index=index, **self._describe(index))
         self._stats["errors"] += 1
         if self._on_corrupt == "raise":
-            self._errors.append(MapError(f"map fn failed on {_name(where)}: {reason}", index,
-                                         where.get("shard"), where.get("key")))
+            self._errors.append(MapError(f"map fn failed on {sample_name(where)}: {reason}",
+                                         index, where.get("shard"), where.get("key")))
 
     def _finish(self, batch: _Batch) -> Dict[str, Any]:
         reply = batch.outcome
@@ -867,7 +872,8 @@ def _stop_workers(procs: List[Any], conns: List[Any], folder: str) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def _name(where: Dict[str, Any]) -> str:
+def sample_name(where: Dict[str, Any]) -> str:
+    """'sample 12, key 'a/b', shard s.zws #3' from index and describe_sample()."""
     parts = [f"sample {where['index']}"]
     if where.get("key"):
         parts.append(f"key {where['key']!r}")

@@ -95,6 +95,14 @@ uint64_t lay_out(const std::vector<FieldSpec>& fields, Extent room, Extent fille
         add(field.name + ".lengths", DType::kInt64, {n}, room.rows * 8, filled.rows * 8);
         break;
       }
+      case FieldDecode::Kind::kArray: {
+        const ArrayField& a = field.decode.array;
+        std::vector<int64_t> shape = {n};
+        shape.insert(shape.end(), a.shape.begin(), a.shape.end());
+        add(field.name, *a.dtype, std::move(shape), room.rows * a.row_bytes(),
+            filled.rows * a.row_bytes());
+        break;
+      }
     }
   }
   return used;
@@ -126,6 +134,7 @@ std::vector<bool> per_sample_columns(const std::vector<FieldSpec>& fields) {
         per_sample.push_back(true);
         break;
       case FieldDecode::Kind::kImage:
+      case FieldDecode::Kind::kArray:
         per_sample.push_back(false);
         break;
       case FieldDecode::Kind::kTokens:
@@ -356,6 +365,13 @@ Status BatchBuilder::fill_sample(const Item& item, uint64_t global_index, uint64
         if (!taken.is_ok()) return field_error(taken.status().message());
         const auto length = static_cast<int64_t>(*taken);
         std::memcpy(columns[column_of_field_[f] + 1].data + row * 8, &length, 8);
+        break;
+      }
+      case FieldDecode::Kind::kArray: {
+        if (field == nullptr) return field_error("is missing");
+        const ArrayField& a = spec.decode.array;
+        Status copied = a.decode(field->bytes, column.data + row * a.row_bytes());
+        if (!copied.is_ok()) return field_error(copied.message());
         break;
       }
     }

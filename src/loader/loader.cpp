@@ -37,6 +37,7 @@ Status LoaderOptions::validate() const {
   for (const auto& [name, decode] : decode) {
     Status status = decode.kind == FieldDecode::Kind::kImage    ? decode.image.validate()
                     : decode.kind == FieldDecode::Kind::kTokens ? decode.tokens.validate()
+                    : decode.kind == FieldDecode::Kind::kArray  ? decode.array.validate()
                                                                 : Status::ok();
     if (!status.is_ok()) return status.with_context("decode of field '" + name + "'");
   }
@@ -95,6 +96,28 @@ Result<SizeEstimate> estimate_sizes(const Dataset& dataset, const std::vector<Fi
   for (uint64_t bytes : field_bytes)
     estimate.field_bytes.push_back((bytes + samples - 1) / samples);
   return estimate;
+}
+
+// An array column without a declared dtype takes dtype and shape from the first of the first
+// samples that has the field (a few reads at most: fields are usually in every sample).
+Status take_array_layout(const Dataset& dataset, FieldSpec& field) {
+  constexpr uint64_t kSamplesLooked = 64;
+  for (uint64_t i = 0; i < std::min<uint64_t>(dataset.size(), kSamplesLooked); ++i) {
+    ZW_ASSIGN_OR_RETURN(const Sample sample, dataset.read(i));
+    const FieldView* found = sample.view.field(field.name);
+    if (found == nullptr) continue;
+    Result<NpyHeader> header = parse_npy_header(found->bytes);
+    if (!header) {
+      return header.status().with_context("decode of field '" + field.name + "' as Array(): " +
+                                          "sample " + std::to_string(i) + "'s field");
+    }
+    field.decode.array.dtype = header->dtype;
+    field.decode.array.shape = header->shape;
+    return field.decode.array.validate();
+  }
+  return invalid_argument("decode of field '" + field.name + "' as Array() without a dtype: none "
+                          "of the first " + std::to_string(kSamplesLooked) + " samples has the "
+                          "field to take it from; give Array(dtype, shape)");
 }
 
 }  // namespace
@@ -239,6 +262,12 @@ Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<Dataset> dataset,
     }
     auto it = options.decode.find(name);
     impl.fields.push_back({name, it == options.decode.end() ? FieldDecode{} : it->second});
+  }
+
+  for (FieldSpec& field : impl.fields) {
+    if (field.decode.kind == FieldDecode::Kind::kArray && !field.decode.array.dtype) {
+      ZW_RETURN_IF_ERROR(take_array_layout(*dataset, field));
+    }
   }
 
   for (size_t s = 0; s < dataset->shard_count(); ++s) {

@@ -1,9 +1,9 @@
 // The training input pipeline: shuffled, rank-partitioned, exactly resumable batches.
 //
 //   plan (sample_plan.hpp) -> coalesced reads per shard (ByteSource) -> checksum check ->
-//   decode on worker threads (raw bytes, integer labels, JPEG -> uint8 HWC, token windows) -> a
-//   batch arena
-//   from a bounded pool -> the consumer, who returns the arena by dropping the batch.
+//   decode on worker threads (raw bytes, integer labels, images -> uint8 HWC, token windows,
+//   NumPy arrays) -> a batch arena from a bounded pool -> the consumer, who returns the arena
+//   by dropping the batch.
 //
 // Memory: every byte the pipeline holds lives in the arena pool, whose size is derived from
 // `memory_budget`; a consumer that keeps every batch it got gets an error, not unbounded growth.
@@ -19,6 +19,8 @@
 
 #include "zerowait/common/status.hpp"
 #include "zerowait/io/byte_source.hpp"
+#include "zerowait/loader/array_field.hpp"
+#include "zerowait/loader/dtype.hpp"
 #include "zerowait/loader/image_transform.hpp"
 #include "zerowait/loader/sample_plan.hpp"
 #include "zerowait/loader/token_window.hpp"
@@ -35,10 +37,12 @@ struct FieldDecode {
     // "<field>": int64 (or int32) [n, seq_len], a token sequence (token_window.hpp);
     // "<field>.lengths": int64 [n], the tokens of each row before its padding
     kTokens,
+    kArray,  // "<field>": [n, *shape], one NumPy array a sample (array_field.hpp)
   };
   Kind kind = Kind::kRaw;
   ImageTransform image;  // kImage only
   TokenWindow tokens;    // kTokens only
+  ArrayField array;      // kArray only
 };
 
 enum class CorruptPolicy {
@@ -76,8 +80,6 @@ struct LoaderOptions {
 
   Status validate() const;
 };
-
-enum class DType { kUInt8, kInt32, kInt64 };
 
 // A column of fewer bytes than this in a batch is copied out of the batch arena into memory of
 // its own (see BatchColumn::copy), so a caller may keep it without holding the arena: a list of

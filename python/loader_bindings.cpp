@@ -34,6 +34,11 @@ FieldDecode field_decode(py::handle spec, const std::string& field) {
     decode.tokens = spec.cast<TokenWindow>();
     return decode;
   }
+  if (py::isinstance<AudioClip>(spec)) {
+    decode.kind = FieldDecode::Kind::kAudio;
+    decode.audio = spec.cast<AudioClip>();
+    return decode;
+  }
   if (py::isinstance<ArrayField>(spec)) {
     decode.kind = FieldDecode::Kind::kArray;
     decode.array = spec.cast<ArrayField>();
@@ -54,8 +59,8 @@ FieldDecode field_decode(py::handle spec, const std::string& field) {
   }
   throw StatusError(invalid_argument(
       "decode['" + field + "'] must be \"raw\", \"int\", \"npy\", \"text\", \"json\", an " +
-      "ImageTransform (zerowait.RandomResizedCrop / CenterCrop), a zerowait.TokenWindow or a " +
-      "zerowait.Array, not " + py::repr(spec).cast<std::string>()));
+      "ImageTransform (zerowait.RandomResizedCrop / CenterCrop), a zerowait.TokenWindow, a " +
+      "zerowait.Array or a zerowait.AudioClip, not " + py::repr(spec).cast<std::string>()));
 }
 
 // Destroying a loader stops and joins its worker threads, which may be waiting on reads: that
@@ -419,6 +424,40 @@ corrupt sample (on_corrupt). Rows are copied as stored (C order, little-endian).
         shape += a.shape.size() == 1 ? ",)" : ")";
         return "Array(dtype='" + std::string(dtype_name(*a.dtype)) + "', shape=" + shape +
                (a.header ? ")" : ", header=False)");
+      });
+
+  const AudioClip audio_defaults;
+  py::class_<AudioClip>(m, "AudioClip", R"doc(
+How a field holding an audio file (WAV, FLAC, Ogg/Vorbis: whatever libsndfile reads) becomes a
+row of a float32 [batch, channels, length] tensor, with "<field>.lengths" (int64 [batch]) the
+frames of each row before its zero padding. Longer clips are cut to ``length`` frames, centred,
+or with ``random_crop=True`` at an offset drawn from (seed, epoch, sample index): the same after
+an exact resume; only those frames are decoded. ``channels=1`` averages a multi-channel file
+down to mono; other counts must match the file. ``sample_rate`` (0: any) refuses files at
+another rate: there is no resampling. A file that cannot be read is a corrupt sample.
+docs/loader.md.
+)doc")
+      .def(py::init([](uint32_t length, uint32_t channels, uint32_t sample_rate,
+                       bool random_crop) {
+             AudioClip a;
+             a.length = length;
+             a.channels = channels;
+             a.sample_rate = sample_rate;
+             a.random_crop = random_crop;
+             throw_if_error(a.validate());
+             return a;
+           }),
+           py::arg("length"), py::arg("channels") = audio_defaults.channels,
+           py::arg("sample_rate") = audio_defaults.sample_rate,
+           py::arg("random_crop") = audio_defaults.random_crop)
+      .def_readonly("length", &AudioClip::length)
+      .def_readonly("channels", &AudioClip::channels)
+      .def_readonly("sample_rate", &AudioClip::sample_rate)
+      .def_readonly("random_crop", &AudioClip::random_crop)
+      .def("__repr__", [](const AudioClip& a) {
+        return "AudioClip(" + std::to_string(a.length) + ", channels=" +
+               std::to_string(a.channels) + ", sample_rate=" + std::to_string(a.sample_rate) +
+               (a.random_crop ? ", random_crop=True)" : ")");
       });
 
   py::class_<Loader, LoaderHolder>(m, "_Loader")

@@ -37,7 +37,7 @@ START=$SECONDS
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config python3-venv python3-dev
   liburing-dev libzstd-dev libxxhash-dev libturbojpeg0-dev libjpeg-dev libpng-dev libwebp-dev
-  zlib1g-dev
+  libsndfile1-dev zlib1g-dev
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcurl4-openssl-dev libssl-dev libexpat1-dev fio clang libclang-rt-14-dev curl
   # A real S3 server for the tests: Ceph RADOS Gateway on loopback (tests/s3/rgw.sh).

@@ -45,6 +45,7 @@ from zerowait._core import (
 from zerowait.checkpoint import Checkpointer, SaveHandle
 from zerowait.loader import (
     Array,
+    AudioClip,
     CenterCrop,
     ImageTransform,
     Loader,
@@ -57,6 +58,7 @@ from zerowait.writer import ShardWriter, token_windows, write_dataset
 __all__ = [
     "AlreadyExistsError",
     "Array",
+    "AudioClip",
     "CancelledError",
     "CenterCrop",
     "Checkpointer",

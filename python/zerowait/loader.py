@@ -18,6 +18,7 @@ from zerowait.map_stage import MapStage, sample_name
 from zerowait.text_fields import parse_columns, text_kinds
 
 Array = _core.Array
+AudioClip = _core.AudioClip
 ImageTransform = _core.ImageTransform
 TokenWindow = _core.TokenWindow
 _DEFAULTS = _core.LOADER_DEFAULTS  # LoaderOptions' defaults, from the C++ side

@@ -103,6 +103,13 @@ uint64_t lay_out(const std::vector<FieldSpec>& fields, Extent room, Extent fille
             filled.rows * a.row_bytes());
         break;
       }
+      case FieldDecode::Kind::kAudio: {
+        const AudioClip& a = field.decode.audio;
+        add(field.name, DType::kFloat32, {n, int64_t(a.channels), int64_t(a.length)},
+            room.rows * a.row_bytes(), filled.rows * a.row_bytes());
+        add(field.name + ".lengths", DType::kInt64, {n}, room.rows * 8, filled.rows * 8);
+        break;
+      }
     }
   }
   return used;
@@ -115,7 +122,8 @@ std::vector<size_t> column_of_fields(const std::vector<FieldSpec>& fields) {
   for (const FieldSpec& field : fields) {
     first.push_back(column);
     const bool two = field.decode.kind == FieldDecode::Kind::kRaw ||
-                     field.decode.kind == FieldDecode::Kind::kTokens;
+                     field.decode.kind == FieldDecode::Kind::kTokens ||
+                     field.decode.kind == FieldDecode::Kind::kAudio;
     column += two ? 2 : 1;
   }
   return first;
@@ -138,6 +146,7 @@ std::vector<bool> per_sample_columns(const std::vector<FieldSpec>& fields) {
         per_sample.push_back(false);
         break;
       case FieldDecode::Kind::kTokens:
+      case FieldDecode::Kind::kAudio:
         per_sample.insert(per_sample.end(), {false, true});  // "f", "f.lengths"
         break;
     }
@@ -372,6 +381,16 @@ Status BatchBuilder::fill_sample(const Item& item, uint64_t global_index, uint64
         const ArrayField& a = spec.decode.array;
         Status copied = a.decode(field->bytes, column.data + row * a.row_bytes());
         if (!copied.is_ok()) return field_error(copied.message());
+        break;
+      }
+      case FieldDecode::Kind::kAudio: {
+        if (field == nullptr) return field_error("is missing");
+        const AudioClip& a = spec.decode.audio;
+        auto* out = reinterpret_cast<float*>(column.data + row * a.row_bytes());
+        Result<uint64_t> frames = a.decode(field->bytes, augment_seed(epoch, global_index), out);
+        if (!frames.is_ok()) return field_error(frames.status().message());
+        const auto length = static_cast<int64_t>(*frames);
+        std::memcpy(columns[column_of_field_[f] + 1].data + row * 8, &length, 8);
         break;
       }
     }

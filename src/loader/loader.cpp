@@ -38,6 +38,7 @@ Status LoaderOptions::validate() const {
     Status status = decode.kind == FieldDecode::Kind::kImage    ? decode.image.validate()
                     : decode.kind == FieldDecode::Kind::kTokens ? decode.tokens.validate()
                     : decode.kind == FieldDecode::Kind::kArray  ? decode.array.validate()
+                    : decode.kind == FieldDecode::Kind::kAudio  ? decode.audio.validate()
                                                                 : Status::ok();
     if (!status.is_ok()) return status.with_context("decode of field '" + name + "'");
   }

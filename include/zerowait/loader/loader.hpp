@@ -2,8 +2,8 @@
 //
 //   plan (sample_plan.hpp) -> coalesced reads per shard (ByteSource) -> checksum check ->
 //   decode on worker threads (raw bytes, integer labels, images -> uint8 HWC, token windows,
-//   NumPy arrays) -> a batch arena from a bounded pool -> the consumer, who returns the arena
-//   by dropping the batch.
+//   NumPy arrays, audio clips) -> a batch arena from a bounded pool -> the consumer, who
+//   returns the arena by dropping the batch.
 //
 // Memory: every byte the pipeline holds lives in the arena pool, whose size is derived from
 // `memory_budget`; a consumer that keeps every batch it got gets an error, not unbounded growth.
@@ -20,6 +20,7 @@
 #include "zerowait/common/status.hpp"
 #include "zerowait/io/byte_source.hpp"
 #include "zerowait/loader/array_field.hpp"
+#include "zerowait/loader/audio_clip.hpp"
 #include "zerowait/loader/dtype.hpp"
 #include "zerowait/loader/image_transform.hpp"
 #include "zerowait/loader/sample_plan.hpp"
@@ -38,11 +39,15 @@ struct FieldDecode {
     // "<field>.lengths": int64 [n], the tokens of each row before its padding
     kTokens,
     kArray,  // "<field>": [n, *shape], one NumPy array a sample (array_field.hpp)
+    // "<field>": float32 [n, channels, length], an audio file's clip (audio_clip.hpp);
+    // "<field>.lengths": int64 [n], the frames of each row before its zero padding
+    kAudio,
   };
   Kind kind = Kind::kRaw;
   ImageTransform image;  // kImage only
   TokenWindow tokens;    // kTokens only
   ArrayField array;      // kArray only
+  AudioClip audio;       // kAudio only
 };
 
 enum class CorruptPolicy {

@@ -10,9 +10,8 @@ each. Rows, each timed over epochs after a warm-up epoch (page cache warm):
 - Pillow + torchvision: the same images as files, a torch Dataset that opens each with Pillow,
   convert("RGB"), torchvision's RandomResizedCrop(224) + RandomHorizontalFlip + PILToTensor, in
   DataLoader(batch_size, shuffle=True, num_workers=2). Where torchvision cannot be imported
-  (this machine's CPU torch has no torchvision build), the same transform is done with the
-  Pillow calls torchvision makes for a PIL image (crop, resize with BILINEAR, transpose), and
-  the row says so;
+  (common.import_torchvision), the same transform is done with the Pillow calls torchvision
+  makes for a PIL image (crop, resize with BILINEAR, transpose), and the row says so;
 - Pillow decode only: the same DataLoader decoding each file to RGB and dropping it, for
   information: the part of the peer's time that is the decoders' own.
 

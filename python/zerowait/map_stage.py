@@ -107,24 +107,26 @@ def _is_array(value: Any) -> bool:
 
 
 def _to_numpy(value: Any) -> Tuple[np.ndarray, Optional[str]]:
-    """An array's bytes as a numpy array, and the torch dtype to restore (None for numpy)."""
+    """An array as a numpy array, and the torch dtype its bytes stand for where numpy has none
+    (bfloat16 and friends travel as bytes; None otherwise)."""
     if isinstance(value, np.ndarray):
         return value, None
     tensor = value.detach().cpu().contiguous()
-    torch_dtype = str(tensor.dtype)
     try:
-        return tensor.numpy(), torch_dtype
-    except TypeError:  # bfloat16 and friends: carry the bytes, restore the dtype on the far side
-        return tensor.view(_torch().uint8).numpy(), torch_dtype
+        return tensor.numpy(), None
+    except TypeError:
+        return tensor.reshape(-1).view(_torch().uint8).numpy(), str(tensor.dtype)
 
 
-def _from_numpy(array: np.ndarray, torch_dtype: Optional[str], as_torch: bool) -> Any:
-    if not as_torch and torch_dtype is None:
-        return array
+def _from_numpy(array: np.ndarray, torch_dtype: Optional[str], as_torch: bool,
+                shape: Optional[Tuple[int, ...]] = None) -> Any:
+    """The inverse of _to_numpy: numpy, or torch with as_torch or a dtype only torch has
+    (its bytes in `array`, `shape` the tensor's)."""
+    if torch_dtype is None:
+        return _torch().from_numpy(array) if as_torch else array
     torch = _torch()
-    tensor = torch.from_numpy(array)
-    dtype = getattr(torch, torch_dtype.split(".", 1)[1]) if torch_dtype else tensor.dtype
-    return tensor.view(dtype) if dtype != tensor.dtype else tensor
+    dtype = getattr(torch, torch_dtype.split(".", 1)[1])
+    return torch.from_numpy(array).view(dtype).reshape(shape)
 
 
 class _Layout:
@@ -215,9 +217,9 @@ class _OutputWriter:
         self.plan: Dict[str, Any] = {}
         for name, (kind, values) in columns.items():
             if kind in ("stack", "ragged"):
-                arrays = [_to_numpy(v) for v in values]
+                arrays = [(*_to_numpy(v), tuple(v.shape)) for v in values]
                 self.plan[name] = (arrays, self.nbytes)
-                self.nbytes += sum((a.nbytes + 63) // 64 * 64 for a, _ in arrays)
+                self.nbytes += sum((a.nbytes + 63) // 64 * 64 for a, _, _ in arrays)
 
     def write(self, buffer: Any) -> Dict[str, Any]:
         meta: Dict[str, Any] = {}
@@ -227,10 +229,10 @@ class _OutputWriter:
                 continue
             arrays, offset = self.plan[name]
             pieces = []
-            for array, torch_dtype in arrays:
+            for array, torch_dtype, shape in arrays:
                 flat = np.frombuffer(buffer, np.uint8, array.nbytes, offset)
                 flat[:] = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-                pieces.append((offset, array.dtype.str, array.shape, torch_dtype))
+                pieces.append((offset, array.dtype.str, array.shape, torch_dtype, shape))
                 offset += (array.nbytes + 63) // 64 * 64
             meta[name] = (kind, pieces)
         return meta
@@ -246,16 +248,18 @@ def _read_output(meta: Dict[str, Any], buffer: Any, as_torch: bool) -> Dict[str,
             out[name] = _from_numpy(payload, None, as_torch)
         else:
             arrays = []
-            for offset, dtype, shape, torch_dtype in payload:
+            for offset, dtype, shape, torch_dtype, tensor_shape in payload:
                 dt = np.dtype(dtype)
                 count = int(np.prod(shape, dtype=np.int64))
                 a = np.frombuffer(buffer, dt, count, offset).reshape(shape)
-                arrays.append((a, torch_dtype))
+                arrays.append((a, torch_dtype, tensor_shape))
             if kind == "stack":
-                stacked = np.stack([a for a, _ in arrays])
-                out[name] = _from_numpy(stacked, arrays[0][1], as_torch)
+                stacked = np.stack([a for a, _, _ in arrays])
+                _, torch_dtype, tensor_shape = arrays[0]
+                out[name] = _from_numpy(stacked, torch_dtype, as_torch,
+                                        (len(arrays), *tensor_shape))
             else:
-                out[name] = [_from_numpy(a.copy(), t, as_torch) for a, t in arrays]
+                out[name] = [_from_numpy(a.copy(), t, as_torch, s) for a, t, s in arrays]
     return out
 
 

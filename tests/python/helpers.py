@@ -59,3 +59,18 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def batches_and_errors(loader, error_type) -> tuple[list, list]:
+    """The rest of the loader's epoch, next() by next(): the batches, and the errors of
+    `error_type` raised on the way (iteration goes on after each, as on_corrupt="raise" says)."""
+    batches, errors = [], []
+    while True:
+        try:
+            batch = loader.next()
+        except error_type as e:
+            errors.append(e)
+            continue
+        if batch is None:
+            return batches, errors
+        batches.append(batch)

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import zerowait
+from helpers import batches_and_errors
 
 RATE = 16_000
 
@@ -114,18 +115,10 @@ def test_files_that_are_not_audio_or_at_another_rate_are_corrupt_samples(tmp_pat
     path = tmp_path / "ds"
     zerowait.write_dataset(rows, path)
     clip = zerowait.AudioClip(100, sample_rate=RATE)
-    errors = []
     with zerowait.Loader(path, 4, shuffle="none", decode={"wav": clip}) as loader:
-        while True:
-            try:
-                batch = loader.next()
-            except zerowait.CorruptDataError as e:
-                errors.append(str(e))
-                continue
-            if batch is None:
-                break
-            kept = batch["__index__"].tolist()
-    assert kept == [0]
+        batches, raised = batches_and_errors(loader, zerowait.CorruptDataError)
+    errors = [str(e) for e in raised]
+    assert [b["__index__"].tolist() for b in batches] == [[0]]
     assert any("'text'" in e and "not audio libsndfile can read" in e for e in errors)
     assert any("'fast'" in e and "44100 Hz, not 16000 Hz" in e for e in errors)
     assert any("'cut'" in e and "ends after" in e for e in errors)

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import zerowait
+from helpers import batches_and_errors
 
 
 def write(path, rows):
@@ -106,16 +107,9 @@ def test_bad_utf8_or_json_is_a_corrupt_sample(tmp_path):
     path = write(tmp_path / "ds", rows)
     decode = {"meta": "json", "txt": "text"}
     with zerowait.Loader(path, 8, shuffle="none", decode=decode, keys=True) as loader:
-        raised = []
-        while True:
-            try:
-                batch = loader.next()
-            except zerowait.CorruptDataError as e:
-                raised.append(str(e))
-                continue
-            if batch is None:
-                break
-            kept = batch
+        batches, errors = batches_and_errors(loader, zerowait.CorruptDataError)
+    raised = [str(e) for e in errors]
+    (kept,) = batches
     assert len(raised) == 2
     assert "sample 3" in raised[0] and "k3" in raised[0] and "not JSON" in raised[0]
     assert "sample 5" in raised[1] and "not UTF-8 text" in raised[1]

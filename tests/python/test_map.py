@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import zerowait
+from helpers import batches_and_errors
 
 SAMPLES = 60
 
@@ -81,6 +82,22 @@ def test_fn_sees_views_of_its_sample_and_results_are_collated(dataset):
             assert batch["cls"][i] == row["cls"] and batch["txt"][i] == row["txt"]
         rest = epoch_rows(zl)
     assert len(rest) + 8 == SAMPLES
+
+
+def test_dtypes_only_torch_has_and_numpy_output(dataset):
+    path, _ = dataset
+
+    def fn(sample):
+        value = torch.full((2, 3), float(sample["cls"]), dtype=torch.bfloat16)
+        return {"bf16": value, "ragged": value[: 1 + sample["cls"] % 2], "f32": value.float()}
+
+    with loader(path, map=fn, map_workers=1, output="numpy") as zl:
+        batch = zl.next()
+    assert batch["bf16"].dtype == torch.bfloat16 and batch["bf16"].shape == (8, 2, 3)
+    assert isinstance(batch["f32"], np.ndarray) and batch["f32"].shape == (8, 2, 3)
+    assert torch.equal(batch["bf16"].float(), torch.from_numpy(batch["f32"]))
+    assert [r.dtype for r in batch["ragged"]] == [torch.bfloat16] * 8
+    assert {tuple(r.shape) for r in batch["ragged"]} <= {(1, 3), (2, 3)}
 
 
 def test_numpy_output_and_a_fn_that_keeps_nothing(dataset):
@@ -155,17 +172,9 @@ def test_an_exception_in_fn_is_skipped_or_raised_naming_the_sample(dataset):
         assert set(got) == set(range(SAMPLES)) - failing
         assert zl.stats()["map"]["errors"] == len(failing)
     with loader(path, map=fails_on_cls_3, map_workers=1, keys=True) as zl:
-        got, raised = {}, []
-        while True:
-            try:
-                batch = zl.next()
-            except zerowait.MapError as e:
-                raised.append(e)
-                continue
-            if batch is None:
-                break
-            got.update(dict.fromkeys(batch["__index__"].tolist()))
-    assert set(got) == set(range(SAMPLES)) - failing
+        batches, raised = batches_and_errors(zl, zerowait.MapError)
+    got = [i for b in batches for i in b["__index__"].tolist()]
+    assert sorted(got) == sorted(set(range(SAMPLES)) - failing)
     assert sorted(e.index for e in raised) == sorted(failing)
     e = raised[0]
     assert e.key == rows[e.index]["__key__"] and e.shard.endswith(".zws")
@@ -261,12 +270,17 @@ def test_worker_death_can_raise_and_leave_the_loader_before_the_batch(dataset, t
     assert got == reference
 
 
-def test_close_stops_the_workers_and_removes_the_shared_memory(dataset):
-    path, _ = dataset
+def started_loader(path):
+    """(a loader whose map workers run, their pids, the map folders in /dev/shm before it)."""
     before = set(glob.glob("/dev/shm/zerowait-map-*"))
     zl = loader(path, map=augment, map_workers=2)
     zl.next()
-    pids = zl.stats()["map"]["worker_pids"]
+    return zl, zl.stats()["map"]["worker_pids"], before
+
+
+def test_close_stops_the_workers_and_removes_the_shared_memory(dataset):
+    path, _ = dataset
+    zl, pids, before = started_loader(path)
     assert set(glob.glob("/dev/shm/zerowait-map-*")) - before
     zl.close()
     assert set(glob.glob("/dev/shm/zerowait-map-*")) == before
@@ -313,13 +327,9 @@ def _zombie_or_gone(pid):
         return True
 
 
-
 def test_a_loader_dropped_without_close_frees_its_workers_and_memory(dataset):
     path, _ = dataset
-    before = set(glob.glob("/dev/shm/zerowait-map-*"))
-    zl = loader(path, map=augment, map_workers=2)
-    zl.next()
-    pids = zl.stats()["map"]["worker_pids"]
+    zl, pids, before = started_loader(path)
     del zl
     gc.collect()
     assert set(glob.glob("/dev/shm/zerowait-map-*")) == before

@@ -26,6 +26,8 @@ Command add_unpack_command(CLI::App& app);
 Command add_generate_command(CLI::App& app);
 // `zerowait ckpt ls|verify|inspect|gc`: one Command whose run() dispatches to the chosen one.
 Command add_ckpt_command(CLI::App& app);
+// `zerowait cache status|warm`: the page cache's share of a dataset, and a bounded warm-up.
+Command add_cache_command(CLI::App& app);
 
 // Returns `validator` without its description, for options whose type_name says it better.
 CLI::Validator quiet(CLI::Validator validator);

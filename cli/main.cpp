@@ -91,7 +91,8 @@ std::string usage_failure_message(const CLI::App* /*app*/, const CLI::Error& e) 
 int run(int argc, char** argv) {
   CLI::App app{
       "zerowait: pack small files into indexed shards, and inspect, verify and read them back;\n"
-      "list, verify, inspect and clean up training checkpoints (zerowait ckpt).",
+      "list, verify, inspect and clean up training checkpoints (zerowait ckpt); show and warm\n"
+      "a dataset's page cache (zerowait cache).",
       "zerowait"};
   app.set_version_flag("--version", "zerowait " ZEROWAIT_VERSION);
   app.require_subcommand(1);
@@ -101,7 +102,8 @@ int run(int argc, char** argv) {
   std::vector<Command> commands = {add_pack_command(app),     add_merge_command(app),
                                    add_inspect_command(app),  add_verify_command(app),
                                    add_cat_command(app),      add_unpack_command(app),
-                                   add_generate_command(app), add_ckpt_command(app)};
+                                   add_generate_command(app), add_ckpt_command(app),
+                                   add_cache_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -197,3 +197,27 @@ def test_merge_refuses_a_missing_part(cli, random_tree, tmp_path):
     assert "1 of 4 parts missing (2)" in result.stderr
     assert "--part 2/4" in result.stderr and "part-0002-of-0004" in result.stderr
     assert not (out / "manifest.json").exists()
+
+
+def test_cache_status_and_warm_report_the_page_cache_share(cli, image_dataset):
+    import os
+
+    for shard in zerowait.Dataset(str(image_dataset)).shards:
+        fd = os.open(shard["path"], os.O_RDONLY)
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    status = run(cli, "cache", "status", image_dataset, "--json", "--files")
+    assert status.returncode == 0, status.stderr
+    before = json.loads(status.stdout)["residency"]
+    assert before["bytes"] == sum(f["bytes"] for f in before["files"]) > 0
+    warm = run(cli, "cache", "warm", image_dataset, "--json")
+    assert warm.returncode == 0, warm.stderr
+    report = json.loads(warm.stdout)
+    assert report["after"]["resident_share"] == 1.0 and not report["capped"]
+    assert report["before"]["resident_bytes"] == before["resident_bytes"]
+    assert report["bytes_read"] >= before["bytes"] - before["resident_bytes"]
+    text = run(cli, "cache", "status", image_dataset)
+    assert "resident (100 %)" in text.stdout
+    missing = run(cli, "cache", "warm", image_dataset / "nope")
+    assert missing.returncode == 1 and "nope" in missing.stderr

@@ -1,0 +1,159 @@
+// `zerowait cache status|warm DATASET`: how much of a dataset's shards the page cache holds, and
+// reading the rest in before training starts.
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "output.hpp"
+#include "progress_bar.hpp"
+#include "zerowait/diagnose/page_cache.hpp"
+
+namespace zerowait::cli {
+namespace {
+
+struct CacheArgs {
+  std::string path;
+  bool json = false;
+  bool files = false;
+  uint64_t max_bytes = 0;
+};
+
+// The dataset's shard files; remote ones are refused (their cache is --cache-dir's, on disk).
+std::vector<std::string> shard_files(const std::string& path) {
+  const std::shared_ptr<Dataset> ds = open_dataset(path);
+  std::vector<std::string> files;
+  for (size_t s = 0; s < ds->shard_count(); ++s) {
+    const std::string& shard = ds->shard_path(s);
+    if (shard.find("://") != std::string::npos) {
+      throw CliError("the page cache holds local files; '" + shard +
+                     "' is remote (remote data is cached on disk by Loader(cache_dir=...))");
+    }
+    files.push_back(shard);
+  }
+  return files;
+}
+
+nlohmann::ordered_json residency_json(const Residency& r, bool files) {
+  nlohmann::ordered_json out = {{"bytes", r.bytes},
+                                {"resident_bytes", r.resident_bytes},
+                                {"resident_share", r.share()}};
+  if (files) {
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const FileResidency& f : r.files) {
+      list.push_back({{"path", f.path}, {"bytes", f.bytes}, {"resident_bytes", f.resident_bytes}});
+    }
+    out["files"] = std::move(list);
+  }
+  return out;
+}
+
+std::string percent(double share) {
+  return std::to_string(int(share * 100.0 + 0.5)) + " %";
+}
+
+std::string residency_text(const Residency& r) {
+  return format_bytes(r.resident_bytes) + " of " + format_bytes(r.bytes) + " resident (" +
+         percent(r.share()) + ") in " + count_noun(r.files.size(), "shard", "shards");
+}
+
+int run_status(const CacheArgs& args) {
+  const Residency r = unwrap(residency(shard_files(args.path)));
+  if (args.json) {
+    print_json({{"path", args.path}, {"residency", residency_json(r, args.files)}});
+    return kExitOk;
+  }
+  if (args.files) {
+    for (const FileResidency& f : r.files) {
+      const double share = f.bytes == 0 ? 1.0 : double(f.resident_bytes) / double(f.bytes);
+      std::cout << f.path << ": " << format_bytes(f.resident_bytes) << " of "
+                << format_bytes(f.bytes) << " (" << percent(share) << ")\n";
+    }
+  }
+  std::cout << residency_text(r) << '\n';
+  return kExitOk;
+}
+
+int run_warm(const CacheArgs& args) {
+  const std::vector<std::string> files = shard_files(args.path);
+  WarmOptions options;
+  // By default at most half the memory available now: a warm-up past what memory holds only
+  // evicts what it read first.
+  const uint64_t available = available_memory_bytes();
+  options.max_bytes = args.max_bytes != 0 ? args.max_bytes : available / 2;
+  ProgressBar progress("warm", "");
+  options.progress = [&](uint64_t done, uint64_t total) { progress.update(0, 0, done, total); };
+  const WarmReport report = unwrap(warm_page_cache(files, options));
+  progress.finish();
+  if (args.json) {
+    print_json({{"path", args.path},
+                {"max_bytes", options.max_bytes},
+                {"bytes_read", report.bytes_read},
+                {"seconds", report.seconds},
+                {"capped", report.capped},
+                {"before", residency_json(report.before, false)},
+                {"after", residency_json(report.after, args.files)}});
+    return kExitOk;
+  }
+  std::cout << "read " << format_bytes(report.bytes_read) << " in "
+            << format_duration(report.seconds) << " ("
+            << format_rate(report.bytes_read, report.seconds) << "): "
+            << residency_text(report.after) << ", was " << percent(report.before.share())
+            << '\n';
+  if (report.capped) {
+    std::cout << "note: stopped before " << format_bytes(options.max_bytes)
+              << (args.max_bytes != 0
+                      ? " (--max-bytes)"
+                      : " (half the available memory: reading more would evict what was read)")
+              << "; " << format_bytes(report.after.bytes - report.after.resident_bytes)
+              << " not resident\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Command add_cache_command(CLI::App& app) {
+  auto args = std::make_shared<CacheArgs>();
+  CLI::App* cache = app.add_subcommand(
+      "cache", "Show how much of a dataset the page cache holds, or read it in (warm)");
+  cache->require_subcommand(1);
+
+  CLI::App* status =
+      cache->add_subcommand("status", "Bytes of the dataset's shards in the page cache");
+  add_dataset_argument(status, "PATH", &args->path);
+  status->add_flag("--files", args->files, "Also list each shard");
+  add_json_flag(status, &args->json);
+  status->footer(
+      "Asks the kernel (mincore) which pages of each shard are in memory, as vmtouch does.\n"
+      "An epoch over resident shards reads no disk.\n"
+      "\n"
+      "Example:\n"
+      "  zerowait cache status /fast/train --files");
+
+  CLI::App* warm = cache->add_subcommand(
+      "warm", "Read the shards' pages that are not in the page cache, up to a budget");
+  add_dataset_argument(warm, "PATH", &args->path);
+  add_size_option(warm, "--max-bytes", &args->max_bytes,
+                  "Read at most this much (default: half the available memory)")
+      ->default_str("MemAvailable / 2");
+  warm->add_flag("--files", args->files, "With --json, list each shard's residency after");
+  add_json_flag(warm, &args->json);
+  warm->footer(
+      "Reads only the 4 MiB chunks that hold a page not yet resident, shard by shard, in the\n"
+      "dataset's order, and reports what it read, how long it took and the residency before\n"
+      "and after. Run it before training (or while the job starts) so the first epoch is\n"
+      "served from memory.\n"
+      "\n"
+      "Example:\n"
+      "  zerowait cache warm /fast/train --max-bytes 64G");
+
+  return {cache, [args, status, warm]() -> int {
+            if (status->parsed()) return run_status(*args);
+            if (warm->parsed()) return run_warm(*args);
+            return kExitUsage;  // unreachable: require_subcommand(1)
+          }};
+}
+
+}  // namespace zerowait::cli

@@ -34,11 +34,11 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 import zerowait
 from PIL import Image
+from zerowait.map_stage import process_memory
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
@@ -77,18 +77,8 @@ def after_native_crop(sample):
 
 
 def memory(pids):
-    out = []
-    for pid in pids:
-        rss = unique = 0
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                name, _, rest = line.partition(":")
-                if name == "Rss":
-                    rss = int(rest.split()[0]) * 1024
-                elif name in ("Private_Clean", "Private_Dirty"):
-                    unique += int(rest.split()[0]) * 1024
-        out.append((rss, unique))
-    return out
+    """(RSS, unique bytes) of each process, as the map stage reports its own workers."""
+    return [(m["rss"], m["unique"]) for m in map(process_memory, pids)]
 
 
 def decode_alone(shards, batch_size, seconds):

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "common/path_check.hpp"
 #include "output.hpp"
 #include "progress_bar.hpp"
 #include "zerowait/diagnose/page_cache.hpp"
@@ -26,7 +27,7 @@ std::vector<std::string> shard_files(const std::string& path) {
   std::vector<std::string> files;
   for (size_t s = 0; s < ds->shard_count(); ++s) {
     const std::string& shard = ds->shard_path(s);
-    if (shard.find("://") != std::string::npos) {
+    if (!internal::url_scheme(shard).empty()) {
       throw CliError("the page cache holds local files; '" + shard +
                      "' is remote (remote data is cached on disk by Loader(cache_dir=...))");
     }
@@ -66,9 +67,8 @@ int run_status(const CacheArgs& args) {
   }
   if (args.files) {
     for (const FileResidency& f : r.files) {
-      const double share = f.bytes == 0 ? 1.0 : double(f.resident_bytes) / double(f.bytes);
       std::cout << f.path << ": " << format_bytes(f.resident_bytes) << " of "
-                << format_bytes(f.bytes) << " (" << percent(share) << ")\n";
+                << format_bytes(f.bytes) << " (" << percent(f.share()) << ")\n";
     }
   }
   std::cout << residency_text(r) << '\n';

@@ -834,7 +834,7 @@ class MapStage:
         stats = dict(self._stats, deaths=list(self._stats["deaths"]))
         if self._mode == "process":
             stats["worker_pids"] = [p.pid for p in self._procs]
-            memory = [_memory(p.pid) for p in self._procs]
+            memory = [process_memory(p.pid) for p in self._procs]
             stats["worker_rss_bytes"] = [m["rss"] for m in memory]
             stats["worker_unique_bytes"] = [m["unique"] for m in memory]
         return stats
@@ -886,7 +886,7 @@ def sample_name(where: Dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _memory(pid: int) -> Dict[str, int]:
+def process_memory(pid: int) -> Dict[str, int]:
     """A process's resident bytes, and of them the ones no other process shares (its
     copy-on-write pages written since the fork, its own allocations): zeros if it is gone."""
     out = dict(rss=0, unique=0)

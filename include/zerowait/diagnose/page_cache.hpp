@@ -20,6 +20,7 @@ struct FileResidency {
   std::string path;
   uint64_t bytes = 0;
   uint64_t resident_bytes = 0;  // whole pages, the last one counted as the file's tail
+  double share() const { return bytes == 0 ? 1.0 : double(resident_bytes) / double(bytes); }
 };
 
 struct Residency {

@@ -28,6 +28,14 @@ Command add_generate_command(CLI::App& app);
 Command add_ckpt_command(CLI::App& app);
 // `zerowait cache status|warm`: the page cache's share of a dataset, and a bounded warm-up.
 Command add_cache_command(CLI::App& app);
+// `zerowait doctor [PATH...]`: system settings that make training wait, with evidence and fixes.
+Command add_doctor_command(CLI::App& app);
+// `zerowait bench storage|files|net`: one Command whose run() dispatches to the chosen one.
+Command add_bench_command(CLI::App& app);
+// The `bench` subcommands, each registered on `bench` by its own file (cli/commands/bench_*.cpp).
+Command add_bench_storage_command(CLI::App& bench);
+Command add_bench_files_command(CLI::App& bench);
+Command add_bench_net_command(CLI::App& bench);
 
 // Returns `validator` without its description, for options whose type_name says it better.
 CLI::Validator quiet(CLI::Validator validator);

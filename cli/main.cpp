@@ -92,7 +92,8 @@ int run(int argc, char** argv) {
   CLI::App app{
       "zerowait: pack small files into indexed shards, and inspect, verify and read them back;\n"
       "list, verify, inspect and clean up training checkpoints (zerowait ckpt); show and warm\n"
-      "a dataset's page cache (zerowait cache).",
+      "a dataset's page cache (zerowait cache); find the settings that make training wait\n"
+      "(zerowait doctor) and measure storage, small files and the network (zerowait bench).",
       "zerowait"};
   app.set_version_flag("--version", "zerowait " ZEROWAIT_VERSION);
   app.require_subcommand(1);
@@ -103,7 +104,8 @@ int run(int argc, char** argv) {
                                    add_inspect_command(app),  add_verify_command(app),
                                    add_cat_command(app),      add_unpack_command(app),
                                    add_generate_command(app), add_ckpt_command(app),
-                                   add_cache_command(app)};
+                                   add_cache_command(app),    add_doctor_command(app),
+                                   add_bench_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -63,6 +63,25 @@ FieldDecode field_decode(py::handle spec, const std::string& field) {
       "zerowait.Array or a zerowait.AudioClip, not " + py::repr(spec).cast<std::string>()));
 }
 
+// numa=None | "auto" | a node number; for "auto", the GPU's PCI address (zerowait/loader.py
+// finds it through torch, "" without CUDA).
+NumaRequest numa_request(py::handle numa, py::handle gpu_pci_bus_id) {
+  NumaRequest request;
+  if (numa.is_none()) return request;
+  if (py::isinstance<py::str>(numa) && numa.cast<std::string>() == "auto") {
+    request.kind = NumaRequest::Kind::kAuto;
+    request.gpu_pci_bus_id = gpu_pci_bus_id.is_none() ? "" : gpu_pci_bus_id.cast<std::string>();
+    return request;
+  }
+  if (py::isinstance<py::int_>(numa) && !py::isinstance<py::bool_>(numa)) {
+    request.kind = NumaRequest::Kind::kNode;
+    request.node = numa.cast<int>();
+    return request;
+  }
+  throw StatusError(invalid_argument("numa must be None, \"auto\" or a node number, not " +
+                                     py::repr(numa).cast<std::string>()));
+}
+
 // Destroying a loader stops and joins its worker threads, which may be waiting on reads: that
 // happens without the GIL, so Python threads (a server in this process feeding those reads, a
 // progress thread) keep running meanwhile instead of deadlocking with it.
@@ -120,6 +139,7 @@ LoaderHolder make_loader(py::handle path, py::dict kw) {
       internal::from_seconds(get("read_timeout").cast<double>()));
   o.autotune = get("autotune").cast<bool>();
   o.pin_memory = get("pin_memory").cast<bool>();
+  o.numa = numa_request(get("numa"), get("numa_gpu_pci_bus_id"));
 
   const std::string dataset_path = fs_path(path);
   const std::string cache_dir = get("cache_dir").is_none() ? "" : fs_path(get("cache_dir"));
@@ -258,6 +278,23 @@ py::dict stats_to_dict(const LoaderStats& s) {
   } else {
     d["cache"] = py::none();
   }
+  py::dict numa;
+  switch (s.numa.requested) {
+    case NumaRequest::Kind::kNone:
+      numa["requested"] = py::none();
+      break;
+    case NumaRequest::Kind::kAuto:
+      numa["requested"] = "auto";
+      break;
+    case NumaRequest::Kind::kNode:
+      numa["requested"] = s.numa.requested_node;
+      break;
+  }
+  numa["node"] = s.numa.node ? py::object(py::int_(*s.numa.node)) : py::none();
+  numa["cpus"] = s.numa.cpus.empty() ? py::object(py::none()) : py::str(s.numa.cpus);
+  numa["memory_policy"] = s.numa.memory_bound ? "bind" : "none";
+  numa["reason"] = s.numa.reason;
+  d["numa"] = numa;
   py::list steps;
   for (const StepStats& step : s.recent) {
     py::dict r;

@@ -44,6 +44,8 @@ APT_PACKAGES=(
   radosgw ceph-mon ceph-osd ceph-common
   # A stuck file system for the tests: FUSE through fusepy (tests/python/stuck_fs.py).
   libfuse2
+  # Network namespaces joined by a veth pair for the MTU probe of `zerowait bench net`.
+  iproute2
 )
 step "system packages"
 missing=()

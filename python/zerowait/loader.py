@@ -55,6 +55,21 @@ def _default_rank_world() -> tuple[int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
+def _cuda_pci_bus_id(device: str) -> str:
+    """The PCI address ("0000:18:00.0") of the CUDA device batches go to: ``device`` when it
+    names one, else torch's current device; "" when torch has no CUDA device."""
+    try:
+        import torch
+    except ImportError:
+        return ""
+    if not torch.cuda.is_available():
+        return ""
+    index = torch.device(device).index if device.startswith("cuda") else None
+    props = torch.cuda.get_device_properties(
+        index if index is not None else torch.cuda.current_device())
+    return f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+
+
 class Loader:
     """Shuffled, rank-partitioned, exactly resumable batches from a zerowait dataset.
 
@@ -111,6 +126,12 @@ class Loader:
     dies is reported and replaced and its batches run again, or with
     ``map_on_worker_death="raise"`` MapWorkerError is raised and the loader stands before that
     batch (docs/loader.md, "Per-sample Python").
+
+    ``numa`` places the loader on one NUMA node: its threads run on that node's CPUs and its
+    batch arenas live in that node's memory. ``"auto"``: the node the CUDA device is attached to
+    (``device``'s, else torch's current one), when sysfs says; an int: that node (ValueError when
+    it does not exist); None (default): nothing changes. ``stats()["numa"]`` says what was done,
+    or why not (docs/loader.md, "NUMA placement").
     """
 
     def __init__(
@@ -152,6 +173,7 @@ class Loader:
         map_prefetch: int = 2,
         map_on_worker_death: str = "retry",
         map_start_method: Optional[str] = None,
+        numa: Any = None,
     ) -> None:
         if isinstance(data, _core.Dataset):
             # The loader reads the dataset's files through the dataset's own cache, unless
@@ -181,6 +203,10 @@ class Loader:
         # batch until its copy has finished; pinned memory handed to a caller's own
         # non_blocking copy could return to the pool while the copy still reads it.
         pin_memory = self._device.startswith("cuda")
+        if not (numa is None or numa == "auto"
+                or (isinstance(numa, int) and not isinstance(numa, bool))):
+            raise ValueError(f"numa must be None, 'auto' or a node number, not {numa!r}")
+        gpu_pci_bus_id = _cuda_pci_bus_id(self._device) if numa == "auto" else ""
         options = dict(
             batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
             world_size=world_size, drop_last=drop_last, threads=threads or 0, prefetch=prefetch,
@@ -191,7 +217,7 @@ class Loader:
             nodes=nodes, node=node, redeal_every=redeal_every,
             autotune=autotune, pin_memory=pin_memory,
             cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
-            cache_bytes=cache_bytes)
+            cache_bytes=cache_bytes, numa=numa, numa_gpu_pci_bus_id=gpu_pci_bus_id)
         self._text = text_kinds(decode)
         self._on_corrupt = on_corrupt
         # A batch held back while a corrupt text/json sample is raised first, with the state

@@ -9,6 +9,7 @@
 
 #include "common/align.hpp"
 #include "common/cuda_host.hpp"
+#include "common/numa.hpp"
 
 namespace zerowait {
 
@@ -24,6 +25,8 @@ AlignedBuffer::~AlignedBuffer() { release(); }
 void AlignedBuffer::release() {
   if (data_ == nullptr) return;
   if (pinned_) unpin_host_memory(data_);
+  // The heap hands these pages out again: without this their binding would follow them.
+  if (node_ >= 0) (void)reset_memory_policy(data_, capacity_);
   std::free(data_);
   data_ = nullptr;
   capacity_ = 0;
@@ -43,11 +46,26 @@ Status AlignedBuffer::reserve(size_t bytes, size_t max_capacity, bool pin, Touch
     return Status(ErrorCode::kResourceExhausted,
                   "cannot allocate an aligned buffer of " + std::to_string(capacity) + " bytes");
   }
-  madvise(memory, capacity, MADV_HUGEPAGE);  // fewer TLB misses on large arenas; only a hint
-  if (touch == Touch::kNow) std::memset(memory, 0, capacity);
   data_ = static_cast<std::byte*>(memory);
   capacity_ = capacity;
+  // Before the first touch, so that every page is allocated on the node (pages the heap reused
+  // are moved there).
+  if (node_ >= 0) {
+    Status bound = bind_memory_to_node(memory, capacity, node_);
+    if (!bound.is_ok()) {
+      release();
+      return bound;
+    }
+  }
+  madvise(memory, capacity, MADV_HUGEPAGE);  // fewer TLB misses on large arenas; only a hint
+  if (touch == Touch::kNow) std::memset(memory, 0, capacity);
   pinned_ = pin && pin_host_memory(data_, capacity_);
+  return Status::ok();
+}
+
+Status AlignedBuffer::bind_to_node(int node) {
+  if (data_ != nullptr) ZW_RETURN_IF_ERROR(bind_memory_to_node(data_, capacity_, node));
+  node_ = node;
   return Status::ok();
 }
 

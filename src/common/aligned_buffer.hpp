@@ -35,11 +35,18 @@ class AlignedBuffer {
   size_t capacity() const { return capacity_; }
   bool pinned() const { return pinned_; }
 
+  // Binds the buffer's memory to NUMA node `node` (numa.hpp, bind_memory_to_node): what it
+  // holds now is moved there, what reserve() allocates later is bound before it is touched.
+  // Errors: bind_memory_to_node's, for memory held now (later ones come from reserve()).
+  Status bind_to_node(int node);
+  int node() const { return node_; }  // -1: the process's memory policy
+
  private:
   void release();
   std::byte* data_ = nullptr;
   size_t capacity_ = 0;
   bool pinned_ = false;
+  int node_ = -1;
 };
 
 }  // namespace internal

@@ -37,6 +37,14 @@ Status ArenaPool::prefault(uint64_t read_bytes, uint64_t out_bytes) {
   return Status::ok();
 }
 
+Status ArenaPool::bind_to_node(int node) {
+  for (const std::unique_ptr<Arena>& arena : arenas_) {
+    ZW_RETURN_IF_ERROR(arena->read.bind_to_node(node));
+    ZW_RETURN_IF_ERROR(arena->out.bind_to_node(node));
+  }
+  return Status::ok();
+}
+
 Status ArenaPool::reserve(Arena* arena, uint64_t read_bytes, uint64_t out_bytes, bool slack) {
   if (read_bytes + out_bytes > arena_limit_) {
     return Status(ErrorCode::kResourceExhausted,

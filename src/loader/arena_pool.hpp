@@ -51,6 +51,10 @@ class ArenaPool {
   // Reserves every arena for a batch of these sizes (call before any arena is taken).
   Status prefault(uint64_t read_bytes, uint64_t out_bytes);
 
+  // Binds every arena's memory to NUMA node `node` (AlignedBuffer::bind_to_node): call before
+  // prefault(), so that pages are bound before they are first touched. Before any arena is taken.
+  Status bind_to_node(int node);
+
   unsigned size() const { return static_cast<unsigned>(arenas_.size()); }
   const std::vector<std::unique_ptr<Arena>>& arenas() const { return arenas_; }
   uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }

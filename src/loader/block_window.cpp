@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "common/align.hpp"
+#include "common/thread_pool.hpp"
 
 namespace zerowait {
 
@@ -112,11 +113,16 @@ Status BlockWindow::read_blocks(std::span<const Want* const> wants, Deadline dea
     const Want& want = *wants[j];
     const auto [begin, end] = read_span(want);
     WindowBlock* block = read[j].get();
-    Status reserved =
-        block->memory.reserve(end - begin, buffer_capacity(end - begin), /*pin=*/false,
-                              internal::AlignedBuffer::Touch::kByFirstWrite);
+    Status reserved = Status::ok();
+    if (memory_node_ >= 0 && block->memory.node() != memory_node_) {
+      reserved = block->memory.bind_to_node(memory_node_);
+    }
+    if (reserved.is_ok()) {
+      reserved = block->memory.reserve(end - begin, buffer_capacity(end - begin), /*pin=*/false,
+                                       internal::AlignedBuffer::Touch::kByFirstWrite);
+    }
     if (!reserved.is_ok()) {
-      return Status(ErrorCode::kResourceExhausted,
+      return Status(reserved.code(),
                     reserved.message() + " (block " + std::to_string(want.block) + " of '" +
                         want.source->name() + "')");
     }
@@ -149,14 +155,25 @@ Status BlockWindow::read_blocks(std::span<const Want* const> wants, Deadline dea
     }
   };
   const size_t threads = std::min(groups.size(), kMaxParallelSources);
+  Status started = Status::ok();
   if (threads <= 1) {
     read_groups(0, 1);
   } else {
+    const internal::ThreadPlacement placement{"zw-block-read", reader_cpus_};
     std::vector<std::thread> readers;
-    for (size_t t = 1; t < threads; ++t) readers.emplace_back(read_groups, t, threads);
-    read_groups(0, threads);
+    for (size_t t = 1; t < threads && started.is_ok(); ++t) {
+      Result<std::thread> reader = internal::start_thread(
+          placement, [&read_groups, t, threads] { read_groups(t, threads); });
+      if (reader.is_ok()) {
+        readers.push_back(std::move(reader).value());
+      } else {
+        started = reader.status();
+      }
+    }
+    if (started.is_ok()) read_groups(0, threads);
     for (std::thread& reader : readers) reader.join();
   }
+  ZW_RETURN_IF_ERROR(started);
   for (const Group& group : groups) ZW_RETURN_IF_ERROR(group.status);
   return Status::ok();
 }

@@ -38,8 +38,13 @@ class BlockWindow {
   // Keeps at most about `budget_bytes` of blocks nobody is using (least recently used go first),
   // and reuses the memory of those it drops for the blocks read next, so that an epoch faults
   // in no more than the budget once; blocks in use stay alive with their users whatever the
-  // budget.
-  explicit BlockWindow(uint64_t budget_bytes) : budget_bytes_(budget_bytes) {}
+  // budget. With `memory_node` >= 0 the blocks' memory is bound to that NUMA node, and the
+  // threads that read blocks in parallel run on `reader_cpus` (empty: the caller's CPUs).
+  explicit BlockWindow(uint64_t budget_bytes, int memory_node = -1,
+                       std::vector<unsigned> reader_cpus = {})
+      : budget_bytes_(budget_bytes),
+        memory_node_(memory_node),
+        reader_cpus_(std::move(reader_cpus)) {}
 
   struct Want {
     size_t shard = 0;
@@ -79,6 +84,8 @@ class BlockWindow {
   std::shared_ptr<WindowBlock> take_spare_locked(uint64_t bytes);
 
   const uint64_t budget_bytes_;
+  const int memory_node_;
+  const std::vector<unsigned> reader_cpus_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::map<Key, Entry> blocks_;

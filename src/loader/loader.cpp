@@ -8,6 +8,7 @@
 
 #include "common/cuda_host.hpp"
 #include "common/log.hpp"
+#include "common/numa.hpp"
 #include "common/random.hpp"
 #include "loader/arena_pool.hpp"
 #include "loader/batch_builder.hpp"
@@ -138,6 +139,8 @@ struct Loader::Impl {
   unsigned max_prefetch = 1;
   unsigned cache_look_ahead = 0;  // batches announced to the node-local cache past the current
   std::string io;
+  NumaStats numa;
+  std::vector<unsigned> worker_cpus;  // empty: the threads run where the creating thread may
   uint64_t epoch = 0;
   uint64_t position = 0;  // where the next run starts
   bool closed = false;
@@ -179,12 +182,15 @@ struct Loader::Impl {
     }
   }
 
-  void start_run() {
+  Status start_run() {
     // Later epochs are planned on a worker thread.
     LoaderRun::NextEpoch next_epoch = [this](uint64_t e) { return plan(e, 0); };
     run = std::make_unique<LoaderRun>(*dataset, options, fields, pool, counters,
                                       plan(epoch, position), epoch, std::move(next_epoch), threads,
-                                      prefetch, blocks.get(), cache_look_ahead);
+                                      prefetch, blocks.get(), cache_look_ahead, worker_cpus);
+    Status started = run->start();
+    if (!started.is_ok()) run.reset();
+    return started;
   }
 
   void stop_run() {
@@ -265,6 +271,31 @@ Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<Dataset> dataset,
     impl.fields.push_back({name, it == options.decode.end() ? FieldDecode{} : it->second});
   }
 
+  // NUMA placement first: an explicit node that does not exist is an error before any work.
+  ZW_ASSIGN_OR_RETURN(const NumaPlacement placement,
+                      choose_numa_placement(options.numa, internal::allowed_cpus()));
+  impl.numa.requested = options.numa.kind;
+  impl.numa.requested_node = options.numa.node;
+  impl.numa.node = placement.node;
+  impl.numa.cpus = internal::format_cpu_list(placement.cpus);
+  impl.numa.reason = placement.reason;
+  impl.worker_cpus = placement.cpus;
+  if (placement.node) {
+    // Binding memory is refused where the kernel has no NUMA support or a seccomp filter
+    // forbids mbind (containers without CAP_SYS_NICE): the threads are still placed, which
+    // places what they allocate (the kernel's default policy allocates locally), and the
+    // fallback is said once and reported in stats.
+    const Status bindable = internal::check_memory_binding(*placement.node);
+    impl.numa.memory_bound = bindable.is_ok();
+    if (!bindable.is_ok()) {
+      impl.numa.reason += "; memory not bound: " + bindable.message();
+      internal::note_fallback("numa_memory", "NUMA node " + std::to_string(*placement.node) +
+                                                 ": loader threads placed, memory not bound (" +
+                                                 bindable.message() + ")");
+    }
+  }
+  const int memory_node = impl.numa.memory_bound ? *placement.node : -1;
+
   for (FieldSpec& field : impl.fields) {
     if (field.decode.kind == FieldDecode::Kind::kArray && !field.decode.array.dtype) {
       ZW_RETURN_IF_ERROR(take_array_layout(*dataset, field));
@@ -286,7 +317,10 @@ Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<Dataset> dataset,
 
   // Size the arena pool from the budget: one arena per worker, `prefetch` ready ones and two
   // with the consumer (the batch in use and the one being replaced) is the ideal.
-  const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
+  // Threads placed on a node count that node's CPUs.
+  const unsigned hardware =
+      placement.node ? static_cast<unsigned>(placement.cpus.size())
+                     : std::max(1u, std::thread::hardware_concurrency());
   // By default one core is left to the training loop's own thread: measured on 2 cores, a
   // consumer that computes 1.5x the loader's per-batch time kept its core 98 % busy with one
   // worker, 94-96 % with two (bench/run loader, row f).
@@ -307,7 +341,7 @@ Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<Dataset> dataset,
     const uint64_t budget = std::max(2 * options.shuffle.window_bytes,
                                      options.shuffle.window_bytes + ahead_bytes);
     impl.blocks = std::make_unique<BlockReads>();
-    impl.blocks->window = std::make_shared<BlockWindow>(budget);
+    impl.blocks->window = std::make_shared<BlockWindow>(budget, memory_node, impl.worker_cpus);
     for (size_t s = 0; s < impl.shard_samples.size(); ++s) {
       impl.blocks->samples_per_block.push_back(
           samples_per_block(impl.shard_samples[s], impl.shard_bytes[s], options.shuffle));
@@ -351,8 +385,9 @@ Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<Dataset> dataset,
   }
   const bool pin = options.pin_memory && internal::host_memory_pinning_available();
   impl.pool = std::make_shared<ArenaPool>(arenas, options.memory_budget / arenas, pin);
+  if (memory_node >= 0) ZW_RETURN_IF_ERROR(impl.pool->bind_to_node(memory_node));
   // Touch the arenas now: first-touch page faults (~0.3 GB/s here) belong to start-up, not to
-  // the first batches of training.
+  // the first batches of training (and, bound to a node, they are allocated there).
   ZW_RETURN_IF_ERROR(impl.pool->prefault(read_estimate, out_estimate));
   impl.io = io_backend_name(options.io);
   impl.epoch = options.epoch;
@@ -388,7 +423,7 @@ uint64_t Loader::batches_per_epoch() const {
 Result<std::shared_ptr<Batch>> Loader::next(Deadline deadline) {
   Impl& impl = *impl_;
   if (impl.closed) return Status(ErrorCode::kCancelled, "the loader is closed");
-  if (impl.run == nullptr) impl.start_run();
+  if (impl.run == nullptr) ZW_RETURN_IF_ERROR(impl.start_run());
   Result<std::shared_ptr<Batch>> batch = impl.run->next(deadline);
   if (batch.is_ok() && batch.value() == nullptr) {
     // End of the epoch. The run goes on: the next epoch's first batches are being prepared.
@@ -514,6 +549,7 @@ LoaderStats Loader::stats() const {
                        internal::fallback_count("io_uring_thread") +
                        internal::fallback_count("direct");
   if (impl.dataset->cache() != nullptr) stats.cache = impl.dataset->cache()->stats();
+  stats.numa = impl.numa;
   return stats;
 }
 

@@ -12,6 +12,8 @@
 #include <tuple>
 #include <vector>
 
+#include "common/thread_pool.hpp"
+
 namespace zerowait {
 
 namespace {
@@ -36,7 +38,8 @@ LoaderRun::LoaderRun(const Dataset& dataset, const LoaderOptions& options,
                      const std::vector<FieldSpec>& fields, std::shared_ptr<ArenaPool> pool,
                      std::shared_ptr<LoaderCounters> counters, RankPartition first, uint64_t epoch,
                      NextEpoch next_epoch, unsigned threads, unsigned prefetch,
-                     const BlockReads* blocks, unsigned cache_look_ahead)
+                     const BlockReads* blocks, unsigned cache_look_ahead,
+                     std::vector<unsigned> worker_cpus)
     : dataset_(dataset),
       options_(options),
       fields_(fields),
@@ -46,19 +49,34 @@ LoaderRun::LoaderRun(const Dataset& dataset, const LoaderOptions& options,
       blocks_(blocks),
       cache_look_ahead_(cache_look_ahead),
       max_threads_(threads),
+      worker_cpus_(std::move(worker_cpus)),
       active_threads_(threads),
       prefetch_(prefetch),
       in_flight_(threads) {
   segments_.push_back({epoch, std::move(first), 0});
-  running_workers_ = threads;
-  for (unsigned t = 0; t < threads; ++t) {
-    workers_.emplace_back([this, t] {
+}
+
+Status LoaderRun::start() {
+  for (unsigned t = 0; t < max_threads_; ++t) {
+    {
+      std::lock_guard<std::mutex> lock(pool_->mutex());
+      ++running_workers_;
+    }
+    const internal::ThreadPlacement placement{"zw-loader-" + std::to_string(t), worker_cpus_};
+    Result<std::thread> worker = internal::start_thread(placement, [this, t] {
       work(t);
       std::lock_guard<std::mutex> lock(pool_->mutex());
       --running_workers_;
       pool_->changed().notify_all();
     });
+    if (!worker.is_ok()) {
+      std::lock_guard<std::mutex> lock(pool_->mutex());
+      --running_workers_;
+      return worker.status();
+    }
+    workers_.push_back(std::move(worker).value());
   }
+  return Status::ok();
 }
 
 LoaderRun::~LoaderRun() {

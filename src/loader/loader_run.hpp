@@ -38,8 +38,8 @@ struct LoaderCounters {
 //
 // Thread-safety: next(), position(), finish_epoch() and set_limits() are called by one consumer
 // thread at a time; the workers are internal. Everything shared is guarded by the pool's mutex.
-// Lifetime: `dataset`, `options`, `fields` and `blocks` must outlive the run; destruction stops and joins
-// the workers, and batches already handed out stay valid (they hold the pool).
+// Lifetime: `dataset`, `options`, `fields` and `blocks` must outlive the run; destruction stops
+// and joins the workers, and batches already handed out stay valid (they hold the pool).
 class LoaderRun {
  public:
   using SteadyClock = std::chrono::steady_clock;
@@ -53,8 +53,14 @@ class LoaderRun {
             const std::vector<FieldSpec>& fields, std::shared_ptr<ArenaPool> pool,
             std::shared_ptr<LoaderCounters> counters, RankPartition first, uint64_t epoch,
             NextEpoch next_epoch, unsigned threads, unsigned prefetch,
-            const BlockReads* blocks = nullptr, unsigned cache_look_ahead = 0);
+            const BlockReads* blocks = nullptr, unsigned cache_look_ahead = 0,
+            std::vector<unsigned> worker_cpus = {});
   ~LoaderRun();  // stops the workers, waiting for each (see stop() for when not to)
+
+  // Starts the worker threads, named "zw-loader-<n>", each on `worker_cpus` (empty: the
+  // caller's CPUs) before it does any work. Once, before anything else. Errors: start_thread's
+  // (thread_pool.hpp); the workers started before the failure are stopped with the run.
+  Status start();
   LoaderRun(const LoaderRun&) = delete;
   LoaderRun& operator=(const LoaderRun&) = delete;
 
@@ -128,6 +134,7 @@ class LoaderRun {
   // it (ByteSource::prefetch), so its downloads run that far ahead.
   const unsigned cache_look_ahead_;
   const unsigned max_threads_;
+  const std::vector<unsigned> worker_cpus_;
   // Guarded by pool_->mutex(); segments_.front() is also read by the consumer thread alone,
   // which is the only one that pops it.
   std::deque<Segment> segments_;

@@ -23,6 +23,7 @@
 #include "zerowait/loader/audio_clip.hpp"
 #include "zerowait/loader/dtype.hpp"
 #include "zerowait/loader/image_transform.hpp"
+#include "zerowait/loader/numa.hpp"
 #include "zerowait/loader/sample_plan.hpp"
 #include "zerowait/loader/token_window.hpp"
 #include "zerowait/shard/dataset.hpp"
@@ -82,6 +83,10 @@ struct LoaderOptions {
   // to a GPU. Only for a caller that keeps each Batch alive until its copy has completed (as
   // the Python device copy does): CUDA does not track memory pinned this way.
   bool pin_memory = false;
+  // Runs every thread the loader starts on one NUMA node's CPUs and binds its batch arenas (and
+  // block window) to that node's memory (numa.hpp chooses the node). Create fails with
+  // choose_numa_placement's errors; kNone (default) changes nothing.
+  NumaRequest numa;
 
   Status validate() const;
 };
@@ -156,6 +161,16 @@ struct LoaderState {
   uint32_t world_size = 0;           // informative: a restore may change it
 };
 
+// What NUMA placement the loader did (LoaderOptions::numa).
+struct NumaStats {
+  NumaRequest::Kind requested = NumaRequest::Kind::kNone;
+  int requested_node = -1;   // kNode
+  std::optional<int> node;   // the node threads and memory were placed on; none: nothing done
+  std::string cpus;          // the worker threads' CPUs ("0-15,32-47"); empty when not pinned
+  bool memory_bound = false;  // arenas bound to `node` (MPOL_BIND)
+  std::string reason;         // what was done and from what, or why nothing (or less) was
+};
+
 // One consumer step.
 struct StepStats {
   uint64_t epoch = 0;
@@ -191,6 +206,7 @@ struct LoaderStats {
   // The node-local cache the dataset's remote shards are read through (this process's counts);
   // empty without one.
   std::optional<BlockCacheStats> cache;
+  NumaStats numa;
   std::vector<StepStats> recent;  // the last steps, oldest first (at most 1024)
 };
 

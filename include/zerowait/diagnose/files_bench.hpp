@@ -1,0 +1,98 @@
+// The small-file cost for `zerowait bench files`: listing a tree, then reading every file the way
+// a Dataset over loose files does (open, fstat, read it whole, close), cold and warm; beside it,
+// the same number of samples read from the dataset packed from that tree, through the Loader the
+// way training reads it (shuffled, raw bytes, checksums verified, io "auto").
+//
+// Both sides read in a shuffled order with the same number of threads, and the passes alternate
+// (files cold, packed cold, files warm, packed warm) so that a drift of the disk weighs on both.
+// "Cold" evicts the files' pages first (fdatasync, then posix_fadvise DONTNEED): the page cache
+// only; the kernel's dentry and inode caches stay warm, which flatters the per-file side.
+//
+// Library code: nothing is printed; progress goes to a callback.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "zerowait/common/status.hpp"
+
+namespace zerowait {
+
+// Threads on each side by default: two cores' worth, as the loader comparisons in
+// bench/README.md give every contender (2 workers).
+inline constexpr unsigned kFilesBenchThreads = 2;
+
+// One pass over files or samples.
+struct ReadPass {
+  uint64_t items = 0;  // files or samples read
+  uint64_t bytes = 0;  // their bytes (a sample's: every field's)
+  double seconds = 0;
+  double resident_before = 0;  // share of the bytes the page cache held when the pass began
+
+  double items_per_s() const { return seconds > 0 ? double(items) / seconds : 0; }
+  double mb_s() const { return seconds > 0 ? double(bytes) / seconds / 1e6 : 0; }  // decimal
+};
+
+struct FilesBenchOptions {
+  std::string dir;      // the tree of small files
+  std::string dataset;  // the dataset packed from it (zerowait pack); empty: per-file side only
+  uint64_t max_files = 0;  // read at most this many (a random subset); 0: every file
+  unsigned threads = kFilesBenchThreads;
+  uint64_t seed = 0;  // of the shuffled orders
+  // Set (from a signal handler) to stop between files or batches: kCancelled. May be null.
+  const std::atomic<bool>* stop = nullptr;
+  // "files: cold pass (20000 files)" before each step; called on the calling thread.
+  std::function<void(const std::string& message)> progress;
+};
+
+// The packed side: the dataset read through the Loader.
+struct PackedFilesBench {
+  std::string dataset;
+  uint64_t dataset_samples = 0;  // may differ from the files listed: rates are per sample
+  double open_seconds = 0;       // Dataset::open (the manifest), against listing the tree
+  ReadPass cold;
+  ReadPass warm;
+  // Samples per second over files per second, cold against cold and warm against warm.
+  double speedup_cold = 0;
+  double speedup_warm = 0;
+};
+
+struct FilesBenchReport {
+  std::string dir;
+  unsigned threads = 0;
+  uint64_t files_listed = 0;
+  double list_seconds = 0;
+  uint64_t files_read = 0;  // per pass: min(files listed, max_files)
+  ReadPass cold;
+  ReadPass warm;
+  std::optional<PackedFilesBench> packed;
+  std::vector<std::string> notes;  // caveats worth printing with the numbers
+};
+
+// The regular files under `dir`, recursively (symbolic links are not followed), sorted; with the
+// time the walk took (sorting excluded). kNotFound / kIo naming the directory.
+struct ListedFiles {
+  std::vector<std::string> paths;
+  double seconds = 0;
+};
+Result<ListedFiles> list_files(const std::string& dir);
+
+// Drops the pages of `paths` from the page cache: fdatasync (dirty pages cannot be dropped) and
+// posix_fadvise(POSIX_FADV_DONTNEED). Errors name the file.
+Status evict_from_page_cache(const std::vector<std::string>& paths);
+
+// Reads each file whole (open, fstat, read to the end, close) on `threads` threads, in the order
+// given (threads take the next file as they finish one). kCancelled when `stop` is set; the first
+// error names its file.
+Result<ReadPass> read_files(const std::vector<std::string>& paths, unsigned threads,
+                            const std::atomic<bool>* stop = nullptr);
+
+// The whole comparison (see the top of this file). kInvalidArgument for 0 threads, kNotFound for
+// a tree without files; open and read errors name their file.
+Result<FilesBenchReport> run_files_bench(const FilesBenchOptions& options);
+
+}  // namespace zerowait

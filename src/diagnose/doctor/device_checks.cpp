@@ -1,0 +1,433 @@
+// The devices checks: NVIDIA GPUs and their driver, GPUDirect Storage, where GPUs sit against the
+// NVMe drives and NICs that feed them (NUMA), and PCIe links running below what they can.
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "diagnose/doctor/pci.hpp"
+#include "diagnose/doctor/system.hpp"
+
+namespace zerowait::doctor {
+namespace {
+
+constexpr const char* kArea = "devices";
+constexpr const char* kNvidiaVersion = "/proc/driver/nvidia/version";
+constexpr const char* kNvidiaGpus = "/proc/driver/nvidia/gpus";
+constexpr const char* kNvidiaFsVersion = "/proc/driver/nvidia-fs/version";
+constexpr const char* kNodes = "/sys/devices/system/node";
+
+// "a", "a and b", "a, b and c".
+std::string join_and(const std::vector<std::string>& items) {
+  std::string text;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i != 0) text += i + 1 == items.size() ? " and " : ", ";
+    text += items[i];
+  }
+  return text;
+}
+
+std::string format_number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", value);
+  return text;
+}
+
+// "GPU 0000:18:00.0", "nvme0 (0000:5e:00.0)", "eth1 (0000:19:00.0)".
+std::string describe(const PciAttached& device) {
+  if (device.kind == DeviceKind::kGpu) return "GPU " + device.name;
+  return device.name + " (" + device.pci.address + ")";
+}
+
+// The driver version in /proc/driver/nvidia/version's first line: the first token after
+// "Module" that starts with a digit ("... Kernel Module  550.54.15  Tue Mar ..." and "... Open
+// Kernel Module for x86_64  550.54.15 ..."); the whole line when there is none.
+std::string driver_version(const std::string& line) {
+  const size_t module = line.find("Module");
+  if (module == std::string::npos) return line;
+  std::istringstream tokens(line.substr(module + 6));
+  for (std::string token; tokens >> token;) {
+    if (std::isdigit(static_cast<unsigned char>(token[0])) && token.find('.') != token.npos) {
+      return token;
+    }
+  }
+  return line;
+}
+
+// The value of "Field:  value" in an /proc/driver/nvidia/gpus/*/information file.
+std::optional<std::string> information_field(const std::string& text, const std::string& field) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(field + ":", 0) != 0) continue;
+    const size_t start = line.find_first_not_of(" \t", field.size() + 1);
+    return start == std::string::npos ? "" : line.substr(start);
+  }
+  return std::nullopt;
+}
+
+// The information file of the GPU at `address`: the directory of that name, or the one whose
+// "Bus Location" names it (older drivers spell the address in capitals).
+std::optional<std::string> information_path(const System& system, const std::string& address) {
+  const std::string direct = std::string(kNvidiaGpus) + "/" + address + "/information";
+  if (system.exists(direct)) return direct;
+  for (const std::string& dir : system.list(kNvidiaGpus)) {
+    const std::string path = std::string(kNvidiaGpus) + "/" + dir + "/information";
+    const std::optional<std::string> text = system.read(path);
+    if (!text) continue;
+    std::string location = information_field(*text, "Bus Location").value_or("");
+    std::transform(location.begin(), location.end(), location.begin(),
+                   [](unsigned char c) { return char(std::tolower(c)); });
+    if (location == address) return path;
+  }
+  return std::nullopt;
+}
+
+// What NVML reports, live only: "NVML sees 8 GPU(s): NVIDIA H100 80GB HBM3 (x8), driver
+// 550.54.15", or why it could not say. NVML's C signatures (nvml.h) are declared here, as
+// common/cuda_host.cpp does for libcudart: CUDA is never a build dependency.
+std::string nvml_inventory() {
+  using InitFn = int (*)();
+  using CountFn = int (*)(unsigned*);
+  using HandleFn = int (*)(unsigned, void**);
+  using NameFn = int (*)(void*, char*, unsigned);
+  using DriverFn = int (*)(char*, unsigned);
+  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return std::string("libnvidia-ml.so.1 not loaded: ") + dlerror();
+  const auto init = reinterpret_cast<InitFn>(dlsym(lib, "nvmlInit_v2"));
+  const auto shutdown = reinterpret_cast<InitFn>(dlsym(lib, "nvmlShutdown"));
+  const auto count_fn = reinterpret_cast<CountFn>(dlsym(lib, "nvmlDeviceGetCount_v2"));
+  const auto handle_fn = reinterpret_cast<HandleFn>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
+  const auto name_fn = reinterpret_cast<NameFn>(dlsym(lib, "nvmlDeviceGetName"));
+  const auto driver_fn = reinterpret_cast<DriverFn>(dlsym(lib, "nvmlSystemGetDriverVersion"));
+  std::string result;
+  if (!init || !shutdown || !count_fn || !handle_fn || !name_fn || !driver_fn) {
+    result = "libnvidia-ml.so.1 lacks the NVML functions used";
+  } else if (const int error = init(); error != 0) {
+    result = "nvmlInit_v2 failed (NVML error " + std::to_string(error) + ")";
+  } else {
+    unsigned count = 0;
+    char driver[96] = "?";
+    driver_fn(driver, sizeof(driver));
+    std::map<std::string, unsigned> models;  // name -> how many
+    if (count_fn(&count) == 0) {
+      for (unsigned i = 0; i < count; ++i) {
+        void* device = nullptr;
+        char name[96] = "?";
+        if (handle_fn(i, &device) == 0) name_fn(device, name, sizeof(name));
+        ++models[name];
+      }
+    }
+    std::vector<std::string> names;
+    for (const auto& [name, n] : models) names.push_back(name + " (x" + std::to_string(n) + ")");
+    result = "NVML sees " + std::to_string(count) + " GPU(s)" +
+             (names.empty() ? "" : ": " + join_and(names)) + ", driver " + driver;
+    shutdown();
+  }
+  dlclose(lib);
+  return result;
+}
+
+void check_gpus(const System& system, const std::vector<PciAttached>& gpus, FindingList& list) {
+  if (gpus.empty()) {
+    Finding& f = list.add("gpus", Severity::kInfo, "no NVIDIA GPU");
+    f.evidence = std::string(kPciDevices) + ": " +
+                 std::to_string(system.list(kPciDevices).size()) +
+                 " PCI functions, none with vendor 0x10de and class 0x0300xx or 0x0302xx";
+    return;
+  }
+  const std::optional<std::string> version_line = system.read_line(kNvidiaVersion);
+  if (!version_line) {
+    std::vector<std::string> addresses;
+    std::string drivers;
+    for (const PciAttached& gpu : gpus) {
+      addresses.push_back(gpu.name);
+      drivers += "; " + gpu.name + " driver: " +
+                 system.link_name(gpu.pci.dir + "/driver").value_or("none");
+    }
+    Finding& f = list.add("gpus", Severity::kFail,
+                          "NVIDIA driver not loaded: " + std::to_string(gpus.size()) +
+                              " GPU(s) unusable (" + join_and(addresses) + ")");
+    f.evidence = std::string(kNvidiaVersion) + ": absent" + drivers;
+    f.why = "without the nvidia kernel module CUDA finds no device: training falls back to the "
+            "CPU or stops at torch.cuda init";
+    f.fix = "modprobe nvidia (install the driver first if that fails: the distribution's "
+            "nvidia-driver package or NVIDIA's cuda-drivers)";
+    return;
+  }
+  const std::string version = driver_version(*version_line);
+  for (const PciAttached& gpu : gpus) {
+    std::string model;
+    std::string evidence;
+    const std::optional<std::string> info_path = information_path(system, gpu.name);
+    const std::optional<std::string> info = info_path ? system.read(*info_path) : std::nullopt;
+    const std::optional<std::string> info_model =
+        info ? information_field(*info, "Model") : std::nullopt;
+    if (info_model) {
+      model = *info_model;
+      evidence = *info_path + ": Model: " + model;
+    } else {
+      const std::string device_id = system.read_line(gpu.pci.dir + "/device").value_or("?");
+      model = "device " + device_id;
+      evidence = std::string(kPciDevices) + "/" + gpu.name + "/device: " + device_id + " (no " +
+                 kNvidiaGpus + "/" + gpu.name + "/information)";
+    }
+    Finding& f = list.add("gpus", Severity::kInfo,
+                          "GPU " + gpu.name + ": " + model + ", driver " + version);
+    f.subject = gpu.name;
+    f.evidence = evidence + "; " + kNvidiaVersion + ": " + version;
+  }
+  if (system.live()) {
+    Finding& f = list.add("gpus", Severity::kInfo, nvml_inventory());
+    f.subject = "NVML";
+    f.evidence = "libnvidia-ml.so.1: nvmlDeviceGetCount_v2, nvmlDeviceGetName";
+  }
+}
+
+void check_gds(const System& system, const std::vector<PciAttached>& gpus, FindingList& list) {
+  std::string library;
+  if (system.live()) {
+    void* cufile = dlopen("libcufile.so.0", RTLD_NOW | RTLD_LOCAL);
+    library = cufile != nullptr ? "; libcufile.so.0 loads"
+                                : std::string("; libcufile.so.0 not loaded: ") + dlerror();
+    if (cufile != nullptr) dlclose(cufile);
+  }
+  const std::optional<std::string> version = system.read_line(kNvidiaFsVersion);
+  if (gpus.empty()) {
+    Finding& f = list.add("gds", Severity::kInfo, "GPUDirect Storage: not applicable (no GPU)");
+    f.evidence = std::string(kNvidiaFsVersion) + ": " + version.value_or("absent") + library;
+    return;
+  }
+  if (version) {
+    Finding& f = list.add("gds", Severity::kOk,
+                          "GPUDirect Storage available: nvidia_fs loaded (" + *version + ")");
+    f.evidence = std::string(kNvidiaFsVersion) + ": " + *version + library;
+    return;
+  }
+  Finding& f = list.add("gds", Severity::kInfo,
+                        "GPUDirect Storage not available: cuFile runs in compatibility mode "
+                        "(through host memory)");
+  f.evidence = std::string(kNvidiaFsVersion) + ": absent (nvidia_fs module not loaded)" + library;
+  f.why = "without nvidia_fs, reads meant to go storage -> GPU memory are staged in host memory "
+          "and copied, costing CPU time and memory bandwidth";
+  f.fix = "modprobe nvidia_fs (from NVIDIA's GDS package: nvidia-gds)";
+}
+
+void check_numa(const System& system, const std::vector<PciAttached>& gpus,
+                const std::vector<PciAttached>& nvmes, const std::vector<PciAttached>& nics,
+                FindingList& list) {
+  std::vector<std::string> nodes;
+  for (const std::string& name : system.list(kNodes)) {
+    if (name.size() > 4 && name.rfind("node", 0) == 0 &&
+        std::isdigit(static_cast<unsigned char>(name[4]))) {
+      nodes.push_back(name);
+    }
+  }
+  std::string node_list;
+  for (const std::string& node : nodes) node_list += " " + node;
+  const std::string nodes_evidence =
+      std::string(kNodes) + ":" + (nodes.empty() ? " no node directories" : node_list);
+
+  // Every device's node, as evidence and for the comparison.
+  std::string evidence = nodes_evidence + "; " + kPciDevices + "/*/numa_node:";
+  std::vector<std::pair<const PciAttached*, std::optional<int64_t>>> placed;
+  for (const auto* group : {&gpus, &nvmes, &nics}) {
+    for (const PciAttached& device : *group) {
+      const std::optional<int64_t> node = numa_node_of(system, device.pci);
+      placed.emplace_back(&device, node);
+      evidence += " " + describe(device) + " " + (node ? std::to_string(*node) : "-1") + ",";
+    }
+  }
+  if (evidence.back() == ',') evidence.pop_back();
+
+  if (nodes.size() <= 1) {
+    Finding& f =
+        list.add("numa", Severity::kInfo, "one NUMA node: every device is local to every CPU");
+    f.evidence = nodes_evidence;
+    return;
+  }
+  if (gpus.empty()) {
+    Finding& f = list.add("numa", Severity::kInfo,
+                          std::to_string(nodes.size()) + " NUMA nodes, no GPU: placement not "
+                                                         "checked");
+    f.evidence = evidence;
+    return;
+  }
+  for (const auto& [gpu, gpu_node] : placed) {
+    if (gpu->kind != DeviceKind::kGpu) continue;
+    if (!gpu_node) {
+      Finding& f = list.add("numa", Severity::kInfo,
+                            "GPU " + gpu->name + ": NUMA node unknown (numa_node -1)");
+      f.subject = gpu->name;
+      f.evidence = evidence;
+      continue;
+    }
+    // NVMe and NICs apart: of those with a known node, does one share the GPU's?
+    std::vector<std::string> local;
+    std::map<int64_t, std::vector<std::string>> remote_by_node;
+    std::set<DeviceKind> remote_kinds;
+    for (DeviceKind kind : {DeviceKind::kNvme, DeviceKind::kNic}) {
+      std::vector<std::pair<std::string, int64_t>> known;
+      for (const auto& [device, node] : placed) {
+        if (device->kind == kind && node) known.emplace_back(device->name, *node);
+      }
+      const bool shares = std::any_of(known.begin(), known.end(),
+                                      [&](const auto& d) { return d.second == *gpu_node; });
+      for (const auto& [name, node] : known) {
+        if (node == *gpu_node) local.push_back(name);
+        if (!shares) remote_by_node[node].push_back(name);
+      }
+      if (!known.empty() && !shares) remote_kinds.insert(kind);
+    }
+    const std::string node = std::to_string(*gpu_node);
+    const std::string where = "GPU " + gpu->name + " is on node " + node;
+    if (remote_kinds.empty()) {
+      Finding& f = list.add("numa", Severity::kOk,
+                            where + (local.empty() ? " (no NVMe or NIC with a known node)"
+                                                   : " with " + join_and(local)));
+      f.subject = gpu->name;
+      f.evidence = evidence;
+      continue;
+    }
+    std::vector<std::string> remote;
+    for (const auto& [remote_node, names] : remote_by_node) {
+      remote.push_back(join_and(names) + (names.size() == 1 ? " is" : " are") + " on node " +
+                       std::to_string(remote_node));
+    }
+    Finding& f = list.add("numa", Severity::kWarn,
+                          where + "; " + join_and(remote) +
+                              ": every batch crosses the socket link");
+    f.subject = gpu->name;
+    f.evidence = evidence;
+    f.why = "data read or received on another socket lands in that socket's memory and crosses "
+            "the inter-socket link to reach the GPU (seen: 842 -> 1,127 samples/s once pinned)";
+    f.fix = "zerowait.Loader(numa=\"auto\") pins the loader to the GPU's node (or run the rank "
+            "under numactl --cpunodebind=" + node + " --membind=" + node + ")";
+    if (remote_kinds.count(DeviceKind::kNvme)) {
+      f.fix += "; keep the data on an NVMe of node " + node;
+    }
+    if (remote_kinds.count(DeviceKind::kNic)) {
+      f.fix += "; give this rank a NIC of node " + node + " (NCCL_SOCKET_IFNAME, NCCL_IB_HCA)";
+    }
+  }
+}
+
+// "half the bandwidth", "a quarter of the bandwidth", "38% of the bandwidth".
+std::string bandwidth_share(double have, double can) {
+  if (can <= 0) return "less bandwidth";
+  const double ratio = have / can;
+  if (ratio == 0.5) return "half the bandwidth";
+  if (ratio == 0.25) return "a quarter of the bandwidth";
+  return std::to_string(int(ratio * 100 + 0.5)) + "% of the bandwidth";
+}
+
+void check_pcie_links(const System& system, const std::vector<PciAttached>& devices,
+                      FindingList& list) {
+  if (devices.empty()) {
+    Finding& f = list.add("pcie_link", Severity::kInfo, "no GPU, NVMe controller or NIC on PCI");
+    f.evidence = std::string(kPciDevices) + ", /sys/class/nvme/*/device, /sys/class/net/*/device";
+    return;
+  }
+  // One finding per PCI function, naming every device on it (two ports of one NIC).
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<const PciAttached*>> by_address;
+  for (const PciAttached& device : devices) {
+    if (by_address[device.pci.address].empty()) order.push_back(device.pci.address);
+    by_address[device.pci.address].push_back(&device);
+  }
+  for (const std::string& address : order) {
+    const PciAttached& first = *by_address[address].front();
+    std::vector<std::string> names;
+    for (const PciAttached* device : by_address[address]) names.push_back(device->name);
+    const std::string who = first.kind == DeviceKind::kGpu
+                                ? "GPU " + address
+                                : join_and(names) + " (" + address + ")";
+    const std::optional<PcieLink> link = pcie_link_of(system, first.pci);
+    if (!link) {
+      Finding& f = list.add("pcie_link", Severity::kInfo,
+                            who + ": no PCIe link attributes (emulated or virtual function)");
+      f.subject = first.name;
+      f.evidence = first.pci.dir + ": no current_link_width / max_link_width";
+      continue;
+    }
+    const std::string evidence = std::string(kPciDevices) + "/" + address +
+                                 "/current_link_width: " + std::to_string(link->width) +
+                                 ", max_link_width: " + std::to_string(link->max_width) +
+                                 ", current_link_speed: " + link->speed +
+                                 ", max_link_speed: " + link->max_speed;
+    const bool narrow = link->width < link->max_width;
+    const bool slow = link->speed_gts > 0 && link->speed_gts < link->max_speed_gts;
+    if (!narrow && !slow) {
+      Finding& f = list.add("pcie_link", Severity::kOk,
+                            who + ": x" + std::to_string(link->width) + " at " + link->speed +
+                                ", the most it can");
+      f.subject = first.name;
+      f.evidence = evidence;
+      continue;
+    }
+    const bool gpu = first.kind == DeviceKind::kGpu;
+    // A GPU lowers its link speed when idle to save power; only a narrow link is a fault then.
+    const Severity severity = narrow || !gpu ? Severity::kWarn : Severity::kInfo;
+    std::vector<std::string> parts;
+    std::vector<std::string> whys;
+    if (narrow) {
+      parts.push_back("runs x" + std::to_string(link->width) + " of x" +
+                      std::to_string(link->max_width) + ": " +
+                      bandwidth_share(double(link->width), double(link->max_width)));
+      whys.push_back("a link with fewer lanes than the device has caps every transfer to and "
+                     "from it (batches, checkpoints, collectives)");
+    }
+    if (slow) {
+      parts.push_back("at " + format_number(link->speed_gts) + " of " +
+                      format_number(link->max_speed_gts) + " GT/s" +
+                      (gpu ? " (GPUs lower the link speed when idle; check under load)"
+                           : ": " + bandwidth_share(link->speed_gts, link->max_speed_gts) +
+                                 " per lane"));
+      whys.push_back(gpu ? "an idle GPU's slower link is normal; one that stays slow under load "
+                           "cuts host-to-GPU copies"
+                         : "the link trained at a lower PCIe generation than both ends support");
+    }
+    Finding& f = list.add("pcie_link", severity, who + " " + join_and(parts));
+    f.subject = first.name;
+    f.evidence = evidence;
+    f.why = join_and(whys);
+    if (narrow) {
+      f.fix = "reseat the card or move it to a full-width slot; check the BIOS lane bifurcation "
+              "setting for the slot";
+    } else if (gpu) {
+      f.fix = "watch nvidia-smi -q -d PCIE under load: Link Gen Current should reach Max";
+    } else {
+      f.fix = "check the slot's PCIe generation and the BIOS link speed setting; reseat the card";
+    }
+  }
+}
+
+}  // namespace
+
+void check_devices(const System& system, std::vector<Finding>& out) {
+  FindingList list(out, kArea);
+  const std::vector<PciAttached> gpus = find_gpus(system);
+  const std::vector<PciAttached> nvmes = find_nvme_controllers(system);
+  const std::vector<PciAttached> nics = find_pci_nics(system);
+  check_gpus(system, gpus, list);
+  check_gds(system, gpus, list);
+  // NUMA placement counts only NICs that can carry traffic; a port that is down feeds nothing.
+  std::vector<PciAttached> active_nics;
+  for (const PciAttached& nic : nics) {
+    const std::string operstate = std::string(kNetClass) + "/" + nic.name + "/operstate";
+    const std::string state = system.read_line(operstate).value_or("unknown");
+    if (state != "down" && state != "lowerlayerdown" && state != "notpresent") {
+      active_nics.push_back(nic);
+    }
+  }
+  check_numa(system, gpus, nvmes, active_nics, list);
+  std::vector<PciAttached> linked = gpus;
+  linked.insert(linked.end(), nvmes.begin(), nvmes.end());
+  linked.insert(linked.end(), nics.begin(), nics.end());
+  check_pcie_links(system, linked, list);
+}
+
+}  // namespace zerowait::doctor

@@ -1,0 +1,551 @@
+// Machine-wide checks: memory (free memory, swap, transparent huge pages, dirty page limits,
+// /dev/shm, locked memory), limits and CPU (open files, CPU count, cgroup quota, frequency
+// governor) and io_uring (the sysctl, seccomp, a real ring).
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+#include <utility>
+
+#include "diagnose/doctor/mounts.hpp"
+#include "diagnose/doctor/system.hpp"
+
+namespace zerowait::doctor {
+namespace {
+
+constexpr uint64_t kMiB = uint64_t(1) << 20;
+constexpr uint64_t kGiB = uint64_t(1) << 30;
+
+std::string limit_text(uint64_t value) {
+  return value == UINT64_MAX ? "unlimited" : std::to_string(value);
+}
+
+// "Name: value [kB]" lines (/proc/meminfo in bytes, /proc/vmstat's "name value" as counted).
+std::map<std::string, uint64_t> parse_counters(const std::string& text) {
+  std::map<std::string, uint64_t> counters;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    std::string name, unit;
+    uint64_t value = 0;
+    if (!(fields >> name >> value)) continue;
+    if (!name.empty() && name.back() == ':') name.pop_back();
+    counters[name] = fields >> unit && unit == "kB" ? value * 1024 : value;
+  }
+  return counters;
+}
+
+void check_available(FindingList& findings, const std::map<std::string, uint64_t>& meminfo) {
+  const auto total = meminfo.find("MemTotal"), available = meminfo.find("MemAvailable");
+  if (total == meminfo.end() || available == meminfo.end() || total->second == 0) {
+    findings.add("available", Severity::kInfo, "could not read MemTotal/MemAvailable").evidence =
+        "/proc/meminfo: absent or without those lines";
+    return;
+  }
+  const double share = double(available->second) / double(total->second);
+  Finding& f = findings.add("available", share < 0.10 ? Severity::kWarn : Severity::kOk,
+                            format_bytes(available->second) + " available of " +
+                                format_bytes(total->second) + " (" + format_percent(share) + " %)");
+  f.evidence = "/proc/meminfo: MemAvailable " + std::to_string(available->second / 1024) +
+               " kB, MemTotal " + std::to_string(total->second / 1024) + " kB";
+  if (f.severity == Severity::kOk) return;
+  f.why = "the page cache that keeps shards warm is squeezed out, and the next allocation of a "
+          "batch arena or checkpoint staging pool may swap or meet the OOM killer";
+  f.fix = "find what holds memory: ps aux --sort=-rss | head; lower Loader(memory_budget=...)";
+}
+
+void check_swap(FindingList& findings, const std::map<std::string, uint64_t>& meminfo,
+                const std::optional<std::string>& vmstat_text) {
+  const auto total = meminfo.find("SwapTotal"), free = meminfo.find("SwapFree");
+  if (total == meminfo.end() || free == meminfo.end()) {
+    findings.add("swap", Severity::kInfo, "could not read SwapTotal/SwapFree").evidence =
+        "/proc/meminfo: absent or without those lines";
+    return;
+  }
+  const uint64_t used = total->second - std::min(free->second, total->second);
+  const std::map<std::string, uint64_t> vmstat = parse_counters(vmstat_text.value_or(""));
+  const auto swapped_out = vmstat.find("pswpout");
+  const uint64_t pages_out = swapped_out == vmstat.end() ? 0 : swapped_out->second;
+  const std::string evidence =
+      "/proc/meminfo: SwapTotal " + std::to_string(total->second / 1024) + " kB, SwapFree " +
+      std::to_string(free->second / 1024) + " kB; /proc/vmstat: pswpout " +
+      (swapped_out == vmstat.end() ? std::string("absent") : std::to_string(pages_out));
+  if (total->second == 0 || used == 0) {
+    findings.add("swap", Severity::kOk, total->second == 0 ? "no swap" : "swap unused").evidence =
+        evidence;
+    return;
+  }
+  const std::string summary = "swap in use: " + format_bytes(used) + ", " +
+                              format_count(pages_out) + " pages swapped out since boot";
+  if (pages_out == 0) {
+    findings.add("swap", Severity::kInfo, summary).evidence = evidence;
+    return;
+  }
+  Finding& f = findings.add("swap", Severity::kWarn, summary);
+  f.evidence = evidence;
+  f.why = "pages of the training process or its loader that were swapped out stall a step when "
+          "touched again";
+  f.fix = "sysctl -w vm.swappiness=1; find what uses memory: ps aux --sort=-rss | head";
+}
+
+void check_transparent_huge_pages(const System& system, FindingList& findings) {
+  struct Knob {
+    const char* check;
+    const char* label;
+    const char* file;
+    const char* why;
+    const char* fix;
+  };
+  static constexpr Knob kKnobs[] = {
+      {"thp_enabled", "transparent huge pages", "/sys/kernel/mm/transparent_hugepage/enabled",
+       "THP for every mapping has been seen to break GPU DMA mappings and to stall page faults "
+       "in compaction",
+       "echo madvise > /sys/kernel/mm/transparent_hugepage/enabled"},
+      {"thp_defrag", "transparent huge page defrag", "/sys/kernel/mm/transparent_hugepage/defrag",
+       "allocations stall in direct compaction until a huge page is assembled",
+       "echo defer+madvise > /sys/kernel/mm/transparent_hugepage/defrag"},
+  };
+  for (const Knob& knob : kKnobs) {
+    const std::optional<std::string> line = system.read_line(knob.file);
+    if (!line) {
+      findings.add(knob.check, Severity::kInfo, "no transparent huge page setting").evidence =
+          std::string(knob.file) + ": absent";
+      continue;
+    }
+    const std::string active = bracketed_choice(*line);
+    Finding& f = findings.add(knob.check, active == "always" ? Severity::kWarn : Severity::kOk,
+                              std::string(knob.label) + ": " + active);
+    f.evidence = std::string(knob.file) + ": " + *line;
+    if (f.severity == Severity::kOk) continue;
+    f.why = knob.why;
+    f.fix = knob.fix;
+  }
+}
+
+// The dirty page limit in bytes: *_bytes when set, else *_ratio % of MemTotal (the kernel takes
+// the ratio of reclaimable memory, a little less). The text says which file gave it.
+std::optional<uint64_t> dirty_limit(const System& system, const std::string& prefix,
+                                    uint64_t mem_total, std::string& text) {
+  const std::string bytes_file = "/proc/sys/vm/" + prefix + "_bytes";
+  const std::string ratio_file = "/proc/sys/vm/" + prefix + "_ratio";
+  const std::optional<int64_t> bytes = system.read_int(bytes_file);
+  if (bytes && *bytes > 0) {
+    text = bytes_file + ": " + std::to_string(*bytes);
+    return uint64_t(*bytes);
+  }
+  const std::optional<int64_t> ratio = system.read_int(ratio_file);
+  if (!ratio || mem_total == 0) return std::nullopt;
+  text = ratio_file + ": " + std::to_string(*ratio) + " (" + prefix + "_bytes 0)";
+  return mem_total / 100 * uint64_t(std::max<int64_t>(*ratio, 0));
+}
+
+void check_dirty(const System& system, FindingList& findings,
+                 const std::map<std::string, uint64_t>& meminfo) {
+  const auto total_it = meminfo.find("MemTotal");
+  const uint64_t mem_total = total_it == meminfo.end() ? 0 : total_it->second;
+  std::string limit_source, background_source;
+  const std::optional<uint64_t> limit = dirty_limit(system, "dirty", mem_total, limit_source);
+  const std::optional<uint64_t> background =
+      dirty_limit(system, "dirty_background", mem_total, background_source);
+  if (!limit) {
+    findings.add("dirty", Severity::kInfo, "dirty page limit not known").evidence =
+        "/proc/sys/vm/dirty_bytes, dirty_ratio or /proc/meminfo MemTotal: absent";
+    return;
+  }
+  const double share = mem_total == 0 ? 0 : double(*limit) / double(mem_total);
+  // Bytes, not the share, decide how long an fsync waits for writeback: the default 20 % of a
+  // 256 GiB machine is 51 GiB of dirty pages.
+  const bool too_large = *limit > 16 * kGiB;
+  Finding& f = findings.add("dirty", too_large ? Severity::kWarn : Severity::kOk,
+                            "dirty page limit " + format_bytes(*limit) +
+                                (mem_total ? " (" + format_percent(share) + " % of RAM)" : ""));
+  f.evidence = limit_source + " -> " + format_bytes(*limit) + "; " +
+               (background ? background_source + " -> " + format_bytes(*background)
+                           : "background limit not known") +
+               "; /proc/meminfo MemTotal " + std::to_string(mem_total / 1024) + " kB";
+  if (!too_large) return;
+  f.why = "a checkpoint fills gigabytes of dirty pages before writeback starts; then its fsync "
+          "and every other writer stall until they drain";
+  f.fix = "sysctl -w vm.dirty_bytes=4294967296 vm.dirty_background_bytes=1073741824";
+}
+
+void check_dev_shm(const System& system, FindingList& findings) {
+  const std::optional<SpaceInfo> shm = system.space("/dev/shm");
+  if (!shm) {
+    findings.add("dev_shm", Severity::kInfo, "/dev/shm not measured").evidence =
+        "statvfs(/dev/shm): not available";
+    return;
+  }
+  const Severity severity = shm->bytes_available < 256 * kMiB ? Severity::kFail
+                            : shm->bytes_available < kGiB     ? Severity::kWarn
+                                                              : Severity::kOk;
+  Finding& f = findings.add("dev_shm", severity,
+                            "/dev/shm: " + format_bytes(shm->bytes_available) + " free of " +
+                                format_bytes(shm->bytes_total));
+  f.evidence = "statvfs(/dev/shm): " + std::to_string(shm->bytes_available) + " of " +
+               std::to_string(shm->bytes_total) + " bytes available";
+  if (severity == Severity::kOk) return;
+  f.why = "DataLoader workers and zerowait's map stage pass batches through /dev/shm; when it "
+          "fills they die with \"Bus error\" (Docker's default is 64 MiB)";
+  f.fix = "mount -o remount,size=16G /dev/shm, or docker run --shm-size=16g";
+}
+
+void check_locked_memory(const System& system, FindingList& findings) {
+  const std::optional<Limit> limit = system.locked_memory_limit();
+  if (!limit) {
+    findings.add("locked_memory", Severity::kInfo, "locked memory limit not measured").evidence =
+        "getrlimit(RLIMIT_MEMLOCK): not available";
+    return;
+  }
+  const bool low = limit->soft != UINT64_MAX && limit->soft < 64 * kMiB;
+  const std::string soft =
+      limit->soft == UINT64_MAX ? "unlimited" : format_bytes(limit->soft);
+  Finding& f = findings.add("locked_memory", low ? Severity::kWarn : Severity::kInfo,
+                            "locked memory limit " + soft);
+  f.evidence = "getrlimit(RLIMIT_MEMLOCK): soft " + limit_text(limit->soft) + ", hard " +
+               limit_text(limit->hard);
+  if (!low) return;
+  f.why = "io_uring registered buffers, pinned host memory and RDMA pin pages against this "
+          "limit: past it registration fails and transfers fall back to slower paths";
+  f.fix = "ulimit -l unlimited, and \"* - memlock unlimited\" in /etc/security/limits.conf "
+          "(docker run --ulimit memlock=-1)";
+}
+
+void check_open_files(const System& system, const DoctorOptions& options, FindingList& findings) {
+  const std::optional<Limit> limit = system.open_files_limit();
+  const uint64_t need = 256 + uint64_t(options.planned_workers) * 64;
+  const std::string need_text = std::to_string(need) + " (256 + " +
+                                std::to_string(options.planned_workers) + " workers x 64)";
+  if (!limit) {
+    findings.add("open_files", Severity::kInfo, "open files limit not measured").evidence =
+        "getrlimit(RLIMIT_NOFILE): not available";
+    return;
+  }
+  const std::string evidence = "getrlimit(RLIMIT_NOFILE): soft " + limit_text(limit->soft) +
+                               ", hard " + limit_text(limit->hard) + "; needed " + need_text;
+  if (limit->soft >= need) {
+    findings.add("open_files", Severity::kOk, "ulimit -n " + limit_text(limit->soft)).evidence =
+        evidence;
+    return;
+  }
+  Finding& f = findings.add("open_files", Severity::kFail,
+                            "ulimit -n " + limit_text(limit->soft) + " with " +
+                                std::to_string(options.planned_workers) + " workers, below " +
+                                std::to_string(need));
+  f.evidence = evidence;
+  f.why = "\"Too many open files\" once shards, worker pipes and sockets are open";
+  if (limit->hard < need) {
+    f.summary += "; the hard limit " + limit_text(limit->hard) + " too";
+    f.fix = "raise the hard limit: \"* - nofile 65536\" in /etc/security/limits.conf, systemd "
+            "LimitNOFILE=65536, or docker run --ulimit nofile=65536:65536; then ulimit -n 65536";
+  } else {
+    f.fix = "ulimit -n " + limit_text(std::min<uint64_t>(limit->hard, 65536)) +
+            " (the hard limit allows it)";
+  }
+}
+
+void check_file_max(const System& system, FindingList& findings) {
+  const std::optional<int64_t> max = system.read_int("/proc/sys/fs/file-max");
+  const std::optional<int64_t> allocated = system.read_int("/proc/sys/fs/file-nr");
+  if (!max || !allocated || *max <= 0) {
+    findings.add("file_max", Severity::kInfo, "system-wide open files not known").evidence =
+        "/proc/sys/fs/file-max, /proc/sys/fs/file-nr: absent";
+    return;
+  }
+  const double share = double(*allocated) / double(*max);
+  Finding& f = findings.add("file_max", share > 0.80 ? Severity::kWarn : Severity::kOk,
+                            format_count(uint64_t(*allocated)) + " files open system-wide of " +
+                                format_count(uint64_t(*max)) + " (" + format_percent(share) +
+                                " %)");
+  f.evidence = "/proc/sys/fs/file-nr: " + std::to_string(*allocated) +
+               " allocated; /proc/sys/fs/file-max: " + std::to_string(*max);
+  if (f.severity == Severity::kOk) return;
+  f.why = "past fs.file-max every process gets ENFILE: shard opens and new workers fail";
+  f.fix = "sysctl -w fs.file-max=" + std::to_string(uint64_t(*max) * 2) +
+          "; find the holders: ls /proc/*/fd | wc -l";
+}
+
+// The CPUs a list like "0-15,32-47" names.
+unsigned count_cpu_list(const std::string& list) {
+  unsigned count = 0;
+  std::istringstream ranges(list);
+  for (std::string range; std::getline(ranges, range, ',');) {
+    const size_t dash = range.find('-');
+    const long first = std::strtol(range.c_str(), nullptr, 10);
+    const long last = dash == std::string::npos ? first : std::strtol(range.c_str() + dash + 1,
+                                                                      nullptr, 10);
+    if (!range.empty() && last >= first) count += unsigned(last - first + 1);
+  }
+  return count;
+}
+
+// The CPUs the process may use: its affinity, else the online count; nullopt when neither.
+std::optional<unsigned> check_cpu_count(const System& system, FindingList& findings) {
+  const std::optional<unsigned> usable = system.usable_cpus();
+  const std::optional<std::string> online = system.read_line("/sys/devices/system/cpu/online");
+  const std::optional<unsigned> online_count =
+      online ? std::optional<unsigned>(count_cpu_list(*online)) : std::nullopt;
+  std::string summary =
+      usable ? std::to_string(*usable) + " usable CPUs" : std::string("usable CPUs not known");
+  if (online_count) summary += " of " + std::to_string(*online_count) + " online";
+  findings.add("count", Severity::kInfo, summary).evidence =
+      "sched_getaffinity: " + (usable ? std::to_string(*usable) : std::string("not available")) +
+      "; /sys/devices/system/cpu/online: " + online.value_or("absent");
+  return usable ? usable : online_count;
+}
+
+// A CPU quota, in CPUs, and where it was read.
+struct CpuQuota {
+  double cpus = 0;
+  std::string evidence;
+};
+
+// Where cgroup `path` lives: the mount point of its hierarchy (cgroup2, or cgroup with
+// `controller`; `fallback` when mountinfo lists none) and the path below it.
+std::pair<std::string, std::string> cgroup_location(const std::vector<Mount>& mounts,
+                                                    const std::string& fstype,
+                                                    const char* controller,
+                                                    const std::string& fallback,
+                                                    std::string path) {
+  for (auto it = mounts.rbegin(); it != mounts.rend(); ++it) {
+    if (it->fstype != fstype || (controller != nullptr && !it->has_option(controller))) continue;
+    // A container may see its own cgroup mounted with root /docker/ID, listed under that path.
+    if (it->root != "/" && path.rfind(it->root, 0) == 0) path.erase(0, it->root.size());
+    return {it->mount_point, path.empty() ? "/" : path};
+  }
+  return {fallback, path};
+}
+
+// The tightest quota from `dir` up to the hierarchy's root: limits nest, the smallest wins.
+std::optional<CpuQuota> tightest_quota(const System& system, std::string base, std::string path,
+                                       bool v2) {
+  std::optional<CpuQuota> tightest;
+  while (true) {
+    const std::string dir = base + (path == "/" ? "" : path);
+    std::optional<double> quota, period;
+    std::string evidence;
+    if (v2) {
+      const std::optional<std::string> line = system.read_line(dir + "/cpu.max");
+      std::istringstream fields(line.value_or(""));
+      std::string max_text;
+      double period_value = 0;
+      if (fields >> max_text >> period_value && max_text != "max" && period_value > 0) {
+        quota = std::strtod(max_text.c_str(), nullptr);
+        period = period_value;
+        evidence = dir + "/cpu.max: " + *line;
+      }
+    } else {
+      const std::optional<int64_t> quota_us = system.read_int(dir + "/cpu.cfs_quota_us");
+      const std::optional<int64_t> period_us = system.read_int(dir + "/cpu.cfs_period_us");
+      if (quota_us && period_us && *quota_us > 0 && *period_us > 0) {
+        quota = double(*quota_us);
+        period = double(*period_us);
+        evidence = dir + "/cpu.cfs_quota_us: " + std::to_string(*quota_us) +
+                   ", cpu.cfs_period_us: " + std::to_string(*period_us);
+      }
+    }
+    if (quota && (!tightest || *quota / *period < tightest->cpus)) {
+      tightest = CpuQuota{*quota / *period, evidence};
+    }
+    if (path.empty() || path == "/") break;
+    const size_t slash = path.rfind('/');
+    path = slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
+  }
+  return tightest;
+}
+
+void check_cgroup_quota(const System& system, const std::vector<Mount>& mounts,
+                        std::optional<unsigned> cpus, FindingList& findings) {
+  const std::optional<std::string> cgroups = system.read("/proc/self/cgroup");
+  if (!cgroups) {
+    findings.add("cgroup_quota", Severity::kInfo, "could not read /proc/self/cgroup").evidence =
+        "/proc/self/cgroup: absent";
+    return;
+  }
+  // "hierarchy:controllers:path"; v2 is "0::/path", v1's CPU controller "4:cpu,cpuacct:/path".
+  std::optional<CpuQuota> quota;
+  std::string looked_at;
+  std::istringstream lines(*cgroups);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t first = line.find(':'), second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    const std::string controllers = "," + line.substr(first + 1, second - first - 1) + ",";
+    const std::string path = line.substr(second + 1);
+    const bool v2 = line.compare(0, 3, "0::") == 0;
+    if (!v2 && controllers.find(",cpu,") == std::string::npos) continue;
+    const std::string fallback = v2 ? "/sys/fs/cgroup"
+                                 : system.exists("/sys/fs/cgroup/cpu,cpuacct")
+                                     ? "/sys/fs/cgroup/cpu,cpuacct"
+                                     : "/sys/fs/cgroup/cpu";
+    const auto [base, relative] = cgroup_location(mounts, v2 ? "cgroup2" : "cgroup",
+                                                  v2 ? nullptr : "cpu", fallback, path);
+    const std::optional<CpuQuota> found = tightest_quota(system, base, relative, v2);
+    looked_at += (looked_at.empty() ? "" : ", ") + base + (relative == "/" ? "" : relative) +
+                 (v2 ? "/cpu.max" : "/cpu.cfs_quota_us");
+    if (found && (!quota || found->cpus < quota->cpus)) quota = found;
+  }
+  if (!quota) {
+    findings.add("cgroup_quota", Severity::kOk, "no CPU quota").evidence =
+        "/proc/self/cgroup: " + (looked_at.empty() ? "no cpu controller" : looked_at) +
+        " (and parents): no quota";
+    return;
+  }
+  const std::string quota_text = format_fixed(quota->cpus, 1) + " CPUs";
+  if (!cpus || quota->cpus >= double(*cpus)) {
+    findings.add("cgroup_quota", Severity::kOk, "CPU quota " + quota_text).evidence =
+        quota->evidence;
+    return;
+  }
+  const unsigned threads = std::max(1u, unsigned(quota->cpus));
+  Finding& f = findings.add("cgroup_quota", Severity::kWarn,
+                            "CPU quota " + quota_text + ", below the " + std::to_string(*cpus) +
+                                " usable CPUs");
+  f.evidence = quota->evidence;
+  f.why = "thread pools sized by the CPU count run out of quota each period and are throttled: "
+          "the loader stalls in bursts";
+  f.fix = "size the loader to the quota: Loader(threads=" + std::to_string(threads) +
+          "), or raise the quota (docker run --cpus, Kubernetes resources.limits.cpu)";
+}
+
+void check_governor(const System& system, FindingList& findings) {
+  std::map<std::string, unsigned> governors;  // "powersave (acpi-cpufreq)" -> CPUs
+  std::string slow_example;
+  unsigned slow = 0, seen = 0;
+  for (const std::string& name : system.list("/sys/devices/system/cpu")) {
+    const auto is_digit = [](unsigned char c) { return std::isdigit(c) != 0; };
+    if (name.size() < 4 || name.compare(0, 3, "cpu") != 0 ||
+        !std::all_of(name.begin() + 3, name.end(), is_digit)) {
+      continue;  // cpufreq, cpuidle, online...
+    }
+    const std::string dir = "/sys/devices/system/cpu/" + name + "/cpufreq/";
+    const std::optional<std::string> governor = system.read_line(dir + "scaling_governor");
+    if (!governor) continue;
+    const std::string driver = system.read_line(dir + "scaling_driver").value_or("?");
+    ++seen;
+    ++governors[*governor + " (" + driver + ")"];
+    // intel_pstate and amd-pstate-epp run "powersave" as a dynamic policy; others pin it low.
+    if (*governor == "powersave" && driver != "intel_pstate" && driver != "amd-pstate-epp") {
+      if (slow++ == 0) {
+        slow_example = dir + "scaling_governor: powersave; scaling_driver: " + driver;
+      }
+    }
+  }
+  if (seen == 0) {
+    findings.add("governor", Severity::kInfo, "no cpufreq (virtual machine?)").evidence =
+        "/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor: absent";
+    return;
+  }
+  std::string summary;
+  for (const auto& [governor, count] : governors) {
+    summary += (summary.empty() ? "" : ", ") + governor + " on " + std::to_string(count) +
+               (count == 1 ? " CPU" : " CPUs");
+  }
+  Finding& f = findings.add("governor", slow ? Severity::kWarn : Severity::kOk, summary);
+  f.evidence = slow ? slow_example + " (" + std::to_string(slow) + " of " + std::to_string(seen) +
+                          " CPUs)"
+                    : "/sys/devices/system/cpu/cpu*/cpufreq: " + summary;
+  if (!slow) return;
+  f.why = "the powersave governor keeps CPUs at their lowest frequency: decode and collation "
+          "run slower than the GPU consumes";
+  f.fix = "cpupower frequency-set -g performance";
+}
+
+}  // namespace
+
+void check_memory(const System& system, std::vector<Finding>& out) {
+  FindingList findings(out, "memory");
+  const std::map<std::string, uint64_t> meminfo =
+      parse_counters(system.read("/proc/meminfo").value_or(""));
+  check_available(findings, meminfo);
+  check_swap(findings, meminfo, system.read("/proc/vmstat"));
+  check_transparent_huge_pages(system, findings);
+  check_dirty(system, findings, meminfo);
+  check_dev_shm(system, findings);
+  check_locked_memory(system, findings);
+}
+
+void check_limits_and_cpu(const System& system, const DoctorOptions& options,
+                          std::vector<Finding>& out) {
+  FindingList limits(out, "limits");
+  check_open_files(system, options, limits);
+  check_file_max(system, limits);
+  FindingList cpu(out, "cpu");
+  const std::optional<unsigned> cpus = check_cpu_count(system, cpu);
+  const std::vector<Mount> mounts =
+      parse_mountinfo(system.read("/proc/self/mountinfo").value_or(""));
+  check_cgroup_quota(system, mounts, cpus, cpu);
+  check_governor(system, cpu);
+}
+
+void check_io_uring(const System& system, std::vector<Finding>& out) {
+  FindingList findings(out, "io_uring");
+  const std::optional<ProbeResult> setup = system.io_uring_setup();
+  const bool setup_failed = setup && !setup->ok;
+  const char* kFallback = "zerowait falls back to a pread thread pool: fewer reads in flight, "
+                          "no cancellation at deadlines";
+
+  constexpr const char* kSysctl = "/proc/sys/kernel/io_uring_disabled";
+  const std::optional<int64_t> disabled = system.read_int(kSysctl);
+  if (!disabled) {
+    findings.add("sysctl", Severity::kOk, "no io_uring_disabled sysctl (kernel without the knob)")
+        .evidence = std::string(kSysctl) + ": absent";
+  } else {
+    const Severity severity = *disabled == 0   ? Severity::kOk
+                              : *disabled == 1 ? Severity::kWarn
+                                               : Severity::kFail;
+    Finding& f = findings.add("sysctl", severity,
+                              *disabled == 0   ? "io_uring enabled"
+                              : *disabled == 1 ? "io_uring limited to kernel.io_uring_group"
+                                               : "io_uring disabled by sysctl");
+    f.evidence = std::string(kSysctl) + ": " + std::to_string(*disabled);
+    if (severity != Severity::kOk) {
+      f.why = kFallback;
+      f.fix = "sysctl -w kernel.io_uring_disabled=0";
+    }
+  }
+
+  const std::optional<std::string> status = system.read("/proc/self/status");
+  std::string seccomp;
+  if (status) {
+    const size_t at = status->find("\nSeccomp:");
+    if (at != std::string::npos) {
+      std::istringstream(status->substr(at + 9)) >> seccomp;
+    }
+  }
+  if (seccomp.empty()) {
+    findings.add("seccomp", Severity::kInfo, "seccomp mode not known").evidence =
+        "/proc/self/status: no Seccomp line";
+  } else if (seccomp == "0") {
+    findings.add("seccomp", Severity::kOk, "no seccomp filter").evidence =
+        "/proc/self/status: Seccomp: 0";
+  } else {
+    Finding& f = findings.add("seccomp", setup_failed ? Severity::kWarn : Severity::kInfo,
+                              seccomp == "2" ? "a seccomp filter is active (container profile)"
+                                             : "seccomp strict mode");
+    f.evidence = "/proc/self/status: Seccomp: " + seccomp;
+    if (setup_failed) {
+      f.why = std::string("the filter may be what refuses io_uring_setup; ") + kFallback;
+      f.fix = "docker run --security-opt seccomp=<profile allowing io_uring_setup, "
+              "io_uring_enter, io_uring_register>";
+    }
+  }
+
+  if (!setup) {
+    findings.add("setup", Severity::kInfo, "io_uring setup not measured").evidence =
+        "io_uring_setup: not available";
+  } else if (setup->ok) {
+    findings.add("setup", Severity::kOk, "io_uring works").evidence = setup->detail;
+  } else {
+    Finding& f = findings.add("setup", Severity::kWarn, "io_uring_setup fails");
+    f.evidence = setup->detail;
+    f.why = kFallback;
+    f.fix = setup->detail.rfind("ENOSYS", 0) == 0
+                ? "a kernel with io_uring (Linux >= 5.6, CONFIG_IO_URING=y)"
+                : "sysctl -w kernel.io_uring_disabled=0, or docker run --security-opt "
+                  "seccomp=<profile allowing io_uring_setup, io_uring_enter, io_uring_register>";
+  }
+}
+
+}  // namespace zerowait::doctor

@@ -1,0 +1,251 @@
+#include "zerowait/diagnose/files_bench.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "common/clock.hpp"
+#include "common/file.hpp"
+#include "common/random.hpp"
+#include "zerowait/diagnose/page_cache.hpp"
+#include "zerowait/loader/loader.hpp"
+#include "zerowait/shard/dataset.hpp"
+
+namespace zerowait {
+namespace {
+
+namespace fs = std::filesystem;
+using internal::seconds_since;
+
+bool stopped(const std::atomic<bool>* stop) {
+  return stop != nullptr && stop->load(std::memory_order_relaxed);
+}
+
+Status cancelled() { return Status(ErrorCode::kCancelled, "stopped by a signal"); }
+
+// The share of `paths`' bytes in the page cache now; 0 when it cannot be told (it is only
+// evidence that "cold" was cold, never a reason to fail the benchmark).
+double resident_share(const std::vector<std::string>& paths) {
+  Result<Residency> r = residency(paths);
+  return r.is_ok() ? r->share() : 0;
+}
+
+// One file read as `open(path, "rb").read()` does it: open, fstat (for the size), read until
+// read() returns 0, close. `buffer` is reused across files. Returns the bytes read.
+Result<uint64_t> read_whole(const std::string& path, std::vector<char>& buffer) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno_status(errno, "cannot open", path);
+  internal::File file(fd, path);
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) return errno_status(errno, "cannot fstat", path);
+  // One byte more than the size, so the read that sees the end is the second, as in Python.
+  if (buffer.size() < uint64_t(info.st_size) + 1) buffer.resize(uint64_t(info.st_size) + 1);
+  uint64_t done = 0;
+  for (;;) {
+    if (done == buffer.size()) buffer.resize(buffer.size() * 2);  // the file grew
+    const ssize_t n = ::read(fd, buffer.data() + done, buffer.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno_status(errno, "cannot read", path, (long long)done);
+    if (n == 0) break;
+    done += uint64_t(n);
+  }
+  return done;
+}
+
+// Reads `count` samples of `dataset` through a Loader in its shuffled order (seed `seed`),
+// raw bytes, the way the Python Loader reads by default (io "auto", shuffle "random", checksums
+// verified). Counts whole batches: the last one may pass `count`.
+Result<ReadPass> read_samples(const std::shared_ptr<Dataset>& dataset, uint64_t count,
+                              unsigned threads, uint64_t seed, const std::atomic<bool>* stop) {
+  LoaderOptions options;
+  options.threads = threads;
+  options.shuffle.mode = ShuffleMode::kRandom;
+  options.shuffle.seed = seed;
+  options.io = resolve_auto_io_backend();
+  options.batch_size = std::min<uint64_t>(options.batch_size, std::max<uint64_t>(count, 1));
+  ReadPass pass;
+  const auto start = std::chrono::steady_clock::now();
+  ZW_ASSIGN_OR_RETURN(std::unique_ptr<Loader> loader, Loader::create(dataset, options));
+  while (pass.items < count) {
+    if (stopped(stop)) return cancelled();
+    ZW_ASSIGN_OR_RETURN(std::shared_ptr<Batch> batch, loader->next());
+    if (batch == nullptr) break;  // the epoch ended: the dataset has fewer samples
+    pass.items += batch->samples();
+    for (const std::string& field : dataset->fields()) {
+      if (const BatchColumn* column = batch->column(field)) pass.bytes += column->bytes;
+    }
+  }
+  pass.seconds = seconds_since(start);
+  return pass;  // the loader's prefetching threads stop outside the timed part
+}
+
+}  // namespace
+
+Result<ListedFiles> list_files(const std::string& dir) {
+  ListedFiles listed;
+  const auto start = std::chrono::steady_clock::now();
+  std::error_code error;
+  fs::recursive_directory_iterator it(dir, error);
+  if (error) return errno_status(error.value(), "cannot list", dir);
+  for (const fs::recursive_directory_iterator end; it != end; it.increment(error)) {
+    if (error) break;
+    // The type readdir() gave (d_type): no stat per entry, as os.scandir would not need one.
+    std::error_code type_error;
+    if (it->is_regular_file(type_error) && !it->is_symlink(type_error)) {
+      listed.paths.push_back(it->path().string());
+    }
+  }
+  if (error) return errno_status(error.value(), "cannot list a directory under", dir);
+  listed.seconds = seconds_since(start);
+  std::sort(listed.paths.begin(), listed.paths.end());
+  return listed;
+}
+
+Status evict_from_page_cache(const std::vector<std::string>& paths) {
+  for (const std::string& path : paths) {
+    ZW_ASSIGN_OR_RETURN(internal::File file, internal::File::open_read(path));
+    if (::fdatasync(file.fd()) != 0) return errno_status(errno, "cannot fdatasync", path);
+    if (const int err = ::posix_fadvise(file.fd(), 0, 0, POSIX_FADV_DONTNEED); err != 0) {
+      return errno_status(err, "cannot drop from the page cache (posix_fadvise)", path);
+    }
+  }
+  return Status::ok();
+}
+
+Result<ReadPass> read_files(const std::vector<std::string>& paths, unsigned threads,
+                            const std::atomic<bool>* stop) {
+  if (threads == 0) return invalid_argument("--threads must be at least 1");
+  std::atomic<size_t> next{0};
+  std::atomic<uint64_t> bytes{0};
+  std::atomic<bool> failed{false};
+  std::mutex error_mutex;
+  Status error;
+  const auto work = [&] {
+    std::vector<char> buffer;
+    uint64_t my_bytes = 0;
+    while (!failed.load(std::memory_order_relaxed)) {
+      const size_t i = next++;
+      if (i >= paths.size()) break;
+      if (stopped(stop)) {
+        failed = true;
+        break;
+      }
+      Result<uint64_t> read = read_whole(paths[i], buffer);
+      if (!read.is_ok()) {
+        std::lock_guard lock(error_mutex);
+        if (error.is_ok()) error = read.status();
+        failed = true;
+        break;
+      }
+      my_bytes += *read;
+    }
+    bytes += my_bytes;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  {
+    std::vector<std::jthread> workers;
+    for (unsigned t = 1; t < threads; ++t) workers.emplace_back(work);
+    work();  // the calling thread is one of them
+  }
+  const double seconds = seconds_since(start);
+  if (stopped(stop)) return cancelled();
+  if (!error.is_ok()) return error;
+  return ReadPass{paths.size(), bytes.load(), seconds, 0};
+}
+
+Result<FilesBenchReport> run_files_bench(const FilesBenchOptions& options) {
+  if (options.threads == 0) return invalid_argument("--threads must be at least 1");
+  const auto progress = [&](const std::string& message) {
+    if (options.progress) options.progress(message);
+  };
+  FilesBenchReport report;
+  report.dir = options.dir;
+  report.threads = options.threads;
+
+  progress("listing " + options.dir);
+  ZW_ASSIGN_OR_RETURN(ListedFiles listed, list_files(options.dir));
+  if (listed.paths.empty()) {
+    return not_found("no files under '" + options.dir + "': give the tree of small files "
+                     "(zerowait generate imagefolder DIR --files 20000 makes one)");
+  }
+  report.files_listed = listed.paths.size();
+  report.list_seconds = listed.seconds;
+  // A shuffled order, as DataLoader(shuffle=True) reads; --max-files keeps a random subset.
+  std::vector<std::string> files = std::move(listed.paths);
+  internal::Rng rng(internal::combine_seed(options.seed, 0x66696c6573));  // "files"
+  internal::shuffle_range(files.begin(), files.end(), rng);
+  if (options.max_files != 0 && files.size() > options.max_files) files.resize(options.max_files);
+  report.files_read = files.size();
+
+  std::shared_ptr<Dataset> dataset;
+  std::vector<std::string> shards;
+  if (!options.dataset.empty()) {
+    progress("opening the dataset " + options.dataset);
+    PackedFilesBench packed;
+    packed.dataset = options.dataset;
+    const auto start = std::chrono::steady_clock::now();
+    ZW_ASSIGN_OR_RETURN(dataset, Dataset::open(options.dataset));
+    packed.open_seconds = seconds_since(start);
+    packed.dataset_samples = dataset->size();
+    for (size_t s = 0; s < dataset->shard_count(); ++s) shards.push_back(dataset->shard_path(s));
+    if (packed.dataset_samples != report.files_listed) {
+      report.notes.push_back("the dataset holds " + std::to_string(packed.dataset_samples) +
+                             " samples and the tree " + std::to_string(report.files_listed) +
+                             " files: compare the per-sample rates");
+    }
+    report.packed = std::move(packed);
+  }
+
+  progress("evicting " + std::to_string(files.size()) + " files" +
+           (shards.empty() ? "" : " and " + std::to_string(shards.size()) + " shards") +
+           " from the page cache");
+  ZW_RETURN_IF_ERROR(evict_from_page_cache(files));
+  ZW_RETURN_IF_ERROR(evict_from_page_cache(shards));
+
+  // Alternating sides, so that a drift of the disk between passes weighs on both.
+  const double files_resident = resident_share(files);
+  progress("files: cold pass (" + std::to_string(files.size()) + " files)");
+  ZW_ASSIGN_OR_RETURN(report.cold, read_files(files, options.threads, options.stop));
+  report.cold.resident_before = files_resident;
+  const uint64_t samples = report.files_read;
+  if (dataset != nullptr) {
+    const double shards_resident = resident_share(shards);
+    progress("packed: cold pass (" + std::to_string(samples) + " samples)");
+    ZW_ASSIGN_OR_RETURN(report.packed->cold, read_samples(dataset, samples, options.threads,
+                                                          options.seed, options.stop));
+    report.packed->cold.resident_before = shards_resident;
+  }
+  report.warm.resident_before = resident_share(files);
+  progress("files: warm pass");
+  ZW_ASSIGN_OR_RETURN(ReadPass warm, read_files(files, options.threads, options.stop));
+  warm.resident_before = report.warm.resident_before;
+  report.warm = warm;
+  if (dataset != nullptr) {
+    PackedFilesBench& packed = *report.packed;
+    const double shards_resident = resident_share(shards);
+    progress("packed: warm pass");
+    // The same seed: the same samples as the cold pass, as the files' warm pass rereads its files.
+    ZW_ASSIGN_OR_RETURN(packed.warm, read_samples(dataset, samples, options.threads,
+                                                  options.seed, options.stop));
+    packed.warm.resident_before = shards_resident;
+    const auto speedup = [](const ReadPass& packed_pass, const ReadPass& files_pass) {
+      return files_pass.items_per_s() > 0 ? packed_pass.items_per_s() / files_pass.items_per_s()
+                                          : 0;
+    };
+    packed.speedup_cold = speedup(packed.cold, report.cold);
+    packed.speedup_warm = speedup(packed.warm, report.warm);
+  }
+  report.notes.push_back(
+      "cold = pages evicted with posix_fadvise(DONTNEED); the dentry and inode caches stay "
+      "warm, which flatters the per-file reads");
+  return report;
+}
+
+}  // namespace zerowait

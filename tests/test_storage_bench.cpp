@@ -91,7 +91,7 @@ TEST(StorageBenchFio, ArgumentsMatchTheJob) {
   EXPECT_TRUE(has(seq, "--randrepeat=0"));
   EXPECT_TRUE(has(seq, "--group_reporting"));
   EXPECT_TRUE(has(seq, "--output-format=json+")) << "the bins, to merge runs exactly";
-  EXPECT_FALSE(has(seq, "--fixedbufs")) << "psync has no ring";
+  EXPECT_TRUE(has(seq, "--mem_align=2097152")) << "buffers on a huge page, as zerowait's";
 
   const StorageJob rand_ring{StoragePattern::kRandRead, 4096, 32, StorageEngine::kIoUring};
   const std::vector<std::string> rand = fio_job_arguments(rand_ring, "/f", 64 * kMiB, 1, 0.2);
@@ -101,11 +101,6 @@ TEST(StorageBenchFio, ArgumentsMatchTheJob) {
   EXPECT_TRUE(has(rand, "--bs=4096"));
   EXPECT_TRUE(has(rand, "--size=" + std::to_string(64 * kMiB)));
   EXPECT_FALSE(has(rand, "--numjobs=32"));
-  EXPECT_FALSE(has(rand, "--fixedbufs"));
-  const std::vector<std::string> registered =
-      fio_job_arguments(rand_ring, "/f", 64 * kMiB, 1, 0.2, /*registered=*/true);
-  EXPECT_TRUE(has(registered, "--fixedbufs"));
-  EXPECT_TRUE(has(registered, "--registerfiles"));
 }
 
 // The shape of fio 3.33's --output-format=json, cut to what is read, after a warning line.
@@ -266,7 +261,7 @@ TEST(StorageBench, RunsEveryJobAndRemovesTheFile) {
   TempDir dir;
   StorageBenchOptions options;
   options.dir = dir.path();
-  options.size = 16 * kMiB;
+  options.size = 18 * kMiB;  // rounded down to whole 4 MiB: a 1 MiB block per sequential stream
   options.runtime_s = 0.05;
   options.random_depths = {2};
   options.use_fio = false;
@@ -349,6 +344,7 @@ TEST(BenchStorageCli, JsonWithoutFio) {
   EXPECT_EQ(out["path"], dir.path());
   EXPECT_EQ(out["size"], 16 * kMiB);
   EXPECT_TRUE(out["fio_version"].is_null());
+  EXPECT_EQ(out["fio_slices"], 0);
   ASSERT_EQ(out["jobs"].size(), 12u);
   for (const nlohmann::json& job : out["jobs"]) {
     const std::string name = job["name"];
@@ -371,6 +367,7 @@ TEST(BenchStorageCli, SideBySideWithFio) {
   const nlohmann::json out = parse_output(r);
   ASSERT_TRUE(out["fio_version"].is_string());
   EXPECT_EQ(out["fio_version"].get<std::string>().rfind("fio-", 0), 0u);
+  EXPECT_EQ(out["fio_slices"], 1) << "0.2 s per side is one fio run per job";
   ASSERT_EQ(out["jobs"].size(), 8u);
   for (const nlohmann::json& job : out["jobs"]) {
     const std::string name = job["name"];

@@ -5,10 +5,9 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/stat.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,10 +18,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <utility>
 
 #include "common/align.hpp"
 #include "common/file.hpp"
@@ -45,6 +46,8 @@ constexpr unsigned kMaxCycles = 4;
 // fio starts its threads and lays nothing out (the file is written already): a run that takes
 // this much longer than asked has hung.
 constexpr double kFioGraceSeconds = 60;
+// A child asked to stop (SIGTERM) is killed after this long.
+constexpr double kTermGraceSeconds = 5;
 
 uint64_t now_ns() {
   timespec ts{};
@@ -102,7 +105,8 @@ class LatencyHistogram {
  private:
   static constexpr unsigned kSubBits = 7;
   static constexpr uint64_t kLinear = uint64_t{2} << kSubBits;  // exact below this
-  static constexpr size_t kBuckets = (64 - kSubBits) << kSubBits;
+  // Values of bit width 9 to 64 take shifts 1 to 56, buckets from 256 to 57 * 128 + 127.
+  static constexpr size_t kBuckets = (64 - kSubBits + 1) << kSubBits;
 
   static size_t bucket(uint64_t ns) {
     if (ns < kLinear) return size_t(ns);
@@ -196,49 +200,55 @@ uint64_t fresh_seed(uint64_t stream) {
   return internal::combine_seed(now_ns(), uint64_t(::getpid()), stream);
 }
 
-// One run's request buffers, as fio has them, so that both sides' requests reach the device in
-// the same shape:
-// - fresh memory from mmap: a buffer from malloc may reuse pages an earlier job touched;
-// - 4 KiB pages: in huge pages a 1 MiB buffer is one DMA segment, in 4 KiB pages up to 256,
-//   over virtio-blk's 254, so the block layer splits the request; huge pages measured 1.2-1.6x
-//   fio's MB/s here for that reason alone;
-// - read buffers untouched: the ring's registration (or the first read) faults them in, as fio's
-//   are. That faults pages in physical order three times as often as a memset does, and
-//   physically adjacent pages merge into one segment: pre-faulted buffers measured 10-35 %
-//   below fio on 1 MiB reads;
-// - write buffers full of random bytes, not zeros, which some disks compress or skip.
+// One run's request buffers, in transparent huge pages where the kernel gives them (fio gets
+// the same through fio_environment() and --mem_align). Why it matters more than anything else
+// here: the buffer's physical layout decides how many DMA segments a request takes. In 4 KiB
+// pages a 1 MiB request is up to 256 segments (virtio-blk takes 254 per request), fewer only
+// where pages happen to be physically adjacent, and fio's own 1 MiB reads measured 0.9 GB/s
+// with no two adjacent pages in its buffer and 2.2 GB/s with 891 of 1023 adjacent, run to run.
+// In huge pages a request is one segment and both sides read about 3 GB/s. Read buffers are
+// faulted in before the clock starts; write buffers hold random bytes, not zeros, which some
+// disks compress or skip.
 class IoBuffer {
  public:
   IoBuffer() = default;
   IoBuffer(const IoBuffer&) = delete;
   IoBuffer& operator=(const IoBuffer&) = delete;
   ~IoBuffer() {
-    if (data_ != nullptr) ::munmap(data_, size_);
+    if (mapping_ != nullptr) ::munmap(mapping_, mapping_size_);
   }
 
   Status allocate(size_t bytes, bool for_writes) {
-    void* memory = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                          -1, 0);
+    // A huge page needs an aligned 2 MiB range: map one more and start at the boundary.
+    mapping_size_ = internal::align_up(bytes, kHugePage) + kHugePage;
+    void* memory = ::mmap(nullptr, mapping_size_, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (memory == MAP_FAILED) {
+      mapping_ = nullptr;
       return Status(ErrorCode::kResourceExhausted,
-                    "cannot map " + std::to_string(bytes) + " bytes of request buffers: " +
-                        std::strerror(errno));
+                    "cannot map " + std::to_string(mapping_size_) +
+                        " bytes of request buffers: " + std::strerror(errno));
     }
-    data_ = static_cast<std::byte*>(memory);
-    size_ = bytes;
-    ::madvise(data_, size_, MADV_NOHUGEPAGE);  // only a hint
+    mapping_ = memory;
+    data_ = reinterpret_cast<std::byte*>(
+        internal::align_up(reinterpret_cast<uintptr_t>(memory), kHugePage));
+    ::madvise(data_, internal::align_up(bytes, kHugePage), MADV_HUGEPAGE);  // only a hint
     if (for_writes) {
       internal::Rng rng(fresh_seed(bytes));
       auto* words = reinterpret_cast<uint64_t*>(data_);
       for (size_t i = 0; i < bytes / 8; ++i) words[i] = rng.next();
+    } else {
+      std::memset(data_, 0, bytes);
     }
     return Status::ok();
   }
   std::byte* data() const { return data_; }
 
  private:
+  static constexpr size_t kHugePage = size_t{2} << 20;
+  void* mapping_ = nullptr;
+  size_t mapping_size_ = 0;
   std::byte* data_ = nullptr;
-  size_t size_ = 0;
 };
 
 Status io_failure(const std::string& path, const StorageJob& job, uint64_t offset, long result) {
@@ -274,8 +284,9 @@ class Ring {
 };
 
 // One thread, job.depth requests in flight: each completion starts the next request at once,
-// the way fio's io_uring engine keeps its iodepth. The file and the buffers are registered with
-// the ring where the kernel allows (fewer atomic ops and no page pinning per request).
+// the way fio's io_uring engine keeps its iodepth. Neither the file nor the buffers are
+// registered with the ring, as fio's are not by default: in 4 KiB pages registration faults a
+// buffer in a different physical order, and that moved MB/s more than registration saved.
 Result<RawRun> run_io_uring(int fd, const std::string& path, uint64_t size, const StorageJob& job,
                             const RunWindow& window, const std::atomic<bool>* stop) {
   const unsigned depth = job.depth;
@@ -442,11 +453,12 @@ struct ProcessOutput {
   std::string err;
 };
 
-// Runs argv[0] (found on PATH) with stdin from /dev/null, collecting stdout and stderr. Kills it
-// (kCancelled) when `stop` is set and (kDeadlineExceeded) after `timeout_s`. kNotFound when it
-// cannot be started.
+// Runs argv[0] (found on PATH) with stdin from /dev/null and `env` (empty: this process's),
+// collecting stdout and stderr. Kills it (kCancelled) when `stop` is set and
+// (kDeadlineExceeded) after `timeout_s`. kNotFound when it cannot be started.
 Result<ProcessOutput> run_process(const std::vector<std::string>& argv, double timeout_s,
-                                  const std::atomic<bool>* stop) {
+                                  const std::atomic<bool>* stop,
+                                  const std::vector<std::string>& env) {
   int out_pipe[2];
   int err_pipe[2];
   if (::pipe2(out_pipe, O_CLOEXEC) != 0) return errno_status(errno, "cannot create a pipe for",
@@ -465,9 +477,12 @@ Result<ProcessOutput> run_process(const std::vector<std::string>& argv, double t
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
   pid_t pid = 0;
   const int spawn_error = posix_spawnp(&pid, argv[0].c_str(), &actions, nullptr, args.data(),
-                                       environ);
+                                       env.empty() ? environ : envp.data());
   posix_spawn_file_actions_destroy(&actions);
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
@@ -508,12 +523,49 @@ Result<ProcessOutput> run_process(const std::vector<std::string>& argv, double t
     }
   }
   int wait_status = 0;
+  if (!stop_reason.is_ok()) {
+    // Its output is not wanted any more: closed pipes cannot block it on a write. A child that
+    // ignores SIGTERM is killed after a grace period.
+    out_fd = File();
+    err_fd = File();
+    const uint64_t give_up = now_ns() + to_ns(kTermGraceSeconds);
+    pid_t reaped = 0;
+    while ((reaped = ::waitpid(pid, &wait_status, WNOHANG)) == 0 && now_ns() < give_up) {
+      ::usleep(10'000);
+    }
+    if (reaped == 0) {
+      ::kill(pid, SIGKILL);
+      while (::waitpid(pid, &wait_status, 0) < 0 && errno == EINTR) {
+      }
+    }
+    return stop_reason;
+  }
   while (::waitpid(pid, &wait_status, 0) < 0 && errno == EINTR) {
   }
-  if (!stop_reason.is_ok()) return stop_reason;
+  // A Ctrl-C reaches the child too, which may end on its own before the flag is seen above.
+  if (stopped(stop)) return cancelled();
   result.exit_code = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status)
                                             : 128 + WTERMSIG(wait_status);
   return result;
+}
+
+// fio's environment: this process's, with glibc's malloc asked to back large allocations with
+// transparent huge pages (glibc >= 2.35; ignored elsewhere), so that fio's buffers are laid out
+// as zerowait's (see IoBuffer). With --mem_align=2M they start on a huge page.
+std::vector<std::string> fio_environment() {
+  constexpr std::string_view kTunables = "GLIBC_TUNABLES=";
+  std::vector<std::string> env;
+  std::string tunables = std::string(kTunables) + "glibc.malloc.hugetlb=1";
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    if (entry.substr(0, kTunables.size()) == kTunables) {
+      tunables += ":" + std::string(entry.substr(kTunables.size()));  // the caller's kept
+    } else {
+      env.emplace_back(entry);
+    }
+  }
+  env.push_back(std::move(tunables));
+  return env;
 }
 
 // fio reads ':' as a separator between file names; a literal one is escaped.
@@ -623,14 +675,15 @@ Result<FioRun> parse_fio_run(std::string_view output, StoragePattern pattern) {
 }
 
 Result<FioRun> run_fio_job(const std::string& fio_command, const StorageJob& job,
-                                   const std::string& file, uint64_t size, double runtime_s,
-                                   double ramp_s, const std::atomic<bool>* stop) {
+                           const std::string& file, uint64_t size, double runtime_s,
+                           double ramp_s, const std::atomic<bool>* stop) {
   std::vector<std::string> argv = {fio_command};
   for (std::string& a : fio_job_arguments(job, file, size, runtime_s, ramp_s)) {
     argv.push_back(std::move(a));
   }
   ZW_ASSIGN_OR_RETURN(ProcessOutput output,
-                      run_process(argv, ramp_s + runtime_s + kFioGraceSeconds, stop));
+                      run_process(argv, ramp_s + runtime_s + kFioGraceSeconds, stop,
+                                  fio_environment()));
   if (output.exit_code != 0) {
     return io_error("fio failed (exit status " + std::to_string(output.exit_code) + ") on job " +
                     job.name() + ": " + tail(output.err + output.out, 2000) +
@@ -664,6 +717,15 @@ JobMeasurement merge_fio_runs(const std::vector<FioRun>& runs) {
   return merged;
 }
 
+// Whether madvise(MADV_HUGEPAGE) can give huge pages ("always" or "madvise" selected).
+bool huge_pages_enabled() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string modes;
+  std::getline(in, modes);
+  return modes.find("[always]") != std::string::npos ||
+         modes.find("[madvise]") != std::string::npos;
+}
+
 // ---- the test file --------------------------------------------------------------------------
 
 Status direct_unsupported(const std::string& dir, const std::string& detail) {
@@ -673,22 +735,19 @@ Status direct_unsupported(const std::string& dir, const std::string& detail) {
                      "directory on the disk to measure");
 }
 
-// The test file, removed (unlinked) when this goes, whatever the path out.
+// The test file, removed (unlinked) when this goes, whatever the path out. Its descriptor
+// closes silently: the file is deleted, a failed close loses nothing.
 class TestFile {
  public:
   static Result<TestFile> create(const std::string& dir) {
+    const std::string path = dir + "/.zerowait-bench-" + std::to_string(::getpid());
+    // O_EXCL: a file of that name is not ours to overwrite or remove.
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EINVAL) return direct_unsupported(dir, std::strerror(errno));
+    if (fd < 0) return errno_status(errno, "cannot create the test file", path);
     TestFile test;
-    test.path_ = dir + "/.zerowait-bench-" + std::to_string(::getpid());
-    const int fd =
-        ::open(test.path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
-    if (fd < 0) {
-      const int err = errno;
-      test.path_.clear();  // not ours: never unlink a file this call did not create
-      if (err == EINVAL) return direct_unsupported(dir, std::strerror(err));
-      return errno_status(err, "cannot create the test file",
-                          dir + "/.zerowait-bench-" + std::to_string(::getpid()));
-    }
-    test.file_ = File(fd, test.path_);
+    test.file_ = File(fd, path);
+    test.path_ = path;
     return test;
   }
   TestFile() = default;
@@ -804,7 +863,8 @@ Status check_storage_bench_dir(const std::string& dir, uint64_t size) {
 }
 
 Result<std::string> fio_version(const std::string& fio_command) {
-  ZW_ASSIGN_OR_RETURN(ProcessOutput output, run_process({fio_command, "--version"}, 30, nullptr));
+  ZW_ASSIGN_OR_RETURN(ProcessOutput output,
+                      run_process({fio_command, "--version"}, 30, nullptr, {}));
   std::string version = output.out.substr(0, output.out.find('\n'));
   if (output.exit_code != 0 || version.empty()) {
     return not_found("'" + fio_command + " --version' failed (exit status " +
@@ -839,6 +899,7 @@ std::vector<std::string> fio_job_arguments(const StorageJob& job, const std::str
       "--group_reporting",
       "--thread",
       "--output-format=json+",
+      "--mem_align=" + std::to_string(2 << 20),  // buffers on a huge page (fio_environment)
   };
   if (ramp_s > 0) args.push_back("--ramp_time=" + fio_time(ramp_s));
   // Uniform offsets with repeats, as zerowait draws them (fio's default map avoids repeats).
@@ -871,7 +932,8 @@ Result<StorageBenchReport> run_storage_bench(const StorageBenchOptions& options)
                             std::to_string(options.runtime_s));
   }
   ZW_ASSIGN_OR_RETURN(std::vector<StorageJob> jobs, plan_storage_jobs(options.random_depths));
-  const uint64_t size = internal::align_down(options.size, kSequentialBlock);
+  // Whole blocks for every sequential stream, so that the fill covers the file exactly.
+  const uint64_t size = internal::align_down(options.size, kStorageBenchMinSize);
   if (size < kStorageBenchMinSize) {
     return invalid_argument("--size " + std::to_string(options.size) + " is too small: the test "
                             "file needs at least " + std::to_string(kStorageBenchMinSize >> 20) +
@@ -900,6 +962,12 @@ Result<StorageBenchReport> run_storage_bench(const StorageBenchOptions& options)
     report.notes.push_back("io_uring jobs skipped: " + io_uring_unavailable_reason());
   }
   const bool with_fio = !report.fio_version.empty();
+  if (!huge_pages_enabled()) {
+    report.notes.push_back(
+        "transparent huge pages are off (/sys/kernel/mm/transparent_hugepage/enabled): buffers "
+        "are in 4 KiB pages on both sides, and their physical layout moves the MB/s of 128 KiB "
+        "and 1 MiB requests up to 2.4x from run to run");
+  }
 
   ZW_ASSIGN_OR_RETURN(TestFile file, TestFile::create(options.dir));
   report.file = file.path();
@@ -927,6 +995,13 @@ Result<StorageBenchReport> run_storage_bench(const StorageBenchOptions& options)
       run_job_raw(file.fd(), file.path(), size, fill, {0, UINT64_MAX, true}, options.stop)
           .status());
   ZW_RETURN_IF_ERROR(flush_writes(fill));
+  struct stat written {};
+  if (::fstat(file.fd(), &written) != 0) return errno_status(errno, "cannot fstat", file.path());
+  if (uint64_t(written.st_size) != size) {
+    return Status(ErrorCode::kInternal, "the test file '" + file.path() + "' holds " +
+                                            std::to_string(written.st_size) + " bytes after "
+                                            "the fill, not " + std::to_string(size));
+  }
 
   // With fio the sides alternate in slices, zerowait first and last (A BB AA BB ... BB A): a
   // drift of the disk during the job (linear in time) weighs the same on both, and a burst of

@@ -11,7 +11,6 @@
 // Library code: nothing is printed; progress goes to a callback.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -43,8 +42,6 @@ struct FilesBenchOptions {
   uint64_t max_files = 0;  // read at most this many (a random subset); 0: every file
   unsigned threads = kFilesBenchThreads;
   uint64_t seed = 0;  // of the shuffled orders
-  // Set (from a signal handler) to stop between files or batches: kCancelled. May be null.
-  const std::atomic<bool>* stop = nullptr;
   // "files: cold pass (20000 files)" before each step; called on the calling thread.
   std::function<void(const std::string& message)> progress;
 };
@@ -54,6 +51,9 @@ struct PackedFilesBench {
   std::string dataset;
   uint64_t dataset_samples = 0;  // may differ from the files listed: rates are per sample
   double open_seconds = 0;       // Dataset::open (the manifest), against listing the tree
+  // Loader::create before the cold pass (its batch arenas faulted in), outside the passes' time:
+  // paid once per training process, not per epoch.
+  double loader_start_seconds = 0;
   ReadPass cold;
   ReadPass warm;
   // Samples per second over files per second, cold against cold and warm against warm.
@@ -86,10 +86,9 @@ Result<ListedFiles> list_files(const std::string& dir);
 Status evict_from_page_cache(const std::vector<std::string>& paths);
 
 // Reads each file whole (open, fstat, read to the end, close) on `threads` threads, in the order
-// given (threads take the next file as they finish one). kCancelled when `stop` is set; the first
-// error names its file.
-Result<ReadPass> read_files(const std::vector<std::string>& paths, unsigned threads,
-                            const std::atomic<bool>* stop = nullptr);
+// given (threads take the next file as they finish one; the caller's is one of them). The first
+// error names its file; kInvalidArgument for 0 threads.
+Result<ReadPass> read_files(const std::vector<std::string>& paths, unsigned threads);
 
 // The whole comparison (see the top of this file). kInvalidArgument for 0 threads, kNotFound for
 // a tree without files; open and read errors name their file.

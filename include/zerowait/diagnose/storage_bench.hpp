@@ -8,11 +8,10 @@
 // (storage_bench_cycles), so that a drift during the job (linear in time) weighs the same on
 // both sides and a burst of a few seconds is likely to touch both.
 //
-// Both sides' requests reach the device in the same shape: buffers in 4 KiB pages faulted in by
-// the first use (as fio's; see IoBuffer in the .cpp for what huge pages or pre-faulting change),
-// the file and buffers registered with the ring on both sides or neither, each request
-// submitted as soon as it is prepared (fio's iodepth_batch=1), latency counted from submission
-// to completion (fio's clat).
+// Both sides' requests reach the device in the same shape, fio running with its defaults:
+// buffers in 4 KiB pages faulted in by the first request (see IoBuffer in the .cpp for what huge
+// pages, pre-faulting or registered buffers change), each request submitted as soon as it is
+// prepared (fio's iodepth_batch=1), latency counted from submission to completion (fio's clat).
 //
 // Library code: nothing is printed; progress goes to a callback.
 #pragma once
@@ -44,8 +43,8 @@ const char* storage_engine_name(StorageEngine engine);
 // (fio: 1.7-2.3 GB/s) without turning a sequential stream into what looks like random I/O.
 inline constexpr unsigned kSequentialDepth = 4;
 inline constexpr uint64_t kSequentialBlock = uint64_t{1} << 20;
-// The test file's size is rounded down to a multiple of this (the largest block) and must hold
-// one block per sequential stream.
+// The test file's size is rounded down to a multiple of this (a block for each sequential
+// stream), and must be at least this.
 inline constexpr uint64_t kStorageBenchMinSize = kSequentialDepth * kSequentialBlock;
 // Kept free on the filesystem beyond the test file and its 10 % margin.
 inline constexpr uint64_t kStorageBenchReserve = uint64_t{1} << 30;
@@ -144,11 +143,9 @@ Result<std::string> fio_version(const std::string& fio_command);
 Result<JobMeasurement> parse_fio_json(std::string_view output, StoragePattern pattern);
 
 // The fio command line (after the program name) that runs `job` on `file` of `size` bytes for
-// `runtime_s` after `ramp_s`, JSON on stdout. `registered`: zerowait's io_uring run registered
-// its file and buffers, and fio is told to do the same (--registerfiles --fixedbufs).
+// `runtime_s` after `ramp_s`, JSON (json+) on stdout.
 std::vector<std::string> fio_job_arguments(const StorageJob& job, const std::string& file,
-                                           uint64_t size, double runtime_s, double ramp_s,
-                                           bool registered = false);
+                                           uint64_t size, double runtime_s, double ramp_s);
 
 // Runs `job` with zerowait's own engine on `fd` (open O_RDWR | O_DIRECT, `size` bytes, a multiple
 // of the job's block size) for `ramp_s` and then `runtime_s`, stopping early when `stop` is set

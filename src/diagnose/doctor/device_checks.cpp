@@ -274,8 +274,11 @@ void check_numa(const System& system, const std::vector<PciAttached>& gpus,
       for (const auto& [device, node] : placed) {
         if (device->kind == kind && node) known.emplace_back(device->name, *node);
       }
-      const bool shares = std::any_of(known.begin(), known.end(),
-                                      [&](const auto& d) { return d.second == *gpu_node; });
+      // A copy: clang 14 cannot capture a structured binding in a lambda.
+      const int64_t gpu_numa_node = *gpu_node;
+      const bool shares = std::any_of(known.begin(), known.end(), [gpu_numa_node](const auto& d) {
+        return d.second == gpu_numa_node;
+      });
       for (const auto& [name, node] : known) {
         if (node == *gpu_node) local.push_back(name);
         if (!shares) remote_by_node[node].push_back(name);

@@ -255,7 +255,9 @@ void check_socket_ifname(const std::map<std::string, std::string>& env,
       if (selection.selects(i.name)) selected.push_back(i.name);
     }
     std::vector<std::string> missing;  // named, not there
-    for (const auto& [name, port] : selection.entries) {
+    for (const auto& entry : selection.entries) {
+      // Not a structured binding: clang 14 cannot capture one in the lambda below.
+      const std::string& name = entry.first;
       const bool found = selection.exact
                              ? std::count(all_names.begin(), all_names.end(), name) != 0
                              : std::any_of(all_names.begin(), all_names.end(),

@@ -14,6 +14,7 @@ namespace {
 using doctor::DoctorReport;
 using doctor::Finding;
 using doctor::Severity;
+using testing::contains;
 using testing::DoctorFixture;
 using testing::findings_of;
 using testing::only_finding;
@@ -123,10 +124,6 @@ std::vector<Finding> with_severity(const DoctorReport& report, const std::string
     if (f.severity == severity) found.push_back(f);
   }
   return found;
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
 }
 
 // ---- devices.gpus ----

@@ -14,6 +14,7 @@ namespace {
 using doctor::DoctorOptions;
 using doctor::Finding;
 using doctor::Severity;
+using testing::contains;
 using testing::DoctorFixture;
 using testing::findings_of;
 using testing::only_finding;
@@ -26,12 +27,6 @@ DoctorOptions paths(std::vector<std::string> list) {
   DoctorOptions options;
   options.paths = std::move(list);
   return options;
-}
-
-// Whether `text` holds `part`, saying what it holds when not.
-::testing::AssertionResult contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "\"" << text << "\" lacks \"" << part << "\"";
 }
 
 // Every problem says why it matters and how to fix it, and names what it read.

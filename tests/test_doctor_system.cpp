@@ -14,17 +14,13 @@ using doctor::DoctorOptions;
 using doctor::DoctorReport;
 using doctor::Finding;
 using doctor::Severity;
+using testing::contains;
 using testing::DoctorFixture;
 using testing::findings_of;
 using testing::only_finding;
 
 constexpr uint64_t kMiB = uint64_t(1) << 20;
 constexpr uint64_t kGiB = uint64_t(1) << 30;
-
-::testing::AssertionResult contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "\"" << text << "\" lacks \"" << part << "\"";
-}
 
 // A problem names what it read, why it matters and the fix.
 void expect_explained(const Finding& f) {

@@ -2,6 +2,8 @@
 // test plants, and the facts file for what no file holds (docs/doctor.md, "Fixtures").
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -37,5 +39,8 @@ std::vector<doctor::Finding> findings_of(const doctor::DoctorReport& report,
 // The one finding of `check` (a test failure, and an empty finding, when there is not exactly
 // one).
 doctor::Finding only_finding(const doctor::DoctorReport& report, const std::string& check);
+
+// Whether `text` holds `part`, saying what it holds when not.
+::testing::AssertionResult contains(const std::string& text, const std::string& part);
 
 }  // namespace zerowait::testing

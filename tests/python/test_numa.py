@@ -10,6 +10,7 @@ threads get that one CPU, a pinned loader's the node's."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -162,4 +163,9 @@ def test_threads_of_a_closed_loader_are_gone(dataset):
     with zerowait.Loader(dataset, 32, numa=0 if NODE0.exists() else None, threads=2) as loader:
         next(iter(loader))
         assert sum(name.startswith("zw-loader-") for name in loader_threads()) == 2
-    assert not any(name.startswith("zw-loader-") for name in loader_threads())
+    # close() joins the threads, and pthread_join returns once the kernel clears the thread's
+    # id, a moment before the exiting task leaves /proc/self/task: wait out that moment.
+    deadline = time.monotonic() + 10
+    while any(name.startswith("zw-loader-") for name in loader_threads()):
+        assert time.monotonic() < deadline, loader_threads()
+        time.sleep(0.01)

@@ -46,6 +46,8 @@ APT_PACKAGES=(
   libfuse2
   # Network namespaces joined by a veth pair for the MTU probe of `zerowait bench net`.
   iproute2
+  # Headless rendering of `zerowait report` pages in the tests (and the docs' screenshot).
+  chromium
 )
 step "system packages"
 missing=()
@@ -97,7 +99,7 @@ pip_install() {
 # Build and test requirements. Debian 12's cmake (3.25) and ninja serve the build; the pip
 # versions are not required. The stamp skips pip entirely when nothing changed.
 PY_REQUIREMENTS=("scikit-build-core>=0.10" "pybind11>=2.12" numpy pytest safetensors fusepy pillow
-  datasets)
+  datasets prometheus_client)
 TORCH_REQUIREMENT="torch==2.13.0"  # a CPU build; later features and the benchmarks use it
 TORCHVISION_REQUIREMENT="torchvision==0.28.0"  # the release built against torch 2.13
 STAMP="$VENV/.zerowait-requirements"

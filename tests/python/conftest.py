@@ -19,8 +19,9 @@ from helpers import write_random_tree
 
 @pytest.fixture(scope="session")
 def cli() -> Path:
-    """The `zerowait` command that `pip install .` put beside this interpreter."""
-    path = Path(sysconfig.get_path("scripts")) / "zerowait"
+    """The `zerowait` command that `pip install .` put beside this interpreter, or the one
+    $ZEROWAIT_CLI names (a development build)."""
+    path = Path(os.environ.get("ZEROWAIT_CLI") or Path(sysconfig.get_path("scripts")) / "zerowait")
     if not os.access(path, os.X_OK):
         pytest.fail(f"the zerowait command is not installed at {path}; run `pip install .`")
     return path

@@ -36,6 +36,12 @@ Command add_bench_command(CLI::App& app);
 Command add_bench_storage_command(CLI::App& bench);
 Command add_bench_files_command(CLI::App& bench);
 Command add_bench_net_command(CLI::App& bench);
+// `zerowait emulate WORKLOAD`: MLPerf Storage emulation, run by python -m zerowait.emulate.
+Command add_emulate_command(CLI::App& app);
+// `zerowait report RUN`: a run directory drawn as one self-contained HTML page.
+Command add_report_command(CLI::App& app);
+// `zerowait watch (--pid PID | -- CMD)`: where a running job's time goes, seen from outside.
+Command add_watch_command(CLI::App& app);
 
 // Returns `validator` without its description, for options whose type_name says it better.
 CLI::Validator quiet(CLI::Validator validator);

@@ -42,6 +42,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import zerowait
+from small_cnn import SmallCNN  # beside this file
 
 # torchvision's ImageNet statistics, on the 0..255 scale of the loader's uint8 pixels.
 MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
@@ -90,25 +91,6 @@ def ensure_dataset(path: str, files: int, classes: int, seed: int) -> None:
         report = zerowait.pack(tree, path, imagefolder=True)
     print(f"packed {report['samples']} samples into {report['shards']} shard(s) in "
           f"{report['seconds']:.1f} s", flush=True)
-
-
-class SmallCNN(nn.Module):
-    """Three conv blocks (the first with stride 2, to stay cheap on a CPU), global average
-    pooling, one linear layer."""
-
-    def __init__(self, num_classes: int) -> None:
-        super().__init__()
-
-        def block(cin: int, cout: int, stride: int = 1) -> nn.Sequential:
-            return nn.Sequential(nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False),
-                                 nn.BatchNorm2d(cout), nn.ReLU(inplace=True), nn.MaxPool2d(2))
-
-        self.features = nn.Sequential(block(3, 16, stride=2), block(16, 32), block(32, 64))
-        self.head = nn.Linear(64, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.features(x)
-        return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
 def to_input(batch: dict, device: torch.device, mean: torch.Tensor, std: torch.Tensor):

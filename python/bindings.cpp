@@ -549,4 +549,5 @@ PYBIND11_MODULE(_core, m) {
   zerowait::bind_loader(m);
   zerowait::bind_checkpoint(m);
   zerowait::bind_writer(m);
+  zerowait::bind_observe(m);
 }

@@ -106,5 +106,7 @@ void bind_loader(py::module_& m);
 void bind_checkpoint(py::module_& m);
 // Defined in writer_bindings.cpp.
 void bind_writer(py::module_& m);
+// Defined in observe_bindings.cpp.
+void bind_observe(py::module_& m);
 
 }  // namespace zerowait

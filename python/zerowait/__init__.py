@@ -53,6 +53,7 @@ from zerowait.loader import (
     TokenWindow,
 )
 from zerowait.map_stage import MapError, MapWorkerError
+from zerowait.profiler import StepProfiler
 from zerowait.writer import ShardWriter, token_windows, write_dataset
 
 __all__ = [
@@ -76,6 +77,7 @@ __all__ = [
     "SaveHandle",
     "TokenWindow",
     "ShardWriter",
+    "StepProfiler",
     "UnsupportedError",
     "ZerowaitError",
     "ZerowaitIOError",

@@ -14,6 +14,7 @@ import os
 import queue
 import sys
 import threading
+import time
 import warnings
 import weakref
 from datetime import timedelta
@@ -155,6 +156,8 @@ class Checkpointer:
         self.run_id: str = core.run_id
         self._ranks = _RankCoordinator(core, dist, commit_timeout) if dist is not None else None
         self._last: Optional[SaveHandle] = None
+        self._blocked_s = 0.0  # seconds save() held the caller, for StepProfiler and metrics
+        self._saves = 0
         # Runs close() at interpreter exit if the caller did not: the last save completes, as
         # torch.save's would have, and no coordinator thread is left waiting.
         self._finalizer = weakref.finalize(self, _close, core, self._ranks)
@@ -168,7 +171,27 @@ class Checkpointer:
         (backpressure: one save at a time owns the staging pool), or with ``skip_if_busy``
         returns None at once if it has not (on every rank alike under torch.distributed).
         ``blocking=True`` also waits for this save and raises its error. Raises TypeError,
-        naming the key path, for a value that cannot be saved."""
+        naming the key path, for a value that cannot be saved. The time the call takes adds to
+        :attr:`blocked_s`."""
+        started = time.monotonic()
+        try:
+            return self._save(step, state, blocking, skip_if_busy)
+        finally:
+            self._blocked_s += time.monotonic() - started
+
+    @property
+    def blocked_s(self) -> float:
+        """Seconds save() has held the caller in total (snapshot copies, waits for the previous
+        save, ``blocking=True`` waits): the training loop's checkpoint stall."""
+        return self._blocked_s
+
+    @property
+    def saves(self) -> int:
+        """Saves started (a save skipped by ``skip_if_busy`` is not one)."""
+        return self._saves
+
+    def _save(self, step: int, state: Any, blocking: bool,
+              skip_if_busy: bool) -> Optional[SaveHandle]:
         if not self._finalizer.alive:
             raise ValueError("save() on a closed Checkpointer")
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
@@ -199,6 +222,7 @@ class Checkpointer:
             self._ranks.submit(handle._handle)
         self._last = handle
         self._saved_any = True
+        self._saves += 1
         if blocking:
             handle.wait()
         return handle

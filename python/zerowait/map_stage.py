@@ -789,6 +789,12 @@ class MapStage:
 
     # -- state ----------------------------------------------------------------------------------
 
+    @property
+    def wait_s(self) -> float:
+        """Seconds next() has waited on fn's results (stats()["wait_s"], without its /proc
+        reads)."""
+        return self._stats["wait_s"]
+
     def pending(self) -> int:
         """Batches taken from the C++ loader and not yet returned."""
         return len(self._inflight) + (self._ready is not None)

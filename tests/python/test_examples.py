@@ -108,3 +108,28 @@ def test_resume_mid_epoch_continues_exactly(dataset, tmp_path):
     refused = run_train(dataset, tmp_path, "--checkpoint", "b")
     assert refused.returncode != 0 and "pass --resume" in refused.stderr, refused.stderr
     assert checkpoint_b.steps() == [k, 2 * STEPS_PER_EPOCH]
+
+
+@pytest.mark.skipif(not hasattr(zerowait._core, "wait_cost"),
+                    reason="this build's zerowait._core has no wait_cost yet (the money line)")
+def test_profiled_training_finds_its_planted_delays(tmp_path):
+    script = TRAIN.with_name("profiled_training.py")
+    result = subprocess.run([sys.executable, str(script), "--out", str(tmp_path / "run")],
+                            cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                            capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    shares = {cause: (float(planted), float(measured)) for cause, planted, measured in re.findall(
+        r"^planted (input|checkpoint)\D+([\d.]+) % of wall, measured +([\d.]+) %$",
+        result.stdout, re.MULTILINE)}
+    assert set(shares) == {"input", "checkpoint"}, result.stdout
+    assert abs(shares["checkpoint"][1] - shares["checkpoint"][0]) <= 5, result.stdout
+    # Measured input also holds the loader's own per-sample work beside the planted sleep.
+    assert -1 <= shares["input"][1] - shares["input"][0] <= 10, result.stdout
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["verdict"] == "input-bound" and run["cost"]["gpus"] == 8, run
+    money = re.search(r"^input wait costs \$([\d,.]+)/day, \$[\d,.]+/year on 8 GPUs at \$2\.00/h$",
+                      result.stdout, re.MULTILINE)
+    assert money, result.stdout
+    per_day = run["shares"]["input"] * 8 * 2.0 * 24
+    assert float(money.group(1).replace(",", "")) == pytest.approx(per_day, abs=0.006)
+    assert len((tmp_path / "run" / "steps.jsonl").read_text().splitlines()) == 40

@@ -1,0 +1,98 @@
+// The system sampler: what the machine and one process tree were doing, every `interval`
+// seconds: CPU, memory, swap, the tree's storage I/O, each whole disk's busy share, queue and
+// latency, the tree's threads by state, and GPU utilisation through NVML when present. One
+// sample is one line of a run directory's system.jsonl (docs/observe.md).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "zerowait/common/status.hpp"
+
+namespace zerowait::observe {
+
+struct DiskRates {
+  double busy = 0;                 // share of the interval with I/O in flight (io_ticks)
+  double queue = 0;                // mean requests in flight (weighted io ticks / interval)
+  std::optional<double> await_ms;  // mean ms per completed request; none completed: nullopt
+  double read_bps = 0;
+  double write_bps = 0;
+};
+
+struct ThreadStates {
+  int running = 0;   // R
+  int io = 0;        // D (uninterruptible: waiting on storage, page faults)
+  int sleeping = 0;  // everything else
+};
+
+struct SystemSample {
+  double t = 0;                 // CLOCK_MONOTONIC seconds, at the end of the interval
+  double cpu = 0;               // the machine's busy share, 0-1
+  double proc_cpu = 0;          // CPUs the process tree used (1.0 = one CPU)
+  uint64_t rss = 0;             // bytes, summed over the tree's processes
+  uint64_t mem_available = 0;   // bytes (MemAvailable)
+  double swap_in = 0;           // pages per second
+  double swap_out = 0;
+  double read_bps = 0;          // the tree's storage reads (/proc/PID/io read_bytes)
+  double write_bps = 0;
+  std::map<std::string, DiskRates> disk;  // whole block devices only
+  ThreadStates threads;
+  std::optional<double> gpu_util;  // mean SM utilisation of every GPU, 0-1; no NVML: nullopt
+  // watch only: the main thread's activity; unset once the thread has exited
+  std::optional<std::string> main;
+  bool has_children = false;        // the process had child processes (not in system.jsonl)
+};
+
+// The sample as one line of system.jsonl: a JSON object without a trailing newline.
+std::string to_json(const SystemSample& sample);
+
+struct SystemSamplerOptions {
+  pid_t pid = 0;          // the process tree's root; 0: this process
+  double interval = 0.1;  // seconds between samples
+  std::string root;       // read /proc and /sys under this prefix (a fixture tree); "": live
+  bool main_thread = false;  // classify the pid's main thread into SystemSample::main
+};
+
+// Reads the files, keeps the previous reading, and turns two readings into a sample; a sampler
+// thread does that every interval. Missing files (no /proc/PID/io, an exited process, no
+// diskstats) leave their fields at zero and never fail a sample. Thread-safe: start(), stop()
+// and samples() may be called from any thread.
+class SystemSampler {
+ public:
+  explicit SystemSampler(SystemSamplerOptions options);
+  ~SystemSampler();  // stops the thread
+  SystemSampler(const SystemSampler&) = delete;
+  SystemSampler& operator=(const SystemSampler&) = delete;
+
+  // One reading at time `t` (seconds). Returns the sample of the interval since the previous
+  // reading; the first reading only sets the baselines and returns nullopt. Not to be mixed
+  // with a running thread.
+  std::optional<SystemSample> take(double t);
+
+  // Starts the thread that takes a reading now and then every interval. Errors: an interval
+  // that is not > 0 (invalid_argument), already started, the thread could not start.
+  Status start();
+  // Takes a last reading and joins the thread; a no-op when not running.
+  void stop();
+  bool running() const;
+  // Every sample so far, in order.
+  std::vector<SystemSample> samples() const;
+
+  const SystemSamplerOptions& options() const { return options_; }
+
+ private:
+  struct State;
+  SystemSamplerOptions options_;
+  std::unique_ptr<State> state_;
+};
+
+// CLOCK_MONOTONIC now, in seconds (Python's time.monotonic()).
+double monotonic_seconds();
+
+}  // namespace zerowait::observe

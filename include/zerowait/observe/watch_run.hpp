@@ -1,0 +1,39 @@
+// The run directory that `zerowait watch` writes (docs/observe.md, schema zerowait.run/1):
+// run.json and system.jsonl.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "zerowait/common/status.hpp"
+#include "zerowait/observe/attribution.hpp"
+#include "zerowait/observe/cost.hpp"
+#include "zerowait/observe/system_sampler.hpp"
+
+namespace zerowait::observe {
+
+struct WatchRun {
+  std::string title;                  // the watched command line, or "pid N: ..."
+  std::vector<std::string> command;   // zerowait's own argv
+  double started_unix = 0;
+  double duration_s = 0;
+  Attribution attribution;
+  std::optional<WaitCost> cost;
+  std::optional<Comparison> comparison;
+  std::vector<SystemSample> samples;  // each with `main`
+};
+
+// run.json's text (indented, with a trailing newline).
+std::string watch_run_json(const WatchRun& run);
+
+// Writes `dir`/run.json and `dir`/system.jsonl, creating `dir` (and its parents). Errors: the
+// directory cannot be made, a file cannot be written (errno_status names the path).
+Status write_watch_run(const std::string& dir, const WatchRun& run);
+
+// The figures compare_runs() needs from `dir`/run.json. Errors: not_found naming the path when
+// there is no run.json (with the fix), corrupt when it is not JSON, invalid_argument for a
+// field of the wrong type.
+Result<RunFigures> read_run_figures(const std::string& dir);
+
+}  // namespace zerowait::observe

@@ -1,0 +1,62 @@
+// One reading of the counters the system sampler turns into rates: /proc/stat, /proc/meminfo,
+// /proc/vmstat, /proc/diskstats and the process tree's /proc/PID files, all read through
+// doctor::System (a root prefix for fixture trees). A file that is missing leaves its counters
+// unset or zero; reading never fails.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "diagnose/doctor/system.hpp"
+#include "zerowait/observe/system_sampler.hpp"
+
+namespace zerowait::observe {
+
+struct CpuTimes {
+  uint64_t busy = 0;   // every jiffy but idle and iowait
+  uint64_t total = 0;  // user .. steal (guest time is already inside user)
+};
+
+struct DiskCounters {
+  uint64_t ios = 0;              // reads + writes completed
+  uint64_t sectors_read = 0;     // 512-byte sectors, whatever the device's block size
+  uint64_t sectors_written = 0;
+  uint64_t rw_ms = 0;            // ms spent reading + writing (summed over requests)
+  uint64_t io_ms = 0;            // ms with I/O in flight
+  uint64_t weighted_ms = 0;      // ms x requests in flight
+};
+
+struct ProcessCounters {
+  uint64_t cpu_ticks = 0;    // utime + stime, in clock ticks
+  uint64_t read_bytes = 0;   // /proc/PID/io: bytes fetched from storage
+  uint64_t write_bytes = 0;  // bytes sent to storage
+};
+
+struct ProcReading {
+  double t = 0;
+  std::optional<CpuTimes> cpu;
+  uint64_t mem_available = 0;  // bytes
+  std::optional<uint64_t> pswpin;
+  std::optional<uint64_t> pswpout;
+  std::map<std::string, DiskCounters> disks;      // whole devices
+  std::map<pid_t, ProcessCounters> tree;          // the pid and its descendants
+  uint64_t rss = 0;                               // bytes, over the tree
+  ThreadStates threads;
+  bool has_children = false;                      // the root pid has child processes
+};
+
+// The state letter of a /proc/PID/stat or task stat line ('R', 'S', 'D'...); '?' if malformed.
+char stat_state(const std::string& stat);
+
+// Reads everything at time `t`. `pid` is the tree's root.
+ProcReading read_proc(const doctor::System& system, pid_t pid, double t);
+
+// The disks of /proc/diskstats that are whole devices: /sys/block/<name> exists (partitions
+// have none), and loop/ram/zram devices only when they have done I/O.
+std::map<std::string, DiskCounters> read_disks(const doctor::System& system);
+
+}  // namespace zerowait::observe

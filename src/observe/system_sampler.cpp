@@ -1,0 +1,199 @@
+#include "zerowait/observe/system_sampler.hpp"
+
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "common/clock.hpp"
+#include "diagnose/doctor/system.hpp"
+#include "observe/nvml_utilization.hpp"
+#include "observe/proc_reading.hpp"
+#include "observe/run_json.hpp"
+#include "observe/thread_activity.hpp"
+
+namespace zerowait::observe {
+namespace {
+
+constexpr double kSectorBytes = 512;  // /proc/diskstats counts 512-byte sectors on every device
+
+// A counter's increase; one that went backwards (a device re-added, a pid reused) is no change.
+double delta(uint64_t now, uint64_t before) { return now > before ? double(now - before) : 0; }
+
+double per_second(uint64_t now, uint64_t before, double dt) {
+  return dt > 0 ? delta(now, before) / dt : 0;
+}
+
+double share(uint64_t now, uint64_t before, uint64_t total) {
+  return total == 0 ? 0 : std::min(1.0, delta(now, before) / double(total));
+}
+
+DiskRates disk_rates(const DiskCounters& now, const DiskCounters& before, double dt) {
+  DiskRates d;
+  const double interval_ms = dt * 1000;
+  if (interval_ms > 0) {
+    d.busy = std::min(1.0, delta(now.io_ms, before.io_ms) / interval_ms);
+    d.queue = delta(now.weighted_ms, before.weighted_ms) / interval_ms;
+  }
+  if (now.ios > before.ios) {
+    d.await_ms = delta(now.rw_ms, before.rw_ms) / delta(now.ios, before.ios);
+  }
+  d.read_bps = per_second(now.sectors_read, before.sectors_read, dt) * kSectorBytes;
+  d.write_bps = per_second(now.sectors_written, before.sectors_written, dt) * kSectorBytes;
+  return d;
+}
+
+// A process new since the last reading counts from zero: it was forked during the interval.
+SystemSample rates(const ProcReading& now, const ProcReading& before) {
+  static const double ticks_per_s = double(sysconf(_SC_CLK_TCK));
+  const double dt = now.t - before.t;
+  SystemSample s;
+  s.t = now.t;
+  if (now.cpu && before.cpu) {
+    s.cpu = share(now.cpu->busy, before.cpu->busy, now.cpu->total - before.cpu->total);
+  }
+  double ticks = 0;
+  double read_bytes = 0;
+  double write_bytes = 0;
+  for (const auto& [pid, counters] : now.tree) {
+    const auto old = before.tree.find(pid);
+    const ProcessCounters zero;
+    const ProcessCounters& base = old == before.tree.end() ? zero : old->second;
+    ticks += delta(counters.cpu_ticks, base.cpu_ticks);
+    read_bytes += delta(counters.read_bytes, base.read_bytes);
+    write_bytes += delta(counters.write_bytes, base.write_bytes);
+  }
+  s.proc_cpu = dt > 0 ? ticks / ticks_per_s / dt : 0;
+  s.read_bps = dt > 0 ? read_bytes / dt : 0;
+  s.write_bps = dt > 0 ? write_bytes / dt : 0;
+  s.rss = now.rss;
+  s.mem_available = now.mem_available;
+  if (now.pswpin && before.pswpin) s.swap_in = per_second(*now.pswpin, *before.pswpin, dt);
+  if (now.pswpout && before.pswpout) s.swap_out = per_second(*now.pswpout, *before.pswpout, dt);
+  for (const auto& [name, counters] : now.disks) {
+    const auto old = before.disks.find(name);
+    if (old != before.disks.end()) s.disk[name] = disk_rates(counters, old->second, dt);
+  }
+  s.threads = now.threads;
+  s.has_children = now.has_children;
+  return s;
+}
+
+}  // namespace
+
+double monotonic_seconds() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return double(now.tv_sec) + double(now.tv_nsec) / 1e9;
+}
+
+struct SystemSampler::State {
+  explicit State(const SystemSamplerOptions& options) : system(options.root) {}
+
+  doctor::System system;
+  std::unique_ptr<NvmlUtilization> nvml;  // live only, opened by the first reading
+  std::optional<ProcReading> previous;
+
+  mutable std::mutex mutex;
+  std::condition_variable wake;
+  bool stop_requested = false;
+  std::thread thread;
+  std::vector<SystemSample> samples;
+};
+
+SystemSampler::SystemSampler(SystemSamplerOptions options)
+    : options_(std::move(options)), state_(std::make_unique<State>(options_)) {
+  if (options_.pid == 0) options_.pid = getpid();
+}
+
+SystemSampler::~SystemSampler() { stop(); }
+
+std::optional<SystemSample> SystemSampler::take(double t) {
+  State& s = *state_;
+  ProcReading now = read_proc(s.system, options_.pid, t);
+  if (!s.previous) {
+    if (s.system.live()) s.nvml = std::make_unique<NvmlUtilization>();
+    s.previous = std::move(now);
+    return std::nullopt;
+  }
+  SystemSample sample = rates(now, *s.previous);
+  if (s.nvml) sample.gpu_util = s.nvml->utilization();
+  if (options_.main_thread) {
+    const std::optional<ThreadActivity> main =
+        classify_thread(s.system, options_.pid, options_.pid, now.has_children);
+    if (main) sample.main = activity_name(main->activity);
+  }
+  s.previous = std::move(now);
+  return sample;
+}
+
+Status SystemSampler::start() {
+  if (!(options_.interval > 0) || !std::isfinite(options_.interval)) {
+    return invalid_argument("interval = " + std::to_string(options_.interval) +
+                            " s: the sampler needs an interval > 0 (default 0.1)");
+  }
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.thread.joinable()) return invalid_argument("the system sampler is already running");
+  s.stop_requested = false;
+  try {
+    s.thread = std::thread([this] {
+      State& st = *state_;
+      const auto period = internal::from_seconds(options_.interval);
+      auto next = std::chrono::steady_clock::now();
+      while (true) {
+        std::optional<SystemSample> sample = take(monotonic_seconds());
+        std::unique_lock<std::mutex> lock(st.mutex);
+        if (sample) st.samples.push_back(std::move(*sample));
+        if (st.stop_requested) return;
+        // A fixed schedule; a reading that overran skips the ticks it missed.
+        const auto now = std::chrono::steady_clock::now();
+        next += period;
+        while (next <= now) next += period;
+        st.wake.wait_until(lock, next, [&st] { return st.stop_requested; });
+        if (st.stop_requested) {
+          lock.unlock();
+          std::optional<SystemSample> last = take(monotonic_seconds());
+          lock.lock();
+          if (last) st.samples.push_back(std::move(*last));
+          return;
+        }
+      }
+    });
+  } catch (const std::system_error& error) {
+    return Status(ErrorCode::kResourceExhausted,
+                  std::string("cannot start the system sampler thread: ") +
+                          error.what());
+  }
+  return Status::ok();
+}
+
+void SystemSampler::stop() {
+  State& s = *state_;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.thread.joinable()) return;
+    s.stop_requested = true;
+  }
+  s.wake.notify_all();
+  s.thread.join();
+}
+
+bool SystemSampler::running() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->thread.joinable();
+}
+
+std::vector<SystemSample> SystemSampler::samples() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->samples;
+}
+
+std::string to_json(const SystemSample& sample) { return sample_json(sample).dump(); }
+
+}  // namespace zerowait::observe

@@ -1,0 +1,232 @@
+// The main thread's activity, from what /proc says about it. The rules (docs/observe.md,
+// "How watch attributes"):
+//   running in user space                            -> compute
+//   blocked outside a system call in state D         -> input (a page fault on a mapped file)
+//   a system call: its rule in kSyscalls below, by what its file descriptor is.
+// Only x86_64 and aarch64 numbers are known; elsewhere every call is "other".
+#include "observe/thread_activity.hpp"
+
+#include <cstdlib>
+#include <sstream>
+#include <vector>
+
+#include "observe/proc_reading.hpp"
+
+namespace zerowait::observe {
+namespace {
+
+// What a system call means for the job, before its file descriptor is looked at.
+enum class Rule {
+  kFileRead,     // fd 0: regular file -> input; pipe with children -> input; socket -> comm.
+  kFileMeta,     // opening, stat-ing, listing files: input (path arguments are not resolved)
+  kFileWrite,    // fd 0: regular file -> checkpoint; socket -> communication
+  kFileCommit,   // rename: checkpoint (publishing a written file)
+  kWait,         // poll/select/epoll/futex: children and a pipe -> input; else sockets -> comm.
+  kFutex,        // like kWait, but never communication: the GIL and every lock wait here too
+  kSocket,       // send/recv/connect/accept: communication
+  kSleep,        // a sleep standing for the accelerator (MLPerf Storage emulation): compute
+  kIoctl,        // fd 0: /dev/nvidia* -> compute (a CUDA driver call)
+  kYield,        // sched_yield: CUDA's spin-wait for the GPU -> compute
+};
+
+struct SyscallRule {
+  const char* name;
+  long x86_64;   // -1: no such call on this architecture
+  long aarch64;
+  Rule rule;
+};
+
+// Numbers from the kernel's arch/x86/entry/syscalls/syscall_64.tbl and
+// include/uapi/asm-generic/unistd.h (aarch64).
+constexpr SyscallRule kSyscalls[] = {
+    {"read", 0, 63, Rule::kFileRead},
+    {"pread64", 17, 67, Rule::kFileRead},
+    {"readv", 19, 65, Rule::kFileRead},
+    {"preadv", 295, 69, Rule::kFileRead},
+    {"preadv2", 327, 286, Rule::kFileRead},
+    {"lseek", 8, 62, Rule::kFileRead},
+    {"close", 3, 57, Rule::kFileRead},
+    {"fadvise64", 221, 223, Rule::kFileRead},
+    {"readahead", 187, 213, Rule::kFileRead},
+    {"open", 2, -1, Rule::kFileMeta},
+    {"openat", 257, 56, Rule::kFileMeta},
+    {"stat", 4, -1, Rule::kFileMeta},
+    {"fstat", 5, 80, Rule::kFileMeta},
+    {"lstat", 6, -1, Rule::kFileMeta},
+    {"newfstatat", 262, 79, Rule::kFileMeta},
+    {"statx", 332, 291, Rule::kFileMeta},
+    {"getdents64", 217, 61, Rule::kFileMeta},
+    {"write", 1, 64, Rule::kFileWrite},
+    {"pwrite64", 18, 68, Rule::kFileWrite},
+    {"writev", 20, 66, Rule::kFileWrite},
+    {"pwritev", 296, 70, Rule::kFileWrite},
+    {"pwritev2", 328, 287, Rule::kFileWrite},
+    {"fsync", 74, 82, Rule::kFileWrite},
+    {"fdatasync", 75, 83, Rule::kFileWrite},
+    {"sync_file_range", 277, 84, Rule::kFileWrite},
+    {"ftruncate", 77, 46, Rule::kFileWrite},
+    {"fallocate", 285, 47, Rule::kFileWrite},
+    {"rename", 82, -1, Rule::kFileCommit},
+    {"renameat", 264, 38, Rule::kFileCommit},
+    {"renameat2", 316, 276, Rule::kFileCommit},
+    {"poll", 7, -1, Rule::kWait},
+    {"ppoll", 271, 73, Rule::kWait},
+    {"select", 23, -1, Rule::kWait},
+    {"pselect6", 270, 72, Rule::kWait},
+    {"epoll_wait", 232, -1, Rule::kWait},
+    {"epoll_pwait", 281, 22, Rule::kWait},
+    {"epoll_pwait2", 441, 441, Rule::kWait},
+    {"futex", 202, 98, Rule::kFutex},
+    {"sendto", 44, 206, Rule::kSocket},
+    {"recvfrom", 45, 207, Rule::kSocket},
+    {"sendmsg", 46, 211, Rule::kSocket},
+    {"recvmsg", 47, 212, Rule::kSocket},
+    {"sendmmsg", 307, 269, Rule::kSocket},
+    {"recvmmsg", 299, 243, Rule::kSocket},
+    {"connect", 42, 203, Rule::kSocket},
+    {"accept", 43, 202, Rule::kSocket},
+    {"accept4", 288, 242, Rule::kSocket},
+    {"nanosleep", 35, 101, Rule::kSleep},
+    {"clock_nanosleep", 230, 115, Rule::kSleep},
+    {"ioctl", 16, 29, Rule::kIoctl},
+    {"sched_yield", 24, 124, Rule::kYield},
+};
+
+long native_number(const SyscallRule& rule) {
+#if defined(__x86_64__)
+  return rule.x86_64;
+#elif defined(__aarch64__)
+  return rule.aarch64;
+#else
+  (void)rule;
+  return -1;
+#endif
+}
+
+const SyscallRule* find_rule(long number) {
+  if (number < 0) return nullptr;
+  for (const SyscallRule& rule : kSyscalls) {
+    if (native_number(rule) == number) return &rule;
+  }
+  return nullptr;
+}
+
+struct ProcessFds {
+  bool pipe = false;
+  bool socket = false;
+};
+
+ProcessFds scan_fds(const doctor::System& system, pid_t pid) {
+  ProcessFds found;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  for (const std::string& fd : system.list(dir)) {
+    const std::optional<std::string> target = system.link_target(dir + "/" + fd);
+    if (!target) continue;
+    const FdKind kind = fd_kind_of_link(*target);
+    found.pipe = found.pipe || kind == FdKind::kPipe;
+    found.socket = found.socket || kind == FdKind::kSocket;
+  }
+  return found;
+}
+
+ThreadActivity classify_syscall(const doctor::System& system, pid_t pid, const SyscallRule& call,
+                                uint64_t fd_arg, bool has_children) {
+  const std::string name = call.name;
+  std::string target;
+  FdKind kind = FdKind::kUnknown;
+  if (call.rule == Rule::kFileRead || call.rule == Rule::kFileWrite ||
+      call.rule == Rule::kIoctl) {
+    const std::string link =
+        "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(static_cast<int>(fd_arg));
+    target = system.link_target(link).value_or("");
+    kind = target.empty() ? FdKind::kUnknown : fd_kind_of_link(target);
+  }
+  const std::string on = name + " on " + (target.empty() ? "fd " + std::to_string(fd_arg) : target);
+  switch (call.rule) {
+    case Rule::kFileRead:
+    case Rule::kFileWrite:
+      if (kind == FdKind::kRegularFile) {
+        return {call.rule == Rule::kFileRead ? Activity::kInput : Activity::kCheckpoint, on};
+      }
+      if (kind == FdKind::kSocket) return {Activity::kCommunication, on};
+      if (kind == FdKind::kPipe && call.rule == Rule::kFileRead && has_children) {
+        return {Activity::kInput, on + ", from child processes"};
+      }
+      return {Activity::kOther, on};
+    case Rule::kFileMeta:
+      return {Activity::kInput, name};
+    case Rule::kFileCommit:
+      return {Activity::kCheckpoint, name};
+    case Rule::kWait:
+    case Rule::kFutex: {
+      const ProcessFds fds = scan_fds(system, pid);
+      if (has_children && fds.pipe) return {Activity::kInput, name + ", children and a pipe"};
+      if (call.rule == Rule::kWait && fds.socket) {
+        return {Activity::kCommunication, name + " with sockets open"};
+      }
+      return {Activity::kOther, name};
+    }
+    case Rule::kSocket:
+      return {Activity::kCommunication, name};
+    case Rule::kSleep:
+    case Rule::kYield:
+      return {Activity::kCompute, name};
+    case Rule::kIoctl:
+      return {kind == FdKind::kNvidiaDevice ? Activity::kCompute : Activity::kOther, on};
+  }
+  return {Activity::kOther, name};
+}
+
+}  // namespace
+
+FdKind fd_kind_of_link(std::string_view target) {
+  if (target.starts_with("pipe:")) return FdKind::kPipe;
+  if (target.starts_with("socket:")) return FdKind::kSocket;
+  if (target.starts_with("/dev/nvidia")) return FdKind::kNvidiaDevice;
+  if (target.starts_with("/dev/") || target.starts_with("/proc/") ||
+      target.starts_with("/sys/") || !target.starts_with("/")) {
+    return FdKind::kOther;  // ttys, /dev/null, anon_inode:[eventfd], memfd:...
+  }
+  return FdKind::kRegularFile;
+}
+
+std::optional<long> syscall_number(std::string_view name) {
+  for (const SyscallRule& rule : kSyscalls) {
+    if (name == rule.name && native_number(rule) >= 0) return native_number(rule);
+  }
+  return std::nullopt;
+}
+
+std::optional<ThreadActivity> classify_thread(const doctor::System& system, pid_t pid,
+                                              pid_t tid, bool has_children) {
+  const std::string task = "/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid);
+  const std::optional<std::string> stat = system.read(task + "/stat");
+  if (!stat) return std::nullopt;
+  const char state = stat_state(*stat);
+  if (state == 'Z' || state == 'X') return std::nullopt;
+  // Unreadable without ptrace rights over the process (a --pid of another user's job).
+  const std::optional<std::string> syscall = system.read(task + "/syscall");
+  if (!syscall) {
+    return state == 'R' ? ThreadActivity{Activity::kCompute, "running (no syscall file)"}
+                        : ThreadActivity{Activity::kOther, "no syscall file"};
+  }
+  if (syscall->starts_with("running")) return ThreadActivity{Activity::kCompute, "running"};
+  std::istringstream fields(*syscall);
+  long number = -1;
+  std::string first_arg;
+  fields >> number >> first_arg;
+  if (!fields && first_arg.empty()) {
+    return ThreadActivity{Activity::kOther, "unreadable syscall file"};
+  }
+  if (number < 0) {
+    // Blocked outside a system call: in D that is a page fault, most often on a mapped file.
+    return state == 'D' ? ThreadActivity{Activity::kInput, "page fault (state D)"}
+                        : ThreadActivity{Activity::kOther, "blocked outside a system call"};
+  }
+  const SyscallRule* rule = find_rule(number);
+  if (rule == nullptr) return ThreadActivity{Activity::kOther, "syscall " + std::to_string(number)};
+  const uint64_t fd_arg = std::strtoull(first_arg.c_str(), nullptr, 16);
+  return classify_syscall(system, pid, *rule, fd_arg, has_children);
+}
+
+}  // namespace zerowait::observe

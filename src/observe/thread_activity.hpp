@@ -1,0 +1,38 @@
+// Classifies a job's main thread (tid == pid) from /proc: its state, the system call it is in
+// (/proc/PID/task/TID/syscall) and what that call's file descriptor is (/proc/PID/fd/N). Read
+// through doctor::System, so fixture trees stand in for /proc in tests.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "diagnose/doctor/system.hpp"
+#include "zerowait/observe/activity.hpp"
+
+namespace zerowait::observe {
+
+// What a file descriptor's /proc/PID/fd link points at.
+enum class FdKind { kUnknown, kRegularFile, kPipe, kSocket, kNvidiaDevice, kOther };
+
+// "/data/x.jpg" -> regular file, "pipe:[123]", "socket:[9]", "/dev/nvidia0"; "/dev/null",
+// "anon_inode:[eventpoll]" and the rest -> other.
+FdKind fd_kind_of_link(std::string_view target);
+
+// This build's number of a system call ("read" -> 0 on x86_64, 63 on aarch64); nullopt for a
+// name the table does not hold. Tests write fixture syscall files with it.
+std::optional<long> syscall_number(std::string_view name);
+
+struct ThreadActivity {
+  Activity activity = Activity::kOther;
+  std::string detail;  // "read on /data/x.jpg", "running", "futex, children and a pipe"
+};
+
+// Classifies thread `tid` of process `pid`. `has_children`: the process has child processes
+// (DataLoader workers feed it through pipes). nullopt when the thread is gone or a zombie.
+std::optional<ThreadActivity> classify_thread(const doctor::System& system, pid_t pid,
+                                              pid_t tid, bool has_children);
+
+}  // namespace zerowait::observe

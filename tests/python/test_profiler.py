@@ -1,0 +1,247 @@
+"""zerowait.StepProfiler on real loops: a real Loader whose map= function sleeps (its planted
+input delay), a real Checkpointer saving with blocking=True, a sleep inside
+prof.phase("communication"), and a sleep standing in for compute. Each cause's share must land
+within 5 percentage points of the share the planted delays make of the wall time this test
+measures itself; the run directory must follow docs/observe.md."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import zerowait
+from zerowait import _core
+
+STEPS, BATCH = 12, 4
+INPUT_PER_SAMPLE_S = 0.02  # 80 ms of input wait per batch
+COMMUNICATION_S = 0.05
+COMPUTE_S = 0.05
+SAVE_EVERY = 3
+GPUS, HOURLY = 8, 2.0
+TOLERANCE = 0.05
+HAS_SAMPLER = hasattr(_core, "SystemSampler")
+HAS_COST = hasattr(_core, "wait_cost")
+HAS_COMPARE = hasattr(_core, "compare_runs")
+STEP_KEYS = {"step", "rank", "t", "wall", "input", "checkpoint", "h2d", "communication",
+             "compute", "other", "samples", "bytes"}
+CAUSES = ["input", "checkpoint", "h2d", "communication", "compute", "other"]
+needs_cost = pytest.mark.skipif(not HAS_COST, reason="this build's zerowait._core has no "
+                                "wait_cost yet (the C++ side of docs/observe.md's cost)")
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("profiled-data")
+    rng = np.random.default_rng(3)
+    zerowait.write_dataset(({"x": rng.bytes(1000), "cls": str(i % 3).encode()}
+                            for i in range(STEPS * BATCH * 2)), out)
+    return out
+
+
+class SlowInput:
+    """A map= function that sleeps per sample and records how long it really slept: the
+    planted input delay. With map_workers=0 it runs inside Loader.next(), as the Loader's
+    wait."""
+
+    def __init__(self) -> None:
+        self.slept: list[float] = []
+
+    def __call__(self, sample: dict) -> dict:
+        started = time.monotonic()
+        time.sleep(INPUT_PER_SAMPLE_S)
+        self.slept.append(time.monotonic() - started)
+        return {"index": sample["__index__"]}
+
+
+def timed_sleep(seconds: float) -> float:
+    started = time.monotonic()
+    time.sleep(seconds)
+    return time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+def profiled(dataset, tmp_path_factory):
+    """One profiled loop with every planted delay: (profiler, planted seconds, test wall,
+    run directory)."""
+    root = tmp_path_factory.mktemp("profiled")
+    slow = SlowInput()
+    planted = dict.fromkeys(CAUSES, 0.0)
+    state = {"w": torch.randn(1 << 20)}  # 4 MiB, written and fsynced with blocking=True
+    with zerowait.Loader(dataset, batch_size=BATCH, threads=1, map=slow,
+                         map_workers=0) as loader, \
+            zerowait.Checkpointer(root / "ckpt") as ckpt:
+        prof = zerowait.StepProfiler(loader, ckpt, out=root / "run", sample_system=HAS_SAMPLER,
+                                     gpus=GPUS, gpu_hourly_cost=HOURLY if HAS_COST else None,
+                                     title="planted delays")
+        batches = iter(loader)
+        with prof:
+            started = time.monotonic()
+            for step in range(STEPS):
+                with prof.step(samples=BATCH, bytes=BATCH * 1000):
+                    next(batches)
+                    planted["compute"] += timed_sleep(COMPUTE_S)
+                    with prof.phase("communication"):
+                        planted["communication"] += timed_sleep(COMMUNICATION_S)
+                    if step % SAVE_EVERY == SAVE_EVERY - 1:
+                        before = time.monotonic()
+                        ckpt.save(step, state, blocking=True)
+                        planted["checkpoint"] += time.monotonic() - before
+            wall = time.monotonic() - started
+    planted["input"] = sum(slow.slept)
+    assert len(slow.slept) == STEPS * BATCH
+    return prof, planted, wall, root / "run"
+
+
+def test_planted_delays_land_in_their_buckets(profiled):
+    prof, planted, wall, _ = profiled
+    summary = prof.summary()
+    assert summary["duration_s"] == pytest.approx(wall, rel=0.02)
+    for cause in ("input", "checkpoint", "communication", "compute"):
+        share = planted[cause] / wall
+        assert abs(summary["shares"][cause] - share) <= TOLERANCE, (
+            f"{cause}: measured {summary['shares'][cause]:.3f}, planted {share:.3f}")
+    assert summary["shares"]["h2d"] == summary["shares"]["other"] == 0.0
+    assert math.isclose(sum(summary["shares"].values()), 1.0, rel_tol=1e-9)
+    largest = max(("input", "checkpoint", "communication"), key=lambda c: planted[c])
+    expected = f"{largest}-bound" if planted[largest] / wall >= 0.25 else "unknown"
+    assert summary["verdict"] == expected
+    assert summary["throughput"]["samples_per_s"] == pytest.approx(STEPS * BATCH / wall,
+                                                                   rel=0.02)
+    assert summary["flags"] == []
+
+
+def test_buckets_sum_to_wall_and_steps_chain(profiled):
+    prof, _, _, _ = profiled
+    steps = prof.steps()
+    assert [s["step"] for s in steps] == list(range(STEPS))
+    for step, following in zip(steps, steps[1:]):
+        assert following["t"] == pytest.approx(step["t"] + step["wall"], abs=1e-9)
+    for step in steps:
+        assert sum(step[c] for c in CAUSES) == pytest.approx(step["wall"], abs=1e-9)
+        assert min(step[c] for c in CAUSES) >= 0.0
+
+
+@needs_cost
+def test_money_line_matches_an_independent_computation(profiled):
+    prof, _, _, _ = profiled
+    shares = prof.summary()["shares"]
+    line = re.search(r"^(\w+) wait costs \$([\d,.]+)/day, \$([\d,.]+)/year on (\d+) GPUs at "
+                     r"\$([\d.]+)/h$", prof.report(), re.MULTILINE)
+    assert line is not None, prof.report()
+    cause, day, year, gpus, hourly = line.groups()
+    assert cause == max(("input", "checkpoint", "h2d", "communication", "other"),
+                        key=lambda c: shares[c])
+    assert (int(gpus), float(hourly)) == (GPUS, HOURLY)
+    per_day = shares[cause] * GPUS * HOURLY * 24
+    assert float(day.replace(",", "")) == pytest.approx(per_day, abs=0.006)
+    assert float(year.replace(",", "")) == pytest.approx(per_day * 365, abs=0.006)
+    cost = prof.summary()["cost"]
+    waits = sum(shares[c] for c in CAUSES if c != "compute") * GPUS * HOURLY * 24
+    assert cost["wait_per_day"] == pytest.approx(waits, abs=0.006)  # money comes in cents
+
+
+def test_run_directory_follows_the_schema(profiled):
+    prof, _, _, run = profiled
+    summary = json.loads((run / "run.json").read_text())
+    assert summary["schema"] == "zerowait.run/1" and summary["kind"] == "profile"
+    assert summary["title"] == "planted delays"
+    assert summary["causes"] == CAUSES
+    assert set(summary["seconds"]) == set(summary["shares"]) == set(CAUSES)
+    assert summary["verdict"] in ("input-bound", "checkpoint-bound", "communication-bound",
+                                  "compute-bound", "unknown")
+    assert summary["started_unix"] == pytest.approx(time.time(), abs=600)
+    assert isinstance(summary["flags"], list)
+    assert (summary["cost"] is not None) == HAS_COST
+    steps = [json.loads(line) for line in (run / "steps.jsonl").read_text().splitlines()]
+    assert len(steps) == STEPS and all(set(s) == STEP_KEYS for s in steps)
+    assert steps == prof.steps()
+    assert summary["duration_s"] == pytest.approx(sum(s["wall"] for s in steps), rel=1e-9)
+    system = [json.loads(line) for line in (run / "system.jsonl").read_text().splitlines()]
+    if HAS_SAMPLER:  # on CLOCK_MONOTONIC like the steps: the samples fall inside the run
+        start, end = steps[0]["t"], steps[-1]["t"] + steps[-1]["wall"]
+        inside = [s for s in system if start <= s["t"] <= end]
+        assert len(inside) >= 0.5 * (end - start) / 0.1, system
+        assert all(s["rss"] > 0 for s in inside)
+    else:
+        assert system == []
+
+
+def leaky_loop(keep: bool, steps: int = 24) -> zerowait.StepProfiler:
+    """A loop that allocates 8 MiB per step and, with keep, holds on to every step's tensor
+    (the classic: a history list of activations, a loss summed without .detach())."""
+    prof = zerowait.StepProfiler(sample_system=False)
+    kept = []
+    with prof:
+        for _ in range(steps):
+            with prof.step():
+                activation = torch.ones(2 << 20)  # written, so resident
+                if keep:
+                    kept.append(activation)
+    return prof
+
+
+def test_leak_flag_on_a_loop_that_keeps_tensors():
+    flags = leaky_loop(keep=True).summary()["flags"]
+    assert [f["flag"] for f in flags] == ["rss_growth"], flags
+    assert flags[0]["rss_last"] - flags[0]["rss_first"] >= 64 << 20
+    assert "rss_growth" in leaky_loop(keep=True).report()
+
+
+def test_no_leak_flag_on_a_loop_that_drops_them():
+    assert leaky_loop(keep=False).summary()["flags"] == []
+
+
+def test_wrap_times_a_plain_iterable_as_input():
+    slept = []
+
+    def slow_batches():
+        for i in range(6):
+            slept.append(timed_sleep(0.06))
+            yield i
+
+    prof = zerowait.StepProfiler(sample_system=False)
+    with prof:
+        for i, _ in enumerate(prof.wrap(slow_batches())):
+            with prof.step():
+                if i == 0:  # the first batch arrived before the first step: 5 waits count
+                    started = time.monotonic()
+                time.sleep(0.04)
+    wall = time.monotonic() - started
+    assert len(prof.steps()) == 6 and sum(slept) == pytest.approx(6 * 0.06, abs=0.05)
+    assert prof.summary()["shares"]["input"] == pytest.approx(sum(slept[1:]) / wall,
+                                                              abs=TOLERANCE)
+
+
+@pytest.mark.skipif(not (HAS_COMPARE and HAS_COST),
+                    reason="this build's zerowait._core has no compare_runs/wait_cost yet")
+def test_compare_against_a_slower_run(tmp_path):
+    def run(input_s: float, out: Path) -> zerowait.StepProfiler:
+        prof = zerowait.StepProfiler(sample_system=False, gpus=GPUS, gpu_hourly_cost=HOURLY)
+        with prof:
+            for _ in range(8):
+                with prof.step(samples=BATCH):
+                    with prof.phase("input"):
+                        time.sleep(input_s)
+                    time.sleep(0.03)
+        prof.save(out)
+        return prof
+
+    run(0.09, tmp_path / "before")
+    after = run(0.01, tmp_path / "after")
+    comparison = after.compare(tmp_path / "before")
+    before = json.loads((tmp_path / "before" / "run.json").read_text())["throughput"]
+    now = after.summary()["throughput"]
+    share = 1 - before["samples_per_s"] / now["samples_per_s"]
+    # The engine rounds shares to 4 decimals and money to cents.
+    assert comparison["saving_share"] == pytest.approx(share, abs=6e-5)
+    assert comparison["saving_per_day"] == pytest.approx(share * GPUS * HOURLY * 24, abs=0.03)
+    assert comparison["before"] == str(tmp_path / "before")
+    assert after.summary()["comparison"] == comparison
+    assert f"against {tmp_path / 'before'}" in after.report()

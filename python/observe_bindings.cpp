@@ -98,6 +98,7 @@ py::list samples_py(const SystemSampler& sampler) {
 }  // namespace
 
 void bind_observe(py::module_& m) {
+  m.attr("RUN_SCHEMA") = observe::kRunSchema;  // run.json's "schema" (docs/observe.md)
   m.def(
       "verdict_of",
       [](const std::map<std::string, double>& shares) { return observe::verdict_of(shares); },

@@ -25,6 +25,7 @@ from typing import Dict, List
 
 import numpy as np
 
+from zerowait import _emulate_train
 from zerowait._emulate_workloads import METADATA, Checkpointing, evict
 
 BARRIER_TIMEOUT = 900
@@ -151,31 +152,8 @@ def run(preset: Checkpointing, spec: Dict, log) -> Dict:
     start = time.monotonic()
     for process in ranks:
         process.start()
-    reports, errors = {}, []
-    while len(reports) + len(errors) < world:
-        try:
-            status, rank, payload = results.get(timeout=5)
-        except Exception:
-            dead = [r for r, p in enumerate(ranks) if not p.is_alive() and r not in reports]
-            if dead and results.empty():
-                errors.append(f"rank {dead[0]} exited with status {ranks[dead[0]].exitcode} "
-                              "without a report")
-                break
-            continue
-        if status == "ok":
-            reports[rank] = payload
-        else:
-            errors.append(f"rank {rank}: {payload}")
-    for process in ranks:
-        process.join(timeout=30)
-        if process.is_alive():
-            process.kill()
-            process.join()
-    if errors:
-        # The rank that failed first, not those it left waiting at a barrier.
-        errors.sort(key=lambda e: "BrokenBarrierError" in e)
-        raise RuntimeError(f"{preset.name} checkpointing, {world} ranks: " + errors[0])
-    return summarise([reports[r] for r in sorted(reports)], time.monotonic() - start)
+    reports = _emulate_train.gather(ranks, results, f"{preset.name} checkpointing, {world} ranks")
+    return summarise([reports[r][0] for r in sorted(reports)], time.monotonic() - start)
 
 
 def _span(pairs: List[List[float]]) -> float:

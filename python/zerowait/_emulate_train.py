@@ -154,24 +154,35 @@ def run(spec: Dict, log) -> Dict:
         start = time.monotonic()
     except Exception:
         pass  # a rank failed before its first step; its report follows
-    by_rank: Dict[int, List] = {}
-    ends: Dict[int, float] = {}
-    errors = []
-    while len(by_rank) + len(errors) < world:
+    reports = gather(ranks, results, f"{spec['input']} input, {world} accelerators")
+    by_rank = {rank: report[0] for rank, report in reports.items()}
+    ends = {rank: report[1] for rank, report in reports.items()}
+    steps = steps_log(by_rank)
+    metrics = metrics_of(steps, world)
+    metrics.update(duration_s=max(ends.values()) - start, evicted=evicted, steps=steps)
+    return metrics
+
+
+def gather(ranks: List, results, label: str) -> Dict[int, List]:
+    """Each rank's report, ("ok", rank, *report) on ``results``, by rank, once every rank has
+    reported or died; then joins them. Raises RuntimeError, ``label`` first, naming the rank that
+    failed first (an error it sent, or its exit status when it died without a word)."""
+    reports: Dict[int, List] = {}
+    errors: List[str] = []
+    while len(reports) + len(errors) < len(ranks):
         try:
-            status, rank, payload, end = results.get(timeout=5)
+            status, rank, *report = results.get(timeout=5)
         except Exception:
-            dead = [r for r, p in enumerate(ranks) if not p.is_alive() and r not in by_rank]
+            dead = [r for r, p in enumerate(ranks) if not p.is_alive() and r not in reports]
             if dead and results.empty():
                 errors.append(f"rank {dead[0]} exited with status {ranks[dead[0]].exitcode} "
                               "without a report")
                 break
             continue
         if status == "ok":
-            by_rank[rank] = payload
-            ends[rank] = end
+            reports[rank] = report
         else:
-            errors.append(f"rank {rank}: {payload}")
+            errors.append(f"rank {rank}: {report[0]}")
     for process in ranks:
         process.join(timeout=30)
         if process.is_alive():
@@ -180,11 +191,8 @@ def run(spec: Dict, log) -> Dict:
     if errors:
         # The rank that failed first, not those it left waiting at a barrier.
         errors.sort(key=lambda e: "BrokenBarrierError" in e)
-        raise RuntimeError(f"{spec['input']} input, {world} accelerators: " + errors[0])
-    steps = steps_log(by_rank)
-    metrics = metrics_of(steps, world)
-    metrics.update(duration_s=max(ends.values()) - start, evicted=evicted, steps=steps)
-    return metrics
+        raise RuntimeError(f"{label}: " + errors[0])
+    return reports
 
 
 def steps_log(by_rank: Dict[int, List]) -> List[Dict]:

@@ -40,7 +40,7 @@ from typing import Dict, List, Optional
 from zerowait import _core, _emulate_checkpoint, _emulate_train
 from zerowait import _emulate_workloads as workloads
 
-SCHEMA = "zerowait.run/1"
+SCHEMA = _core.RUN_SCHEMA  # "zerowait.run/1" (docs/observe.md)
 RULE = "compute / wall over all steps but the first, mean over ranks (MLPerf Storage)"
 EXIT_FAILED_FLOOR = 3
 

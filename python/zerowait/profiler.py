@@ -23,7 +23,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
 from zerowait import _core
 from zerowait.loader import Loader
 
-SCHEMA = "zerowait.run/1"
+SCHEMA = _core.RUN_SCHEMA  # "zerowait.run/1" (docs/observe.md)
 CAUSES = ("input", "checkpoint", "h2d", "communication", "compute", "other")
 WAITS = tuple(c for c in CAUSES if c != "compute")
 # Step-time histogram bounds (seconds), Prometheus style: from a fast step to a stalled one.

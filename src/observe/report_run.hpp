@@ -9,11 +9,10 @@
 #include <vector>
 
 #include "zerowait/common/status.hpp"
+#include "observe/run_json.hpp"
 #include "zerowait/observe/report.hpp"
 
 namespace zerowait::observe {
-
-inline constexpr char kRunSchema[] = "zerowait.run/1";
 
 struct RunAu {
   double value = 0;

@@ -12,6 +12,9 @@
 
 namespace zerowait::observe {
 
+// run.json's "schema": what every producer writes and the report accepts.
+inline constexpr char kRunSchema[] = "zerowait.run/1";
+
 // `value` to `decimals` places: shares to 4, money to a cent. Dividing by a power of ten gives
 // the double nearest the decimal, which JSON prints short (0.1946, not 0.19460000000000002).
 double rounded(double value, int decimals);

@@ -13,7 +13,6 @@
 namespace zerowait::observe {
 namespace {
 
-constexpr const char* kSchema = "zerowait.run/1";
 
 nlohmann::ordered_json by_cause(const std::map<std::string, double>& values) {
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
@@ -34,7 +33,7 @@ std::string watch_run_json(const WatchRun& run) {
     events.push_back({{"t", rounded(e.t, 3)}, {"what", e.what}, {"before", e.before}});
   }
   const nlohmann::ordered_json document = {
-      {"schema", kSchema},
+      {"schema", kRunSchema},
       {"kind", "watch"},
       {"title", run.title},
       {"command", run.command},

@@ -43,6 +43,15 @@ class MainThread {
     fx_.file(task_ + "/syscall", text);
   }
   void syscall_text(const std::string& text) { fx_.file(task_ + "/syscall", text); }
+  void thread_named(pid_t tid, const std::string& name) {
+    fx_.file("/proc/" + std::to_string(kPid) + "/task/" + std::to_string(tid) + "/comm",
+             name + "\n");
+  }
+  // /proc/PID/net/unix's rows, after its header line.
+  void net_unix(const std::string& rows) {
+    fx_.file("/proc/" + std::to_string(kPid) + "/net/unix",
+             "Num       RefCount Protocol Flags    Type St Inode Path\n" + rows);
+  }
   void fd(int number, const std::string& target) {
     fx_.link("/proc/" + std::to_string(kPid) + "/fd/" + std::to_string(number), target);
   }
@@ -95,6 +104,21 @@ TEST(ThreadActivity, InputIsReadingFilesOrWaitingOnWorkers) {
   EXPECT_EQ(loader.activity(true), "input");
   loader.in_syscall("futex", 0x7f001000);
   EXPECT_EQ(loader.activity(true), "input");
+  // Its workers pass each batch's shared memory over a unix socket: input too, as long as the
+  // socket is in the process's /proc/PID/net/unix table (a TCP one is communication below).
+  loader.net_unix("0000000000000000: 00000003 00000000 00000000 0001 03    77\n");
+  loader.in_syscall("recvmsg", 4);
+  EXPECT_EQ(loader.activity(true), "input");
+  EXPECT_EQ(loader.activity(false), "communication");  // no children: no workers behind it
+  loader.fd(6, "socket:[78]");
+  loader.in_syscall("recvmsg", 6);
+  EXPECT_EQ(loader.activity(true), "communication");
+  // zerowait's Loader: C++ threads, no children; next() waits on a futex for a batch.
+  MainThread zw('S');
+  zw.in_syscall("futex", 0x7f001000);
+  EXPECT_EQ(zw.activity(), "other");  // a lock wait of some other kind
+  zw.thread_named(4250, "zw-loader-0");
+  EXPECT_EQ(zw.activity(), "input");
 }
 
 TEST(ThreadActivity, CheckpointIsWritingFiles) {

@@ -17,13 +17,16 @@ namespace {
 
 // What a system call means for the job, before its file descriptor is looked at.
 enum class Rule {
-  kFileRead,     // fd 0: regular file -> input; pipe with children -> input; socket -> comm.
+  kFileRead,     // fd 0: regular file -> input; pipe or unix socket with children -> input;
+                 // other sockets -> communication
   kFileMeta,     // opening, stat-ing, listing files: input (path arguments are not resolved)
   kFileWrite,    // fd 0: regular file -> checkpoint; socket -> communication
   kFileCommit,   // rename: checkpoint (publishing a written file)
   kWait,         // poll/select/epoll/futex: children and a pipe -> input; else sockets -> comm.
-  kFutex,        // like kWait, but never communication: the GIL and every lock wait here too
-  kSocket,       // send/recv/connect/accept: communication
+  kFutex,        // like kWait, but never communication: the GIL and every lock wait here too;
+                 // with zerowait loader threads: next() waiting for a batch -> input
+  kSocket,       // send/recv/connect/accept on fd 0: unix socket with children -> input;
+                 // else communication
   kSleep,        // a sleep standing for the accelerator (MLPerf Storage emulation): compute
   kIoctl,        // fd 0: /dev/nvidia* -> compute (a CUDA driver call)
   kYield,        // sched_yield: CUDA's spin-wait for the GPU -> compute
@@ -129,26 +132,66 @@ ProcessFds scan_fds(const doctor::System& system, pid_t pid) {
   return found;
 }
 
+// Whether the process runs a zerowait Loader: threads named "zw-loader-N" (loader_run.cpp names
+// them). Its main thread waiting on a futex is then next() waiting for a batch.
+bool runs_zerowait_loader(const doctor::System& system, pid_t pid) {
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  for (const std::string& tid : system.list(tasks)) {
+    if (system.read_line(tasks + "/" + tid + "/comm").value_or("").starts_with("zw-loader-")) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Whether "socket:[INODE]" is a unix-domain socket of the process: its inode is listed in
+// /proc/PID/net/unix (column 7). A DataLoader passes each batch's shared-memory handles from
+// its workers over one (recvmsg with SCM_RIGHTS); gloo and NCCL talk TCP.
+bool unix_socket(const doctor::System& system, pid_t pid, const std::string& target) {
+  if (!target.starts_with("socket:[") || !target.ends_with("]")) return false;
+  const std::string inode = target.substr(8, target.size() - 9);
+  const std::optional<std::string> table =
+      system.read("/proc/" + std::to_string(pid) + "/net/unix");
+  if (!table) return false;
+  std::istringstream lines(*table);
+  std::string line;
+  std::getline(lines, line);  // the header
+  while (std::getline(lines, line)) {
+    std::istringstream fields(line);
+    std::string field;
+    int column = 0;
+    while (column < 7 && fields >> field) ++column;
+    if (column == 7 && field == inode) return true;
+  }
+  return false;
+}
+
 ThreadActivity classify_syscall(const doctor::System& system, pid_t pid, const SyscallRule& call,
                                 uint64_t fd_arg, bool has_children) {
   const std::string name = call.name;
   std::string target;
   FdKind kind = FdKind::kUnknown;
   if (call.rule == Rule::kFileRead || call.rule == Rule::kFileWrite ||
-      call.rule == Rule::kIoctl) {
+      call.rule == Rule::kSocket || call.rule == Rule::kIoctl) {
     const std::string link =
         "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(static_cast<int>(fd_arg));
     target = system.link_target(link).value_or("");
     kind = target.empty() ? FdKind::kUnknown : fd_kind_of_link(target);
   }
   const std::string on = name + " on " + (target.empty() ? "fd " + std::to_string(fd_arg) : target);
+  const auto socket_activity = [&]() -> ThreadActivity {
+    if (has_children && unix_socket(system, pid, target)) {
+      return {Activity::kInput, on + ", a unix socket to child processes"};
+    }
+    return {Activity::kCommunication, on};
+  };
   switch (call.rule) {
     case Rule::kFileRead:
     case Rule::kFileWrite:
       if (kind == FdKind::kRegularFile) {
         return {call.rule == Rule::kFileRead ? Activity::kInput : Activity::kCheckpoint, on};
       }
-      if (kind == FdKind::kSocket) return {Activity::kCommunication, on};
+      if (kind == FdKind::kSocket) return socket_activity();
       if (kind == FdKind::kPipe && call.rule == Rule::kFileRead && has_children) {
         return {Activity::kInput, on + ", from child processes"};
       }
@@ -161,13 +204,16 @@ ThreadActivity classify_syscall(const doctor::System& system, pid_t pid, const S
     case Rule::kFutex: {
       const ProcessFds fds = scan_fds(system, pid);
       if (has_children && fds.pipe) return {Activity::kInput, name + ", children and a pipe"};
+      if (call.rule == Rule::kFutex && runs_zerowait_loader(system, pid)) {
+        return {Activity::kInput, name + ", zerowait loader threads"};
+      }
       if (call.rule == Rule::kWait && fds.socket) {
         return {Activity::kCommunication, name + " with sockets open"};
       }
       return {Activity::kOther, name};
     }
     case Rule::kSocket:
-      return {Activity::kCommunication, name};
+      return socket_activity();
     case Rule::kSleep:
     case Rule::kYield:
       return {Activity::kCompute, name};

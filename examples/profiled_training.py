@@ -52,6 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint-mb", type=int, default=8, help="MiB of state each save writes")
     p.add_argument("--gpus", type=int, default=8)
     p.add_argument("--gpu-hourly-cost", type=float, default=2.0, help="dollars per GPU hour")
+    p.add_argument("--metrics", default=None,
+                   help="write the loader's, checkpointer's and steps' metrics here at the end "
+                        "(FILE.prom, for node_exporter's textfile collector; docs/metrics.md)")
     return p.parse_args(argv)
 
 
@@ -66,17 +69,21 @@ def generate(path: str, samples: int) -> None:
 
 
 class SlowDecode:
-    """The map= function: bytes to a float32 vector and an int label, plus a planted sleep per
-    sample whose real length is kept (the planted input wait)."""
+    """The map= function: bytes to a float32 vector and an int label, plus a planted sleep once
+    per batch (one long sleep rather than many short ones, whose wake-ups would add input wait
+    of their own), whose real length is kept: the planted input wait."""
 
-    def __init__(self, per_sample_s: float) -> None:
-        self.per_sample_s = per_sample_s
+    def __init__(self, per_batch_s: float, batch_size: int) -> None:
+        self.per_batch_s = per_batch_s
+        self.batch_size = batch_size
+        self.calls = 0
         self.slept = 0.0
 
     def __call__(self, sample: dict) -> dict:
-        if self.per_sample_s > 0:
+        self.calls += 1
+        if self.per_batch_s > 0 and self.calls % self.batch_size == 1 % self.batch_size:
             started = time.monotonic()
-            time.sleep(self.per_sample_s)
+            time.sleep(self.per_batch_s)
             self.slept += time.monotonic() - started
         return {"x": np.frombuffer(sample["x"], dtype=np.float32),
                 "y": int(bytes(sample["cls"]))}
@@ -87,7 +94,7 @@ def train(args: argparse.Namespace, data: str) -> int:
     # A model this small gains nothing from more threads, and on a busy machine torch's
     # spinning intra-op threads would turn a 1 ms step into 100 ms of "compute".
     torch.set_num_threads(1)
-    decode = SlowDecode(args.input_delay / args.batch_size)
+    decode = SlowDecode(args.input_delay, args.batch_size)
     model = nn.Sequential(nn.Linear(FEATURES, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
                           nn.Linear(1024, CLASSES))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -129,6 +136,10 @@ def train(args: argparse.Namespace, data: str) -> int:
               f"measured {100 * summary['shares']['checkpoint']:5.1f} %")
         print()
         print(prof.report(), end="")
+        if args.metrics:
+            zerowait.metrics.write_textfile(args.metrics, loader=loader, checkpointer=ckpt,
+                                            profiler=prof)
+            print(f"metrics: {args.metrics}")
     if args.out:
         print(f"run directory: {args.out} (zerowait report {args.out})")
     return 0

@@ -55,6 +55,7 @@ from zerowait.loader import (
 from zerowait.map_stage import MapError, MapWorkerError
 from zerowait.profiler import StepProfiler
 from zerowait.writer import ShardWriter, token_windows, write_dataset
+from zerowait import metrics  # zerowait.metrics.render / write_textfile / serve
 
 __all__ = [
     "AlreadyExistsError",

@@ -230,7 +230,8 @@ def run_training(args: argparse.Namespace, out: Output) -> int:
         limit = (f"bounded by --max-accelerators {args.max_accelerators}"
                  if bound == args.max_accelerators
                  else f"bounded by the data set: {bound} accelerators get 2 steps each")
-        out(f"{input_name}: at most {lo} accelerators meet the {preset.floor:.0%} floor "
+        noun = "accelerator meets" if lo == 1 else "accelerators meet"
+        out(f"{input_name}: at most {lo} {noun} the {preset.floor:.0%} floor "
             f"({limit})" if lo else
             f"{input_name}: not even 1 accelerator meets the {preset.floor:.0%} floor")
 

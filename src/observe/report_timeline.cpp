@@ -327,7 +327,7 @@ std::string events_list(const RunRecord& run, double origin) {
   if (run.info.events.empty()) return "";
   std::string out = "<ol class=\"events\">";
   for (const RunEvent& event : run.info.events) {
-    out += "<li><span class=\"when\">" + html_escape(time_label(event.t - origin)) +
+    out += "<li><span class=\"when\">" + html_escape(format_seconds(event.t - origin)) +
            "</span> " + html_escape(event.what);
     if (!event.before.empty()) {
       out += "<span class=\"before\">Just before: " + html_escape(event.before) + "</span>";

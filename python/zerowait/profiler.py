@@ -16,7 +16,6 @@ import os
 import sys
 import threading
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
 
@@ -36,15 +35,6 @@ def _rss_bytes() -> int:
     """This process's resident set now: one read of /proc/self/statm, cheap enough per step."""
     with open("/proc/self/statm", "rb") as f:
         return int(f.read().split()[1]) * _PAGE
-
-
-def _engine(name: str) -> Any:
-    """``_core.<name>``: the cost arithmetic lives in C++, shared with the zerowait command."""
-    function = getattr(_core, name, None)
-    if function is None:
-        raise RuntimeError(f"this zerowait build has no _core.{name}: it predates the observe "
-                           f"tools (rebuild zerowait)")
-    return function
 
 
 def _loader_wait_s(loader: Any) -> float:
@@ -135,11 +125,7 @@ class StepProfiler:
         self._sampler: Any = None
         self._sampling = False
         if sample_system:
-            if hasattr(_core, "SystemSampler"):
-                self._sampler = _core.SystemSampler(pid=0, interval=interval)
-            else:
-                warnings.warn("this zerowait build has no _core.SystemSampler: no system.jsonl "
-                              "and no swap flag (rebuild zerowait)", stacklevel=2)
+            self._sampler = _core.SystemSampler(pid=0, interval=interval)
 
     # --- measuring -----------------------------------------------------------------------------
 
@@ -306,7 +292,7 @@ class StepProfiler:
             "throughput": _throughput(steps, wall), "cost": None,
             "comparison": self._comparison, "flags": self.flags()}
         if self.gpu_hourly_cost is not None and wall > 0:
-            summary["cost"] = _engine("wait_cost")(shares, self.gpus,
+            summary["cost"] = _core.wait_cost(shares, self.gpus,
                                                    float(self.gpu_hourly_cost))
         return summary
 
@@ -330,7 +316,7 @@ class StepProfiler:
         with open(Path(before) / "run.json") as f:
             earlier = json.load(f)
         self._comparison = None
-        comparison = dict(_engine("compare_runs")(earlier, self.summary(), self.gpus,
+        comparison = dict(_core.compare_runs(earlier, self.summary(), self.gpus,
                                                    float(self.gpu_hourly_cost or 0.0),
                                                    before_path=os.fspath(before)))
         self._comparison = comparison

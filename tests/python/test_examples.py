@@ -110,8 +110,6 @@ def test_resume_mid_epoch_continues_exactly(dataset, tmp_path):
     assert checkpoint_b.steps() == [k, 2 * STEPS_PER_EPOCH]
 
 
-@pytest.mark.skipif(not hasattr(zerowait._core, "wait_cost"),
-                    reason="this build's zerowait._core has no wait_cost yet (the money line)")
 def test_profiled_training_finds_its_planted_delays(tmp_path):
     script = TRAIN.with_name("profiled_training.py")
     result = subprocess.run([sys.executable, str(script), "--out", str(tmp_path / "run")],

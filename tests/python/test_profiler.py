@@ -26,14 +26,9 @@ COMPUTE_S = 0.05
 SAVE_EVERY = 3
 GPUS, HOURLY = 8, 2.0
 TOLERANCE = 0.05
-HAS_SAMPLER = hasattr(_core, "SystemSampler")
-HAS_COST = hasattr(_core, "wait_cost")
-HAS_COMPARE = hasattr(_core, "compare_runs")
 STEP_KEYS = {"step", "rank", "t", "wall", "input", "checkpoint", "h2d", "communication",
              "compute", "other", "samples", "bytes"}
 CAUSES = ["input", "checkpoint", "h2d", "communication", "compute", "other"]
-needs_cost = pytest.mark.skipif(not HAS_COST, reason="this build's zerowait._core has no "
-                                "wait_cost yet (the C++ side of docs/observe.md's cost)")
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +72,8 @@ def profiled(dataset, tmp_path_factory):
     with zerowait.Loader(dataset, batch_size=BATCH, threads=1, map=slow,
                          map_workers=0) as loader, \
             zerowait.Checkpointer(root / "ckpt") as ckpt:
-        prof = zerowait.StepProfiler(loader, ckpt, out=root / "run", sample_system=HAS_SAMPLER,
-                                     gpus=GPUS, gpu_hourly_cost=HOURLY if HAS_COST else None,
+        prof = zerowait.StepProfiler(loader, ckpt, out=root / "run", sample_system=True,
+                                     gpus=GPUS, gpu_hourly_cost=HOURLY,
                                      title="planted delays")
         batches = iter(loader)
         with prof:
@@ -128,7 +123,6 @@ def test_buckets_sum_to_wall_and_steps_chain(profiled):
         assert min(step[c] for c in CAUSES) >= 0.0
 
 
-@needs_cost
 def test_money_line_matches_an_independent_computation(profiled):
     prof, _, _, _ = profiled
     shares = prof.summary()["shares"]
@@ -158,19 +152,17 @@ def test_run_directory_follows_the_schema(profiled):
                                   "compute-bound", "unknown")
     assert summary["started_unix"] == pytest.approx(time.time(), abs=600)
     assert isinstance(summary["flags"], list)
-    assert (summary["cost"] is not None) == HAS_COST
+    assert summary["cost"] is not None
     steps = [json.loads(line) for line in (run / "steps.jsonl").read_text().splitlines()]
     assert len(steps) == STEPS and all(set(s) == STEP_KEYS for s in steps)
     assert steps == prof.steps()
     assert summary["duration_s"] == pytest.approx(sum(s["wall"] for s in steps), rel=1e-9)
     system = [json.loads(line) for line in (run / "system.jsonl").read_text().splitlines()]
-    if HAS_SAMPLER:  # on CLOCK_MONOTONIC like the steps: the samples fall inside the run
-        start, end = steps[0]["t"], steps[-1]["t"] + steps[-1]["wall"]
-        inside = [s for s in system if start <= s["t"] <= end]
-        assert len(inside) >= 0.5 * (end - start) / 0.1, system
-        assert all(s["rss"] > 0 for s in inside)
-    else:
-        assert system == []
+    # On CLOCK_MONOTONIC like the steps: the samples fall inside the run.
+    start, end = steps[0]["t"], steps[-1]["t"] + steps[-1]["wall"]
+    inside = [s for s in system if start <= s["t"] <= end]
+    assert len(inside) >= 0.5 * (end - start) / 0.1, system
+    assert all(s["rss"] > 0 for s in inside)
 
 
 def leaky_loop(keep: bool, steps: int = 24) -> zerowait.StepProfiler:
@@ -219,8 +211,6 @@ def test_wrap_times_a_plain_iterable_as_input():
                                                               abs=TOLERANCE)
 
 
-@pytest.mark.skipif(not (HAS_COMPARE and HAS_COST),
-                    reason="this build's zerowait._core has no compare_runs/wait_cost yet")
 def test_compare_against_a_slower_run(tmp_path):
     def run(input_s: float, out: Path) -> zerowait.StepProfiler:
         prof = zerowait.StepProfiler(sample_system=False, gpus=GPUS, gpu_hourly_cost=HOURLY)

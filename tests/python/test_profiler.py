@@ -17,7 +17,6 @@ import pytest
 import torch
 
 import zerowait
-from zerowait import _core
 
 STEPS, BATCH = 12, 4
 INPUT_PER_SAMPLE_S = 0.02  # 80 ms of input wait per batch

@@ -285,6 +285,25 @@ TEST(StorageBench, RunsEveryJobAndRemovesTheFile) {
   EXPECT_GE(steps.size(), report->jobs.size()) << "one progress line per job at least";
 }
 
+// A window shorter than one request: every job still measures at least one, the one that ended
+// after the window, and its time runs to that request (a busy machine gives the same shape).
+TEST(StorageBench, AWindowShorterThanOneRequestStillMeasuresOne) {
+  TempDir dir;
+  StorageBenchOptions options;
+  options.dir = dir.path();
+  options.size = 16 * kMiB;
+  options.runtime_s = 1e-9;
+  options.random_depths = {1};
+  options.use_fio = false;
+  Result<StorageBenchReport> report = run_storage_bench(options);
+  ASSERT_TRUE(report.is_ok()) << report.status().to_string();
+  ASSERT_FALSE(report->jobs.empty());
+  for (const StorageJobResult& r : report->jobs) {
+    expect_sane(r.zerowait, r.job.block_size, r.job.name());
+  }
+  EXPECT_TRUE(leftovers(dir.path()).empty());
+}
+
 TEST(StorageBench, StopRemovesTheFile) {
   TempDir dir;
   std::atomic<bool> stop{false};

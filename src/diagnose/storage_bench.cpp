@@ -129,6 +129,7 @@ struct RawRun {
   uint64_t bytes = 0;
   uint64_t ios = 0;
   double seconds = 0;
+  uint64_t last_counted_ns = 0;  // when the last counted request completed
   LatencyHistogram latency;
 
   // Adds another run of the same job (its time too).
@@ -136,6 +137,7 @@ struct RawRun {
     bytes += other.bytes;
     ios += other.ios;
     seconds += other.seconds;
+    last_counted_ns = std::max(last_counted_ns, other.last_counted_ns);
     latency.merge(other.latency);
   }
   JobMeasurement summary() const {
@@ -149,17 +151,27 @@ struct RawRun {
 };
 
 // When a run counts and stops. Completions before `measure_from` are the ramp; none start after
-// `end`. `one_pass`: each stream stops once it has covered its range (the fill).
+// `end`, except while a stream has counted nothing: on a machine too busy to complete one
+// request inside a short window (seen under the sanitizers with tests running in parallel), a
+// run measures that one request rather than none. `one_pass`: each stream stops once it has
+// covered its range (the fill).
 struct RunWindow {
   uint64_t measure_from = 0;
   uint64_t end = std::numeric_limits<uint64_t>::max();
   bool one_pass = false;
 
+  // Whether a stream whose counts are `run` may start another request at `now`.
+  bool open(const RawRun& run, uint64_t now) const { return now < end || run.ios == 0; }
   void record(RawRun& run, uint64_t block, uint64_t started, uint64_t finished) const {
-    if (finished < measure_from || finished >= end) return;
+    if (finished < measure_from || (finished >= end && run.ios > 0)) return;
     run.bytes += block;
     ++run.ios;
     run.latency.add(finished - started);
+    run.last_counted_ns = std::max(run.last_counted_ns, finished);
+  }
+  // The measured time: to the window's end, or to the one request counted after it.
+  double seconds(const RawRun& run, uint64_t now) const {
+    return double(std::max(std::min(now, end), run.last_counted_ns) - measure_from) / 1e9;
   }
 };
 
@@ -323,7 +335,7 @@ Result<RawRun> run_io_uring(int fd, const std::string& path, uint64_t size, cons
   RawRun run;
   Status error;
   const auto may_start = [&](uint64_t now) {
-    return error.is_ok() && now < window.end && !stopped(stop) &&
+    return error.is_ok() && window.open(run, now) && !stopped(stop) &&
            !(window.one_pass && offsets.wrapped());
   };
   unsigned in_flight = 0;
@@ -373,7 +385,7 @@ Result<RawRun> run_io_uring(int fd, const std::string& path, uint64_t size, cons
     io_uring_cq_advance(ring.get(), seen);
   }
   if (!error.is_ok()) return error;
-  run.seconds = double(std::min(now, window.end) - window.measure_from) / 1e9;
+  run.seconds = window.seconds(run, now);
   return run;
 }
 
@@ -402,7 +414,8 @@ Result<RawRun> run_psync(int fd, const std::string& path, uint64_t size, const S
     OffsetStream offsets(job, random ? 0 : index * stripe, stripe, fresh_seed(index + 1));
     for (;;) {
       const uint64_t started = now_ns();
-      if (started >= window.end || stopped(stop) || failed.load(std::memory_order_relaxed) ||
+      if (!window.open(runs[index], started) || stopped(stop) ||
+          failed.load(std::memory_order_relaxed) ||
           (window.one_pass && offsets.wrapped())) {
         return;
       }
@@ -427,7 +440,7 @@ Result<RawRun> run_psync(int fd, const std::string& path, uint64_t size, const S
   if (!error.is_ok()) return error;
   RawRun run;
   for (const RawRun& r : runs) run.merge(r);  // the threads ran at the same time: one window
-  run.seconds = double(std::min(now_ns(), window.end) - window.measure_from) / 1e9;
+  run.seconds = window.seconds(run, now_ns());
   return run;
 }
 

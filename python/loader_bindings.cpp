@@ -524,6 +524,8 @@ docs/loader.md.
              throw_if_error(without_gil([&] { return l.load_state(state); }));
            })
       .def("stats", [](const Loader& l) { return stats_to_dict(l.stats()); })
+      .def_property_readonly("wait_s", &Loader::wait_seconds,
+                             "stats()['wait_s'] without the rest of stats()")
       .def(
           "describe_sample",
           [](const Loader& l, uint64_t index) {

@@ -308,9 +308,9 @@ class Loader:
     def wait_s(self) -> float:
         """Seconds next() has kept the training loop waiting since creation, the ``map=``
         stage's wait included (the two are disjoint). Cheap enough to read every step, unlike
-        stats(), which with process-mode ``map=`` also measures every worker's memory."""
-        wait = self._loader.stats()["wait_s"]
-        return wait + (self._map.wait_s if self._map is not None else 0.0)
+        stats(), which copies every counter and with process-mode ``map=`` also measures every
+        worker's memory."""
+        return self._loader.wait_s + (self._map.wait_s if self._map is not None else 0.0)
 
     def set_epoch(self, epoch: int) -> None:
         """Restart at the beginning of ``epoch``."""

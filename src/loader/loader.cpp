@@ -522,6 +522,11 @@ Status Loader::load_state(const LoaderState& state) {
   return Status::ok();
 }
 
+double Loader::wait_seconds() const {
+  std::lock_guard<std::mutex> lock(impl_->counters->mutex);
+  return impl_->counters->totals.wait_s;
+}
+
 LoaderStats Loader::stats() const {
   const Impl& impl = *impl_;
   LoaderStats stats;

@@ -254,6 +254,8 @@ class Loader {
   Status load_state(const LoaderState& state);
 
   LoaderStats stats() const;
+  // stats().wait_s alone, without copying the rest: cheap enough to read at every step.
+  double wait_seconds() const;
   const LoaderOptions& options() const;
   const Dataset& dataset() const;
   // Stops the workers; next() then returns kCancelled. Idempotent. Waits at most read_timeout +

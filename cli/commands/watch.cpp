@@ -25,6 +25,8 @@
 
 #include "commands.hpp"
 #include "output.hpp"
+#include "observe/proc_reading.hpp"
+#include "observe/report_text.hpp"
 #include "zerowait/observe/activity.hpp"
 #include "zerowait/observe/attribution.hpp"
 #include "zerowait/observe/cost.hpp"
@@ -95,8 +97,7 @@ bool process_running(pid_t pid) {
   if (kill(pid, 0) != 0 && errno != EPERM) return false;
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t close = stat.rfind(')');
-  return close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] != 'Z';
+  return observe::stat_state(stat) != 'Z';
 }
 
 pid_t spawn_command(const std::vector<std::string>& command) {
@@ -152,10 +153,8 @@ std::string fixed(double value, int digits) {
 
 // $1,234,567 for large sums, $76.80 below a thousand.
 std::string money(double value) {
-  if (std::fabs(value) < 1000) return (value < 0 ? "-$" : "$") + fixed(std::fabs(value), 2);
-  std::string digits = fixed(std::fabs(value), 0);
-  for (int i = int(digits.size()) - 3; i > 0; i -= 3) digits.insert(size_t(i), ",");
-  return (value < 0 ? "-$" : "$") + digits;
+  const double magnitude = std::fabs(value);
+  return (value < 0 ? "-$" : "$") + observe::format_number(magnitude, magnitude < 1000 ? 2 : 0);
 }
 
 std::string percent(double share) { return fixed(share * 100, 1) + "%"; }

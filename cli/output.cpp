@@ -8,6 +8,8 @@
 #include <iostream>
 #include <iterator>
 
+#include "common/text.hpp"
+
 namespace zerowait::cli {
 
 void check(const Status& status) {
@@ -31,13 +33,7 @@ int write_all(int fd, std::span<const std::byte> bytes) {
   return 0;
 }
 
-namespace {
-std::string printf_string(const char* format, double value) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, value);
-  return buf;
-}
-}  // namespace
+using internal::printf_string;
 
 std::string format_bytes(uint64_t bytes) {
   static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <ctime>
 
+#include "common/text.hpp"
+
 namespace zerowait::observe {
 
 std::string html_escape(std::string_view text) {
@@ -34,15 +36,7 @@ std::string html_escape(std::string_view text) {
   return out;
 }
 
-namespace {
-
-std::string printf_string(const char* format, double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, format, value);
-  return buffer;
-}
-
-}  // namespace
+using internal::printf_string;
 
 std::string format_percent(double share) {
   const double percent = share * 100;

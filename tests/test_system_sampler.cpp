@@ -162,6 +162,22 @@ TEST(SystemSampler, MainThreadIsClassifiedWhenAsked) {
   EXPECT_EQ(*s->main, "compute");
 }
 
+// Between releasing its memory and becoming a zombie, an exiting process still shows a live
+// main thread; that moment is the end of the job, not a share of its time.
+TEST(SystemSampler, MainThreadOfAnExitingProcessIsNotClassified) {
+  DoctorFixture fx;
+  first_reading(fx);
+  fx.file("/proc/100/task/100/syscall", "running\n");
+  SystemSampler sampler(
+      SystemSamplerOptions{.pid = kPid, .root = fx.root(), .main_thread = true});
+  (void)sampler.take(1.0);
+  second_reading(fx);
+  fx.file("/proc/100/stat", stat_line(kPid, 'R', 1, 40, 0, /*rss_pages=*/0));
+  const std::optional<SystemSample> s = sampler.take(1.5);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_FALSE(s->main.has_value()) << "the process had released its memory";
+}
+
 TEST(SystemSampler, MissingFilesGiveZerosNotACrash) {
   DoctorFixture fx;
   fx.dir("/proc");

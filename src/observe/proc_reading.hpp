@@ -47,6 +47,9 @@ struct ProcReading {
   uint64_t rss = 0;                               // bytes, over the tree
   ThreadStates threads;
   bool has_children = false;                      // the root pid has child processes
+  // The root pid holds no resident page: it has released its memory in exit() and is about to
+  // become a zombie. What its main thread does now is not the job's work.
+  bool exiting = false;
 };
 
 // The state letter of a /proc/PID/stat or task stat line ('R', 'S', 'D'...); '?' if malformed.

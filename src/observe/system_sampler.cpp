@@ -123,7 +123,7 @@ std::optional<SystemSample> SystemSampler::take(double t) {
   }
   SystemSample sample = rates(now, *s.previous);
   if (s.nvml) sample.gpu_util = s.nvml->utilization();
-  if (options_.main_thread) {
+  if (options_.main_thread && !now.exiting) {
     const std::optional<ThreadActivity> main =
         classify_thread(s.system, options_.pid, options_.pid, now.has_children);
     if (main) sample.main = activity_name(main->activity);

@@ -106,13 +106,5 @@ TEST(PageCache, MissingFilesAreNamedAndEmptyOnesResident) {
   EXPECT_EQ(all->share(), 1.0);
 }
 
-TEST(PageCache, AvailableMemoryIsReadFromMeminfo) {
-  testing::TempDir dir;
-  std::ofstream(dir.path() + "/meminfo") << "MemTotal:       1000 kB\nMemAvailable:    512 kB\n";
-  EXPECT_EQ(available_memory_bytes(dir.path()), 512u * 1024);
-  EXPECT_EQ(available_memory_bytes(dir.path() + "/missing"), 0u);
-  EXPECT_GT(available_memory_bytes(), 0u);
-}
-
 }  // namespace
 }  // namespace zerowait

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "common/memory_headroom.hpp"
 #include "common/path_check.hpp"
 #include "output.hpp"
 #include "progress_bar.hpp"

@@ -132,6 +132,12 @@ class Loader:
     (``device``'s, else torch's current one), when sysfs says; an int: that node (ValueError when
     it does not exist); None (default): nothing changes. ``stats()["numa"]`` says what was done,
     or why not (docs/loader.md, "NUMA placement").
+
+    ``memory_budget`` bounds the batch arenas together, in bytes. None (default): room for
+    ``threads + prefetch + 2`` batches (twice the estimate each, so an unusually large batch
+    grows in place), at least 512 MiB and at most a quarter of the memory available (and of the
+    room under the process's cgroup ``memory.max``), shared by ``LOCAL_WORLD_SIZE`` ranks;
+    ``stats()["memory_budget"]`` says what was chosen.
     """
 
     def __init__(
@@ -147,7 +153,7 @@ class Loader:
         drop_last: bool = _DEFAULTS["drop_last"],
         threads: Optional[int] = None,
         prefetch: int = _DEFAULTS["prefetch"],
-        memory_budget: int = _DEFAULTS["memory_budget"],
+        memory_budget: Optional[int] = None,
         io: str = "auto",
         on_corrupt: str = _DEFAULTS["on_corrupt"],
         fields: Optional[Sequence[str]] = None,
@@ -210,7 +216,7 @@ class Loader:
         options = dict(
             batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
             world_size=world_size, drop_last=drop_last, threads=threads or 0, prefetch=prefetch,
-            memory_budget=memory_budget, io=io, on_corrupt=on_corrupt,
+            memory_budget=memory_budget or 0, io=io, on_corrupt=on_corrupt,
             fields=list(fields) if fields is not None else None, decode=decode, keys=keys,
             verify=verify, read_timeout=read_timeout, shuffle_block=shuffle_block,
             shuffle_window=shuffle_window, block_bytes=block_bytes, window_bytes=window_bytes,

@@ -6,8 +6,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "common/file.hpp"
@@ -105,19 +103,6 @@ Result<WarmReport> warm_page_cache(const std::vector<std::string>& paths,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ZW_ASSIGN_OR_RETURN(report.after, residency(paths));
   return report;
-}
-
-uint64_t available_memory_bytes(const std::string& proc_root) {
-  std::ifstream meminfo(proc_root + "/meminfo");
-  std::string line;
-  while (std::getline(meminfo, line)) {
-    if (line.rfind("MemAvailable:", 0) != 0) continue;
-    std::istringstream fields(line.substr(13));
-    uint64_t kib = 0;
-    fields >> kib;
-    return kib * 1024;
-  }
-  return 0;
 }
 
 }  // namespace zerowait

@@ -8,11 +8,13 @@
 
 #include "common/cuda_host.hpp"
 #include "common/log.hpp"
+#include "common/memory_headroom.hpp"
 #include "common/numa.hpp"
 #include "common/random.hpp"
 #include "loader/arena_pool.hpp"
 #include "loader/batch_builder.hpp"
 #include "loader/loader_run.hpp"
+#include "loader/memory_budget.hpp"
 
 namespace zerowait {
 
@@ -33,7 +35,6 @@ Status LoaderOptions::validate() const {
   PartitionOptions partition{batch_size, rank, world_size, drop_last};
   ZW_RETURN_IF_ERROR(partition.validate());
   if (prefetch == 0) return invalid_argument("prefetch must be at least 1");
-  if (memory_budget == 0) return invalid_argument("memory_budget must be positive");
   if (read_timeout.count() <= 0) return invalid_argument("read_timeout must be positive");
   for (const auto& [name, decode] : decode) {
     Status status = decode.kind == FieldDecode::Kind::kImage    ? decode.image.validate()
@@ -365,16 +366,28 @@ Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<Dataset> dataset,
                   : slack_rows * sizes.sample_bytes + (options.io == IoBackend::kDirect ? 8 << 20 : 0);
   const uint64_t out_estimate = batch_out_bytes(impl.fields, slack_rows, raw_estimate);
   const uint64_t per_arena = read_estimate + out_estimate;
+  const bool automatic_budget = options.memory_budget == 0;
+  if (automatic_budget) {
+    // Twice the estimate per arena: a batch of unusually large samples grows its arena instead
+    // of failing. Only the estimate is touched below; the rest is reserved, not resident.
+    options.memory_budget = internal::automatic_memory_budget(
+        2 * per_arena, uint64_t{threads} + options.prefetch + 2, memory_headroom_bytes(),
+        internal::local_process_count());
+  }
   const uint64_t fit = options.memory_budget / per_arena;
   if (fit < 2) {
     return Status(ErrorCode::kResourceExhausted,
                   "memory_budget of " + std::to_string(options.memory_budget >> 20) +
-                      " MiB holds fewer than 2 batches of about " +
-                      std::to_string(per_arena >> 20) +
-                      " MiB each: raise memory_budget or lower batch_size");
+                      " MiB" + (automatic_budget ? " (chosen from the memory available)" : "") +
+                      " holds fewer than 2 batches of about " + std::to_string(per_arena >> 20) +
+                      " MiB each: " + (automatic_budget ? "free memory, set" : "raise") +
+                      " memory_budget or lower batch_size");
   }
+  // A sized budget holds half as many arenas as estimates: each has room to grow to twice its own.
+  const uint64_t arenas_fit = automatic_budget ? std::max<uint64_t>(2, fit / 2) : fit;
   const unsigned wanted_prefetch = options.autotune ? 64u : options.prefetch;
-  const auto arenas = static_cast<unsigned>(std::min<uint64_t>(fit, threads + wanted_prefetch + 2));
+  const auto arenas =
+      static_cast<unsigned>(std::min<uint64_t>(arenas_fit, threads + wanted_prefetch + 2));
   impl.max_prefetch = std::max(1u, arenas - 2);
   impl.prefetch = std::min(options.prefetch, impl.max_prefetch);
   threads = std::min(threads, impl.max_prefetch);

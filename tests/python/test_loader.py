@@ -189,6 +189,14 @@ def test_bad_options_are_clear_errors(image_dataset):
         zerowait.Loader(image_dataset, batch_size=48, memory_budget=1 << 10)
 
 
+def test_the_memory_budget_is_sized_unless_set(image_dataset):
+    sized = zerowait.Loader(image_dataset, batch_size=48, threads=1, prefetch=2)
+    assert sized.stats()["memory_budget"] >= 512 << 20  # small batches: the floor
+    assert sized.stats()["arenas"] == 1 + 2 + 2
+    fixed = zerowait.Loader(image_dataset, batch_size=48, memory_budget=64 << 20)
+    assert fixed.stats()["memory_budget"] == 64 << 20
+
+
 def test_two_processes_as_ranks_through_torch_distributed(image_dataset, tmp_path):
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE="2")
     procs = [

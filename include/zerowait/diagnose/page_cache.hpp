@@ -52,7 +52,4 @@ struct WarmReport {
 Result<WarmReport> warm_page_cache(const std::vector<std::string>& paths,
                                    const WarmOptions& options);
 
-// MemAvailable from /proc/meminfo (under `proc_root`), in bytes; 0 when it cannot be read.
-uint64_t available_memory_bytes(const std::string& proc_root = "/proc");
-
 }  // namespace zerowait

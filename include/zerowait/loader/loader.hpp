@@ -70,7 +70,11 @@ struct LoaderOptions {
   // training loop's thread wakes (to launch the next GPU step) it gets a core at once instead of
   // waiting behind a worker's time slice. 0: workers are scheduled like the caller.
   int worker_nice = 5;
-  uint64_t memory_budget = uint64_t{512} << 20;  // bytes for all batch arenas together
+  // Bytes for all batch arenas together. 0 (default): room for threads + prefetch + 2 batches,
+  // at least 512 MiB, at most a quarter of the memory available (MemAvailable, and the room
+  // under this process's cgroup memory.max) shared by LOCAL_WORLD_SIZE ranks; stats() says
+  // what was chosen.
+  uint64_t memory_budget = 0;
   IoBackend io = IoBackend::kPread;  // the dataset's shards are opened with this backend
   CorruptPolicy on_corrupt = CorruptPolicy::kRaise;
   std::vector<std::string> fields;            // empty: every field in the dataset's schema

@@ -71,7 +71,7 @@ py::object compare_runs_py(const py::dict& before, const py::dict& after, int64_
 }
 
 std::unique_ptr<SystemSampler> make_sampler(int64_t pid, double interval,
-                                            const py::object& root) {
+                                            const py::object& root, int64_t max_samples) {
   if (pid < 0) {
     throw_if_error(invalid_argument("pid = " + std::to_string(pid) +
                                     ": give a process id, or 0 for this process"));
@@ -80,9 +80,14 @@ std::unique_ptr<SystemSampler> make_sampler(int64_t pid, double interval,
     throw_if_error(invalid_argument("interval = " + std::to_string(interval) +
                                     ": give the seconds between samples, > 0 (default 0.1)"));
   }
+  if (max_samples < 2) {
+    throw_if_error(invalid_argument("max_samples = " + std::to_string(max_samples) +
+                                    ": keep at least 2 samples (default 20000)"));
+  }
   SystemSamplerOptions options;
   options.pid = static_cast<pid_t>(pid);
   options.interval = interval;
+  options.max_samples = static_cast<size_t>(max_samples);
   options.root = root.is_none() ? "" : fs_path(root);
   return std::make_unique<SystemSampler>(std::move(options));
 }
@@ -130,14 +135,16 @@ Samples the machine and a process tree every ``interval`` seconds on a C++ threa
 swap, the tree's storage I/O, each whole disk's busy share, queue and latency, the tree's threads
 by state, and GPU utilisation through NVML when present. ``pid`` 0 is this process; ``root``
 reads /proc and /sys under a fixture directory. ``samples()`` returns system.jsonl objects
-(docs/observe.md); the first reading only sets baselines, so a sample needs two readings.
+(docs/observe.md); the first reading only sets baselines, so a sample needs two readings. At
+``max_samples`` neighbours are merged two by two and the interval doubles (``current_interval``),
+so a sampler beside a job of days stays small.
 
     with zerowait._core.SystemSampler(interval=0.05) as sampler:
         train()
     rows = sampler.samples()
 )doc")
       .def(py::init(&make_sampler), py::arg("pid") = 0, py::arg("interval") = 0.1,
-           py::arg("root") = "")
+           py::arg("root") = "", py::arg("max_samples") = 20000)
       .def("start",
            [](SystemSampler& s) { throw_if_error(without_gil([&] { return s.start(); })); },
            "Starts sampling. Raises when already started.")
@@ -148,6 +155,7 @@ reads /proc and /sys under a fixture directory. ``samples()`` returns system.jso
       .def_property_readonly("pid", [](const SystemSampler& s) { return s.options().pid; })
       .def_property_readonly("interval",
                              [](const SystemSampler& s) { return s.options().interval; })
+      .def_property_readonly("current_interval", &SystemSampler::current_interval)
       .def("__enter__",
            [](SystemSampler& s) -> SystemSampler& {
              throw_if_error(without_gil([&] { return s.start(); }));

@@ -1,12 +1,16 @@
 // The system sampler against fixture /proc and /sys trees written here: two readings give the
 // rates, shares, queue and latency by hand computation; partitions and idle loop devices are
-// skipped; missing files give zeros, not a crash. One test samples the live machine.
+// skipped; missing files give zeros, not a crash; merged neighbours by hand computation. Two
+// tests sample the live machine.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "testing/doctor_fixture.hpp"
 #include "zerowait/observe/system_sampler.hpp"
@@ -233,6 +237,64 @@ TEST(SystemSampler, StartRefusesAnIntervalThatIsNotPositive) {
   const Status status = sampler.start();
   EXPECT_EQ(status.code(), ErrorCode::kInvalidArgument);
   EXPECT_NE(status.message().find("interval"), std::string::npos) << status.message();
+}
+
+SystemSample sample_at(double t, double cpu, uint64_t rss, const char* main) {
+  SystemSample s;
+  s.t = t;
+  s.cpu = cpu;
+  s.read_bps = cpu * 1000;
+  s.rss = rss;
+  s.main = main;
+  return s;
+}
+
+TEST(CompactSamples, RatesAreAveragedOverTheIntervalAndPointReadingsAreTheLaterOnes) {
+  // Intervals: (0, 1], (1, 4], (4, 5], (5, 6], and (6, 7] left alone at the end.
+  std::vector<SystemSample> samples = {
+      sample_at(1, 0.8, 100, "input"), sample_at(4, 0.4, 200, "compute"),
+      sample_at(5, 1.0, 300, "input"), sample_at(6, 0.0, 400, "checkpoint"),
+      sample_at(7, 0.5, 500, "compute")};
+  samples[0].disk["vda"] = {.busy = 1.0, .queue = 4, .await_ms = 2.0};
+  samples[1].disk["vda"] = {.busy = 0.0, .queue = 0};
+  samples[1].gpu_util = 0.9;
+  samples[3].disk["vdb"] = {.busy = 0.5, .read_bps = 100};
+  observe::compact_samples(samples, 0);
+  ASSERT_EQ(samples.size(), 3u);
+  EXPECT_DOUBLE_EQ(samples[0].t, 4);
+  EXPECT_DOUBLE_EQ(samples[0].cpu, (0.8 * 1 + 0.4 * 3) / 4);
+  EXPECT_DOUBLE_EQ(samples[0].read_bps, (800 * 1 + 400 * 3) / 4.0);
+  EXPECT_EQ(samples[0].rss, 200u);
+  EXPECT_EQ(samples[0].main, "compute");
+  EXPECT_DOUBLE_EQ(samples[0].disk.at("vda").busy, 0.25);
+  EXPECT_DOUBLE_EQ(samples[0].disk.at("vda").queue, 1.0);
+  EXPECT_EQ(samples[0].disk.at("vda").await_ms, 2.0) << "the one interval that completed any";
+  EXPECT_EQ(samples[0].gpu_util, 0.9);
+  EXPECT_DOUBLE_EQ(samples[1].t, 6);
+  EXPECT_DOUBLE_EQ(samples[1].cpu, 0.5);
+  EXPECT_EQ(samples[1].main, "checkpoint");
+  EXPECT_DOUBLE_EQ(samples[1].disk.at("vdb").busy, 0.25) << "idle in the first half";
+  EXPECT_DOUBLE_EQ(samples[1].disk.at("vdb").read_bps, 50);
+  EXPECT_DOUBLE_EQ(samples[2].t, 7);
+  EXPECT_DOUBLE_EQ(samples[2].cpu, 0.5);
+}
+
+TEST(SystemSampler, AtMaxSamplesNeighboursMergeAndTheIntervalDoubles) {
+  SystemSampler sampler(SystemSamplerOptions{.interval = 0.01, .max_samples = 8});
+  ASSERT_TRUE(sampler.start().is_ok());
+  const double started = observe::monotonic_seconds();
+  while (sampler.current_interval() < 0.04 && observe::monotonic_seconds() < started + 30) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  sampler.stop();
+  EXPECT_GE(sampler.current_interval(), 0.04) << "two compactions within 30 s";
+  const std::vector<SystemSample> samples = sampler.samples();
+  ASSERT_GE(samples.size(), 2u);
+  EXPECT_LE(samples.size(), 8u);
+  for (size_t i = 1; i < samples.size(); ++i) EXPECT_GT(samples[i].t, samples[i - 1].t);
+  EXPECT_GT(samples.back().rss, 0u);
+  EXPECT_EQ(SystemSampler(SystemSamplerOptions{.max_samples = 1}).start().code(),
+            ErrorCode::kInvalidArgument);
 }
 
 }  // namespace

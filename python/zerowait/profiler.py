@@ -92,6 +92,11 @@ class StepProfiler:
     when, after the first ``leak_skip_steps`` steps, it grows in at least ``leak_share`` of the
     step-to-step deltas and by at least ``leak_min_bytes`` and ``leak_min_growth`` (a share).
 
+    Memory stays bounded over a run of any length: at most ``max_rows`` rows of steps.jsonl
+    are kept, and when they are full each two neighbours become one row (``steps`` says how
+    many steps a row covers; its buckets are their sums), as the system sampler keeps at most
+    ``max_samples``. Totals, shares and histograms count every step whatever the rows hold.
+
     Not thread-safe for the training side (call step()/phase() from one thread); the metrics
     endpoint may read :meth:`histograms` from another.
     """
@@ -100,7 +105,10 @@ class StepProfiler:
                  sample_system: bool = True, interval: float = 0.1, gpus: int = 1,
                  gpu_hourly_cost: Optional[float] = None, title: Optional[str] = None, *,
                  leak_skip_steps: int = 3, leak_share: float = 0.9,
-                 leak_min_bytes: int = 64 << 20, leak_min_growth: float = 0.10) -> None:
+                 leak_min_bytes: int = 64 << 20, leak_min_growth: float = 0.10,
+                 max_rows: int = 10000, max_samples: int = 20000) -> None:
+        if max_rows < 2:
+            raise ValueError(f"max_rows = {max_rows}: keep at least 2 rows (default 10000)")
         self.loader = loader
         self.checkpointer = checkpointer
         self.out = os.fspath(out) if out is not None else None
@@ -112,8 +120,13 @@ class StepProfiler:
         self.rank = getattr(loader, "rank", None)
         if self.rank is None:
             self.rank = int(os.environ.get("RANK", 0))
-        self._steps: List[Dict[str, Any]] = []
-        self._rss: List[int] = []  # at the start of each finished step
+        self._steps: List[Dict[str, Any]] = []  # finished rows of steps.jsonl
+        self._rss: List[int] = []  # at the start of each row's first step
+        self._max_rows = max_rows
+        self._span = 1  # steps per row now: doubles each time the rows are merged
+        self._pending: Optional[Dict[str, Any]] = None  # a row still taking steps
+        self._pending_rss = 0
+        self._finished = 0  # steps finished
         self._current: Optional[_Step] = None
         self._phase_depth = 0
         self._wrapped_s = 0.0  # time in next() of iterators from wrap()
@@ -125,7 +138,8 @@ class StepProfiler:
         self._sampler: Any = None
         self._sampling = False
         if sample_system:
-            self._sampler = _core.SystemSampler(pid=0, interval=interval)
+            self._sampler = _core.SystemSampler(pid=0, interval=interval,
+                                                max_samples=max_samples)
 
     # --- measuring -----------------------------------------------------------------------------
 
@@ -149,7 +163,7 @@ class StepProfiler:
                 self._sampling = True
         else:
             self._finish(self._current, now, counters)
-        self._current = _Step(len(self._steps), now, counters, _rss_bytes(), samples, bytes)
+        self._current = _Step(self._finished, now, counters, _rss_bytes(), samples, bytes)
         try:
             yield self
         finally:
@@ -194,8 +208,21 @@ class StepProfiler:
     def _finish(self, step: _Step, end: float, counters: Dict[str, float]) -> None:
         record = self._record(step, end, counters)
         with self._lock:
-            self._steps.append(record)
-            self._rss.append(step.rss)
+            self._finished += 1
+            if self._pending is None:
+                self._pending, self._pending_rss = record, step.rss
+            else:
+                self._pending = _merged(self._pending, record)
+            if self._pending["steps"] == self._span:
+                self._steps.append(self._pending)
+                self._rss.append(self._pending_rss)
+                self._pending = None
+                if len(self._steps) >= self._max_rows:
+                    rows = self._steps
+                    self._steps = [_merged(a, b) for a, b in zip(rows[::2], rows[1::2])]
+                    self._steps += rows[len(self._steps) * 2:]  # an odd last row stays
+                    self._rss = self._rss[::2]
+                    self._span *= 2
             self._hist["wall"].observe(record["wall"])
             self._hist["input"].observe(record["input"])
             for cause in CAUSES:
@@ -217,13 +244,17 @@ class StepProfiler:
         record["other"] = waits["other"]
         record["samples"] = step.samples
         record["bytes"] = step.bytes
+        record["steps"] = 1
         return record
 
     def steps(self) -> List[Dict[str, Any]]:
-        """Every step so far as its steps.jsonl line; the last one ends where its with-block
-        did (it is extended if another step follows)."""
+        """Every step so far as steps.jsonl rows (one per step until ``max_rows``, then
+        merged); the last one ends where its with-block did (it is extended if another step
+        follows)."""
         with self._lock:
             steps = list(self._steps)
+            if self._pending is not None:
+                steps.append(self._pending)
         current = self._current
         if current is not None and current.ended is not None:
             steps.append(self._record(current, *current.ended))
@@ -324,7 +355,7 @@ class StepProfiler:
 
     def report(self) -> str:
         """The summary as a table for a terminal: shares per cause, verdict, flags, money."""
-        return format_report(self.summary(), len(self.steps()))
+        return format_report(self.summary(), sum(row["steps"] for row in self.steps()))
 
 
 def money_line(cost: Dict[str, Any], cause: str) -> str:
@@ -397,6 +428,17 @@ def _swap_flag(samples: Sequence[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
                        f"{len(samples)} samples (up to {peak_in:.0f} pages/s in, {peak_out:.0f} "
                        f"pages/s out): memory is short",
             "samples": len(swapping), "swap_in_peak": peak_in, "swap_out_peak": peak_out}
+
+
+def _merged(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
+    """Two neighbouring rows of steps.jsonl as one: ``a``'s start, the sums of the rest."""
+    row = dict(a)
+    for key in ("wall", *CAUSES, "steps"):
+        row[key] = a[key] + b[key]
+    for key in ("samples", "bytes"):  # None where no step said
+        given = [r[key] for r in (a, b) if r[key] is not None]
+        row[key] = sum(given) if given else None
+    return row
 
 
 def _throughput(steps: Sequence[Dict[str, Any]], wall: float) -> Optional[Dict[str, Any]]:

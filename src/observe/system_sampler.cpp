@@ -84,7 +84,60 @@ SystemSample rates(const ProcReading& now, const ProcReading& before) {
   return s;
 }
 
+double weighted(double a, double wa, double b, double wb) {
+  return wa + wb > 0 ? (a * wa + b * wb) / (wa + wb) : b;
+}
+
+std::optional<double> weighted(const std::optional<double>& a, double wa,
+                               const std::optional<double>& b, double wb) {
+  if (a && b) return weighted(*a, wa, *b, wb);
+  return b ? b : a;
+}
+
+// A device missing from one sample did no I/O in its interval (idle loop devices are left out).
+DiskRates weighted(const DiskRates& a, double wa, const DiskRates& b, double wb) {
+  DiskRates d;
+  d.busy = weighted(a.busy, wa, b.busy, wb);
+  d.queue = weighted(a.queue, wa, b.queue, wb);
+  d.await_ms = weighted(a.await_ms, wa, b.await_ms, wb);
+  d.read_bps = weighted(a.read_bps, wa, b.read_bps, wb);
+  d.write_bps = weighted(a.write_bps, wa, b.write_bps, wb);
+  return d;
+}
+
+SystemSample merged(const SystemSample& a, SystemSample b, double start) {
+  const double wa = std::max(0.0, a.t - start);
+  const double wb = std::max(0.0, b.t - a.t);
+  b.cpu = weighted(a.cpu, wa, b.cpu, wb);
+  b.proc_cpu = weighted(a.proc_cpu, wa, b.proc_cpu, wb);
+  b.swap_in = weighted(a.swap_in, wa, b.swap_in, wb);
+  b.swap_out = weighted(a.swap_out, wa, b.swap_out, wb);
+  b.read_bps = weighted(a.read_bps, wa, b.read_bps, wb);
+  b.write_bps = weighted(a.write_bps, wa, b.write_bps, wb);
+  b.gpu_util = weighted(a.gpu_util, wa, b.gpu_util, wb);
+  for (const auto& [name, rates] : a.disk) {
+    const auto it = b.disk.find(name);
+    b.disk[name] = weighted(rates, wa, it == b.disk.end() ? DiskRates{} : it->second, wb);
+  }
+  for (auto& [name, rates] : b.disk) {
+    if (a.disk.count(name) == 0) rates = weighted(DiskRates{}, wa, rates, wb);
+  }
+  return b;
+}
+
 }  // namespace
+
+void compact_samples(std::vector<SystemSample>& samples, double start) {
+  std::vector<SystemSample> out;
+  out.reserve(samples.size() / 2 + 1);
+  size_t i = 0;
+  for (; i + 1 < samples.size(); i += 2) {
+    out.push_back(merged(samples[i], std::move(samples[i + 1]), start));
+    start = out.back().t;
+  }
+  if (i < samples.size()) out.push_back(std::move(samples[i]));
+  samples = std::move(out);
+}
 
 double monotonic_seconds() {
   timespec now{};
@@ -98,6 +151,8 @@ struct SystemSampler::State {
   doctor::System system;
   std::unique_ptr<NvmlUtilization> nvml;  // live only, opened by the first reading
   std::optional<ProcReading> previous;
+  double baseline_t = 0;  // the first reading's time: where the first sample's interval began
+  double interval = 0;    // the thread's interval now
 
   mutable std::mutex mutex;
   std::condition_variable wake;
@@ -118,6 +173,7 @@ std::optional<SystemSample> SystemSampler::take(double t) {
   ProcReading now = read_proc(s.system, options_.pid, t);
   if (!s.previous) {
     if (s.system.live()) s.nvml = std::make_unique<NvmlUtilization>();
+    s.baseline_t = t;
     s.previous = std::move(now);
     return std::nullopt;
   }
@@ -137,19 +193,29 @@ Status SystemSampler::start() {
     return invalid_argument("interval = " + std::to_string(options_.interval) +
                             " s: the sampler needs an interval > 0 (default 0.1)");
   }
+  if (options_.max_samples < 2) {
+    return invalid_argument("max_samples = " + std::to_string(options_.max_samples) +
+                            ": the sampler keeps at least 2 samples (default 20000)");
+  }
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.thread.joinable()) return invalid_argument("the system sampler is already running");
   s.stop_requested = false;
+  s.interval = options_.interval;
   try {
     s.thread = std::thread([this] {
       State& st = *state_;
-      const auto period = internal::from_seconds(options_.interval);
+      auto period = internal::from_seconds(options_.interval);
       auto next = std::chrono::steady_clock::now();
       while (true) {
         std::optional<SystemSample> sample = take(monotonic_seconds());
         std::unique_lock<std::mutex> lock(st.mutex);
         if (sample) st.samples.push_back(std::move(*sample));
+        if (st.samples.size() >= options_.max_samples) {
+          compact_samples(st.samples, st.baseline_t);
+          st.interval *= 2;
+          period = internal::from_seconds(st.interval);
+        }
         if (st.stop_requested) return;
         // A fixed schedule; a reading that overran skips the ticks it missed.
         const auto now = std::chrono::steady_clock::now();
@@ -192,6 +258,11 @@ bool SystemSampler::running() const {
 std::vector<SystemSample> SystemSampler::samples() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   return state_->samples;
+}
+
+double SystemSampler::current_interval() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->interval > 0 ? state_->interval : options_.interval;
 }
 
 std::string to_json(const SystemSample& sample) { return sample_json(sample).dump(); }

@@ -26,7 +26,7 @@ SAVE_EVERY = 3
 GPUS, HOURLY = 8, 2.0
 TOLERANCE = 0.05
 STEP_KEYS = {"step", "rank", "t", "wall", "input", "checkpoint", "h2d", "communication",
-             "compute", "other", "samples", "bytes"}
+             "compute", "other", "samples", "bytes", "steps"}
 CAUSES = ["input", "checkpoint", "h2d", "communication", "compute", "other"]
 
 
@@ -208,6 +208,31 @@ def test_wrap_times_a_plain_iterable_as_input():
     assert len(prof.steps()) == 6 and sum(slept) == pytest.approx(6 * 0.06, abs=0.05)
     assert prof.summary()["shares"]["input"] == pytest.approx(sum(slept[1:]) / wall,
                                                               abs=TOLERANCE)
+
+
+def test_a_long_run_keeps_bounded_rows_and_samples_that_still_add_up(tmp_path):
+    prof = zerowait.StepProfiler(interval=0.005, max_rows=8, max_samples=8, out=tmp_path / "run")
+    planted = 0.0
+    with prof:
+        for i in range(101):
+            with prof.step(samples=4, bytes=None if i % 2 else 400):
+                with prof.phase("communication"):
+                    planted += timed_sleep(0.002)
+    steps = prof.steps()
+    assert 2 <= len(steps) <= 8 and all(set(s) == STEP_KEYS for s in steps)
+    assert sum(s["steps"] for s in steps) == 101
+    assert [s["step"] for s in steps] == sorted(s["step"] for s in steps)
+    for row in steps:  # a merged row's buckets still sum to its wall time
+        assert sum(row[c] for c in CAUSES) == pytest.approx(row["wall"], abs=1e-6)
+    assert sum(s["samples"] for s in steps) == 404 and sum(s["bytes"] for s in steps) == 51 * 400
+    summary = prof.summary()
+    assert summary["seconds"]["communication"] == pytest.approx(planted, abs=0.01)
+    assert summary["duration_s"] == pytest.approx(sum(s["wall"] for s in steps), rel=1e-9)
+    assert prof.histograms()["step_seconds"]["count"] == 101
+    assert 2 <= len(prof.system_samples()) <= 8, "the sampler merged its samples too"
+    assert "101 steps" in prof.report()
+    with open(tmp_path / "run" / "steps.jsonl") as f:
+        assert [json.loads(line) for line in f] == steps
 
 
 def test_compare_against_a_slower_run(tmp_path):

@@ -57,7 +57,17 @@ struct SystemSamplerOptions {
   double interval = 0.1;  // seconds between samples
   std::string root;       // read /proc and /sys under this prefix (a fixture tree); "": live
   bool main_thread = false;  // classify the pid's main thread into SystemSample::main
+  // The samples kept, so that a sampler beside a job of days holds megabytes, not gigabytes.
+  // When the thread has taken this many, each two neighbours become one (compact_samples) and
+  // the interval doubles: the samples stay evenly spaced, covering the whole run.
+  size_t max_samples = 20000;
 };
+
+// Halves `samples` by merging neighbours 0+1, 2+3...; `start` is where the first sample's
+// interval began. Rates (CPU, I/O, swap, disk, GPU) are averaged over the merged interval;
+// point readings (memory, thread states, the main thread) are the later sample's, which keeps
+// shares counted over samples unbiased, as a sampling profiler's are. An odd last one stays.
+void compact_samples(std::vector<SystemSample>& samples, double start);
 
 // Reads the files, keeps the previous reading, and turns two readings into a sample; a sampler
 // thread does that every interval. Missing files (no /proc/PID/io, an exited process, no
@@ -75,14 +85,17 @@ class SystemSampler {
   // with a running thread.
   std::optional<SystemSample> take(double t);
 
-  // Starts the thread that takes a reading now and then every interval. Errors: an interval
-  // that is not > 0 (invalid_argument), already started, the thread could not start.
+  // Starts the thread that takes a reading now and then every interval (doubled at each
+  // compaction, see max_samples). Errors: an interval that is not > 0 or max_samples < 2
+  // (invalid_argument), already started, the thread could not start.
   Status start();
   // Takes a last reading and joins the thread; a no-op when not running.
   void stop();
   bool running() const;
-  // Every sample so far, in order.
+  // Every sample so far, in order (at most max_samples).
   std::vector<SystemSample> samples() const;
+  // The interval the thread samples at now: `interval`, doubled at each compaction.
+  double current_interval() const;
 
   const SystemSamplerOptions& options() const { return options_; }
 

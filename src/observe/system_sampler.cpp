@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "common/clock.hpp"
+#include "common/nvml.hpp"
 #include "diagnose/doctor/system.hpp"
-#include "observe/nvml_utilization.hpp"
 #include "observe/proc_reading.hpp"
 #include "observe/run_json.hpp"
 #include "observe/thread_activity.hpp"
@@ -149,7 +149,7 @@ struct SystemSampler::State {
   explicit State(const SystemSamplerOptions& options) : system(options.root) {}
 
   doctor::System system;
-  std::unique_ptr<NvmlUtilization> nvml;  // live only, opened by the first reading
+  std::unique_ptr<internal::Nvml> nvml;  // live only, opened by the first reading
   std::optional<ProcReading> previous;
   double baseline_t = 0;  // the first reading's time: where the first sample's interval began
   double interval = 0;    // the thread's interval now
@@ -172,7 +172,7 @@ std::optional<SystemSample> SystemSampler::take(double t) {
   State& s = *state_;
   ProcReading now = read_proc(s.system, options_.pid, t);
   if (!s.previous) {
-    if (s.system.live()) s.nvml = std::make_unique<NvmlUtilization>();
+    if (s.system.live()) s.nvml = std::make_unique<internal::Nvml>();
     s.baseline_t = t;
     s.previous = std::move(now);
     return std::nullopt;

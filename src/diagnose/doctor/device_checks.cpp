@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/nvml.hpp"
 #include "diagnose/doctor/pci.hpp"
 #include "diagnose/doctor/system.hpp"
 
@@ -87,48 +88,19 @@ std::optional<std::string> information_path(const System& system, const std::str
 }
 
 // What NVML reports, live only: "NVML sees 8 GPU(s): NVIDIA H100 80GB HBM3 (x8), driver
-// 550.54.15", or why it could not say. NVML's C signatures (nvml.h) are declared here, as
-// common/cuda_host.cpp does for libcudart: CUDA is never a build dependency.
+// 550.54.15", or why it could not say.
 std::string nvml_inventory() {
-  using InitFn = int (*)();
-  using CountFn = int (*)(unsigned*);
-  using HandleFn = int (*)(unsigned, void**);
-  using NameFn = int (*)(void*, char*, unsigned);
-  using DriverFn = int (*)(char*, unsigned);
-  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) return std::string("libnvidia-ml.so.1 not loaded: ") + dlerror();
-  const auto init = reinterpret_cast<InitFn>(dlsym(lib, "nvmlInit_v2"));
-  const auto shutdown = reinterpret_cast<InitFn>(dlsym(lib, "nvmlShutdown"));
-  const auto count_fn = reinterpret_cast<CountFn>(dlsym(lib, "nvmlDeviceGetCount_v2"));
-  const auto handle_fn = reinterpret_cast<HandleFn>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
-  const auto name_fn = reinterpret_cast<NameFn>(dlsym(lib, "nvmlDeviceGetName"));
-  const auto driver_fn = reinterpret_cast<DriverFn>(dlsym(lib, "nvmlSystemGetDriverVersion"));
-  std::string result;
-  if (!init || !shutdown || !count_fn || !handle_fn || !name_fn || !driver_fn) {
-    result = "libnvidia-ml.so.1 lacks the NVML functions used";
-  } else if (const int error = init(); error != 0) {
-    result = "nvmlInit_v2 failed (NVML error " + std::to_string(error) + ")";
-  } else {
-    unsigned count = 0;
-    char driver[96] = "?";
-    driver_fn(driver, sizeof(driver));
-    std::map<std::string, unsigned> models;  // name -> how many
-    if (count_fn(&count) == 0) {
-      for (unsigned i = 0; i < count; ++i) {
-        void* device = nullptr;
-        char name[96] = "?";
-        if (handle_fn(i, &device) == 0) name_fn(device, name, sizeof(name));
-        ++models[name];
-      }
-    }
-    std::vector<std::string> names;
-    for (const auto& [name, n] : models) names.push_back(name + " (x" + std::to_string(n) + ")");
-    result = "NVML sees " + std::to_string(count) + " GPU(s)" +
-             (names.empty() ? "" : ": " + join_and(names)) + ", driver " + driver;
-    shutdown();
-  }
-  dlclose(lib);
-  return result;
+  const internal::Nvml nvml;
+  if (!nvml.available()) return nvml.error();
+  const unsigned count = nvml.device_count();
+  std::map<std::string, unsigned> models;  // name -> how many
+  for (unsigned i = 0; i < count; ++i) ++models[nvml.device_name(i).value_or("?")];
+  std::vector<std::string> names;
+  for (const auto& [name, n] : models) names.push_back(name + " (x" + std::to_string(n) + ")");
+  const std::string driver = nvml.driver_version();
+  return "NVML sees " + std::to_string(count) + " GPU(s)" +
+         (names.empty() ? "" : ": " + join_and(names)) + ", driver " +
+         (driver.empty() ? "?" : driver);
 }
 
 void check_gpus(const System& system, const std::vector<PciAttached>& gpus, FindingList& list) {

@@ -1,0 +1,79 @@
+#include "common/nvml.hpp"
+
+#include <dlfcn.h>
+
+namespace zerowait::internal {
+namespace {
+
+template <typename Function>
+Function symbol(void* library, const char* name) {
+  return reinterpret_cast<Function>(dlsym(library, name));
+}
+
+}  // namespace
+
+Nvml::Nvml() {
+  library_ = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (library_ == nullptr) {
+    const char* why = dlerror();
+    error_ = std::string("libnvidia-ml.so.1 not loaded: ") + (why != nullptr ? why : "?");
+    return;
+  }
+  const auto init = symbol<int (*)()>(library_, "nvmlInit_v2");
+  shutdown_ = symbol<int (*)()>(library_, "nvmlShutdown");
+  count_ = symbol<int (*)(unsigned*)>(library_, "nvmlDeviceGetCount_v2");
+  handle_ = symbol<int (*)(unsigned, void**)>(library_, "nvmlDeviceGetHandleByIndex_v2");
+  name_ = symbol<int (*)(void*, char*, unsigned)>(library_, "nvmlDeviceGetName");
+  driver_ = symbol<int (*)(char*, unsigned)>(library_, "nvmlSystemGetDriverVersion");
+  rates_ = symbol<int (*)(void*, unsigned*)>(library_, "nvmlDeviceGetUtilizationRates");
+  if (!init || !shutdown_ || !count_ || !handle_ || !name_ || !driver_ || !rates_) {
+    error_ = "libnvidia-ml.so.1 lacks the NVML functions used";
+  } else if (const int code = init(); code != 0) {
+    error_ = "nvmlInit_v2 failed (NVML error " + std::to_string(code) + ")";
+  } else {
+    initialised_ = true;
+  }
+}
+
+Nvml::~Nvml() {
+  if (initialised_) shutdown_();
+  if (library_ != nullptr) dlclose(library_);
+}
+
+unsigned Nvml::device_count() const {
+  unsigned count = 0;
+  if (!initialised_ || count_(&count) != 0) return 0;
+  return count;
+}
+
+std::optional<std::string> Nvml::device_name(unsigned index) const {
+  void* device = nullptr;
+  char name[96] = "";
+  if (!initialised_ || handle_(index, &device) != 0 || name_(device, name, sizeof(name)) != 0) {
+    return std::nullopt;
+  }
+  return std::string(name);
+}
+
+std::string Nvml::driver_version() const {
+  char driver[96] = "";
+  if (!initialised_ || driver_(driver, sizeof(driver)) != 0) return "";
+  return driver;
+}
+
+std::optional<double> Nvml::utilization() const {
+  double sum = 0;
+  unsigned answered = 0;
+  const unsigned count = device_count();
+  for (unsigned i = 0; i < count; ++i) {
+    void* device = nullptr;
+    unsigned rates[2] = {0, 0};  // gpu, memory (percent)
+    if (handle_(i, &device) != 0 || rates_(device, rates) != 0) continue;
+    sum += rates[0] / 100.0;
+    ++answered;
+  }
+  if (answered == 0) return std::nullopt;
+  return sum / answered;
+}
+
+}  // namespace zerowait::internal

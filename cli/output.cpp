@@ -35,20 +35,6 @@ int write_all(int fd, std::span<const std::byte> bytes) {
 
 using internal::printf_string;
 
-std::string format_bytes(uint64_t bytes) {
-  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  if (bytes < 1024) return std::to_string(bytes) + " B";
-  double value = static_cast<double>(bytes) / 1024;
-  size_t unit = 0;
-  while (value >= 1024 && unit + 1 < std::size(kUnits)) {
-    value /= 1024;
-    ++unit;
-  }
-  // Three significant digits: "1.50 GiB", "57.0 MiB", "512 KiB".
-  const char* format = value < 10 ? "%.2f " : value < 100 ? "%.1f " : "%.0f ";
-  return printf_string(format, value) + kUnits[unit];
-}
-
 std::string format_rate(uint64_t bytes, double seconds) {
   if (seconds <= 0) return "-";
   return printf_string("%.1f MB/s", static_cast<double>(bytes) / 1e6 / seconds);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/clock.hpp"
+#include "common/text.hpp"
 #include "zerowait/common/status.hpp"
 #include "zerowait/shard/dataset.hpp"
 
@@ -52,8 +53,7 @@ std::shared_ptr<Dataset> open_dataset(const std::string& path);
 // write that failed (callers decide: EPIPE on stdout is not an error for `cat`).
 int write_all(int fd, std::span<const std::byte> bytes);
 
-// "0 B", "512 B", "1.5 KiB", "57.0 MiB", "2.00 GiB" (binary units, like the size options).
-std::string format_bytes(uint64_t bytes);
+using internal::format_bytes;  // "57.0 MiB" (common/text.hpp)
 // Decimal megabytes per second ("123.4 MB/s"); "-" when no time has passed.
 std::string format_rate(uint64_t bytes, double seconds);
 // "0.42 s", "12.3 s", "3:07", "1:02:03".

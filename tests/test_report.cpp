@@ -318,6 +318,26 @@ TEST(Report, TenThousandStepsAreMergedIntoAtMostFourHundredBars) {
   EXPECT_GE(count(points, ","), 500u);
 }
 
+// A StepProfiler that merged its rows (docs/observe.md, steps.jsonl `steps`): each row counts as
+// the steps it covers, in the facts and in the bars' captions.
+TEST(Report, MergedRowsCountEveryStepTheyCover) {
+  TempDir dir;
+  write_run(dir.path(), base_run("profile"));
+  std::vector<Json> rows;
+  for (int i = 0; i < 6; ++i) {
+    Json row = step_json(4 * i, 0, 100.0 + i);
+    row["steps"] = 4;
+    rows.push_back(row);
+  }
+  write_jsonl(dir.path() + "/steps.jsonl", rows);
+  const std::string html = render_ok(dir.path()).html;
+  EXPECT_NE(html.find("24 recorded"), std::string::npos);
+  EXPECT_NE(section(html, "timeline").find("Each bar merges neighbouring steps (24 steps drawn as "
+                                           "6 bars)"),
+            std::string::npos);
+  EXPECT_NE(section(html, "timeline").find("steps 20–23"), std::string::npos);
+}
+
 TEST(Report, MinimalRunHasNoOptionalSections) {
   TempDir dir;
   // Only what every producer writes; seconds without shares, optional fields null.

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cctype>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <string_view>
@@ -22,5 +23,13 @@ inline std::string printf_string(const char* format, double value) {
   std::snprintf(buffer, sizeof buffer, format, value);
   return buffer;
 }
+
+// "0 B", "512 B", "1.50 KiB", "57.0 MiB", "2.00 GiB": binary units (like the CLI's size
+// options), three significant digits. The CLI, the doctor and the report print sizes this way.
+std::string format_bytes(uint64_t bytes);
+
+// 1234.6 -> "1,235", 34000 -> "34,000"; `decimals` digits after the point (grouping the
+// integer part); "-" for a value that is not finite.
+std::string format_number(double value, int decimals = 0);
 
 }  // namespace zerowait::internal

@@ -172,7 +172,9 @@ std::string header_section(const RunRecord& run) {
     facts.emplace_back("AU", html);
   }
   if (!run.steps.empty()) {
-    facts.emplace_back("Steps", html_escape(format_number(static_cast<double>(run.steps.size())) +
+    int64_t steps = 0;
+    for (const StepRecord& step : run.steps) steps += step.steps;
+    facts.emplace_back("Steps", html_escape(format_number(static_cast<double>(steps)) +
                                             " recorded"));
   }
   out += "<dl class=\"facts\">";

@@ -259,6 +259,7 @@ StepRecord read_step(const Json& line, const Where& where, const std::vector<std
     sum += step.buckets.back();
   }
   step.wall = f.number("wall").value_or(sum);
+  step.steps = std::max<int64_t>(1, static_cast<int64_t>(f.number("steps").value_or(1)));
   // Without `t` a step follows the one before it (such a log cannot line up with system.jsonl).
   const std::optional<double> t = f.number("t");
   step.t = t ? *t : (previous ? previous->t + previous->wall : 0);

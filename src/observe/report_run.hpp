@@ -82,6 +82,7 @@ struct StepRecord {
   double t = 0;
   double wall = 0;
   std::vector<double> buckets;  // seconds, one per RunInfo::causes entry
+  int64_t steps = 1;            // consecutive steps the row covers (a profiler's merged rows)
 };
 
 struct DiskRecord {

@@ -70,22 +70,6 @@ std::string format_seconds(double seconds) {
   return buffer;
 }
 
-std::string format_number(double value, int decimals) {
-  if (!std::isfinite(value)) return "-";
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, std::fabs(value));
-  const std::string digits = buffer;
-  const size_t point = digits.find('.');
-  const std::string whole = digits.substr(0, point);
-  std::string out = value < 0 && digits.find_first_not_of("0.") != std::string::npos ? "-" : "";
-  for (size_t i = 0; i < whole.size(); ++i) {
-    if (i != 0 && (whole.size() - i) % 3 == 0) out += ',';
-    out += whole[i];
-  }
-  if (point != std::string::npos) out += digits.substr(point);
-  return out;
-}
-
 std::string format_money(double dollars) {
   const std::string sign = dollars < 0 ? "-" : "";
   const double magnitude = std::fabs(dollars);

@@ -5,7 +5,11 @@
 #include <string>
 #include <string_view>
 
+#include "common/text.hpp"
+
 namespace zerowait::observe {
+
+using internal::format_number;  // 1234.6 -> "1,235" (common/text.hpp)
 
 // & < > " ' replaced by entities: safe in element text and in quoted attributes.
 std::string html_escape(std::string_view text);
@@ -18,8 +22,6 @@ std::string format_percent_tick(double share);
 std::string format_tick(double value);
 // "4.5 ms", "0.25 s", "12.3 s", "4 min 05 s", "2 h 03 min".
 std::string format_seconds(double seconds);
-// 1234.5 -> "1,235"; `decimals` digits after the point (grouping the integer part).
-std::string format_number(double value, int decimals = 0);
 // "$1,234", and cents below $10: "$7.50".
 std::string format_money(double dollars);
 // Seconds since the epoch -> "2026-12-01 14:03:07 UTC".

@@ -54,8 +54,8 @@ std::vector<StepGroup> group_steps(const std::vector<const StepRecord*>& steps, 
                                  std::vector<double>(causes, 0.0)});
     }
     StepGroup& group = groups.back();
-    group.last_step = step.step;
-    ++group.steps;
+    group.last_step = step.step + step.steps - 1;
+    group.steps += static_cast<size_t>(step.steps);
     group.end = std::max(group.end, step.t + step.wall);
     group.wall += step.wall;
     for (size_t c = 0; c < causes && c < step.buckets.size(); ++c) {
@@ -116,10 +116,14 @@ std::string step_chart(const RunRecord& run, const std::vector<const StepRecord*
   }
   draw_event_lines(svg, x, run.info.events, "event", /*numbered=*/true);
   draw_time_axis(svg, x, axis.lo, /*labels=*/true);
-  caption = per_group == 1
+  size_t total = 0;
+  for (const StepGroup& group : groups) total += group.steps;
+  // Rows of one step each are merged per_group to a bar; a profiler's merged rows vary.
+  const std::string merged = total == steps.size() ? std::to_string(per_group) + " " : "";
+  caption = total == groups.size()
                 ? "Each bar is one step, as wide as the step took"
-                : "Each bar merges " + std::to_string(per_group) + " neighbouring steps (" +
-                      format_number(static_cast<double>(steps.size())) + " steps drawn as " +
+                : "Each bar merges " + merged + "neighbouring steps (" +
+                      format_number(static_cast<double>(total)) + " steps drawn as " +
                       format_number(static_cast<double>(groups.size())) + " bars)";
   caption += "; its height splits the wall time by cause.";
   return svg.finish();

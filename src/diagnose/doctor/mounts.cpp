@@ -109,24 +109,6 @@ std::string bracketed_choice(const std::string& choices) {
   return choices.substr(open + 1, close - open - 1);
 }
 
-std::string format_bytes(uint64_t bytes) {
-  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  if (bytes < 1024) return std::to_string(bytes) + " B";
-  double value = double(bytes) / 1024;
-  size_t unit = 0;
-  while (value >= 1024 && unit + 1 < std::size(kUnits)) {
-    value /= 1024;
-    ++unit;
-  }
-  return format_fixed(value, value < 10 ? 2 : value < 100 ? 1 : 0) + " " + kUnits[unit];
-}
-
-std::string format_count(uint64_t count) {
-  std::string digits = std::to_string(count);
-  for (int at = int(digits.size()) - 3; at > 0; at -= 3) digits.insert(size_t(at), ",");
-  return digits;
-}
-
 std::string format_percent(double share) {
   return format_fixed(share * 100, share < 0.1 ? 1 : 0);
 }

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/text.hpp"
+
 namespace zerowait::doctor {
 
 // One line of /proc/self/mountinfo:
@@ -43,11 +45,8 @@ const Mount* find_mount(const std::vector<Mount>& mounts, const std::string& pat
 // "mq-deadline", "always [madvise] never" -> "madvise"); the text itself when none is.
 std::string bracketed_choice(const std::string& choices);
 
-// "512 B", "1.50 KiB", "57.0 MiB", "2.00 GiB": binary units, three significant digits.
-// Written by hand here because cli/output's format_bytes lives in the CLI, out of src/'s reach.
-std::string format_bytes(uint64_t bytes);
-// "34,000": an integer with thousands separated.
-std::string format_count(uint64_t count);
+using internal::format_bytes;   // "57.0 MiB" (common/text.hpp)
+using internal::format_number;  // "34,000"
 // A share as a percentage without the sign: 0.015 -> "1.5", 0.4 -> "40" (a decimal below 10 %).
 std::string format_percent(double share);
 // `value` with `decimals` digits after the point ("12.5").

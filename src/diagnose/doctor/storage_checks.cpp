@@ -310,8 +310,8 @@ void check_space(PathFindings& findings, const System& system, const std::string
                                   : inode_share < 0.05 ? Severity::kWarn
                                                        : Severity::kOk;
   Finding& inodes = findings.add("free_inodes", inode_severity,
-                                 format_count(space->inodes_available) + " inodes free of " +
-                                     format_count(space->inodes_total) + " (" +
+                                 format_number(space->inodes_available) + " inodes free of " +
+                                     format_number(space->inodes_total) + " (" +
                                      format_percent(inode_share) + " %)");
   inodes.evidence = "statvfs(" + path + "): f_favail " + std::to_string(space->inodes_available) +
                     ", f_files " + std::to_string(space->inodes_total);
@@ -437,7 +437,7 @@ PerFileCost measure_per_file_cost(const TreeSample& sample, double max_seconds) 
 }
 
 std::string directories(size_t count) {
-  return format_count(count) + (count == 1 ? " directory" : " directories");
+  return format_number(count) + (count == 1 ? " directory" : " directories");
 }
 
 void check_small_files(PathFindings& findings, const System& system, const std::string& path,
@@ -462,16 +462,16 @@ void check_small_files(PathFindings& findings, const System& system, const std::
       double(std::count_if(sizes.begin(), sizes.end(), [](uint64_t s) { return s < kMiB; })) /
       double(count);
   std::string evidence =
-      "sampled " + format_count(count) + " files in " + directories(sample.directories) +
+      "sampled " + format_number(count) + " files in " + directories(sample.directories) +
       " under " + host + " breadth-first" +
       (!sample.bounded      ? " (all of them)"
        : sample.out_of_time ? " (stopped at the time bound of " +
                                   format_fixed(options.sample_seconds, 2) + " s)"
                             : " (stopped at the bound of " +
-                                  format_count(options.sample_files) + " files)") +
+                                  format_number(options.sample_files) + " files)") +
       ", median " + format_bytes(median) + ", " + format_percent(small_share) + " % under 1 MiB";
   const std::string seen =
-      format_count(count) + (sample.bounded ? "+" : "") + (count == 1 ? " file" : " files");
+      format_number(count) + (sample.bounded ? "+" : "") + (count == 1 ? " file" : " files");
   if ((count < 1000 && !sample.bounded) || median >= kMiB) {
     findings.add("small_files", Severity::kOk, seen + ", median " + format_bytes(median))
         .evidence = evidence;
@@ -485,7 +485,7 @@ void check_small_files(PathFindings& findings, const System& system, const std::
     summary += ": " + estimate;
     evidence += "; " + estimate + " (per-file overhead " +
                 format_percent(cost.overhead_seconds / cost.total_seconds) +
-                " % of read time, measured on " + format_count(cost.files) +
+                " % of read time, measured on " + format_number(cost.files) +
                 " files, page cache as found)";
   }
   Finding& f = findings.add("small_files", Severity::kWarn, summary);

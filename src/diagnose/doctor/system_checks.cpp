@@ -78,7 +78,7 @@ void check_swap(FindingList& findings, const std::map<std::string, uint64_t>& me
     return;
   }
   const std::string summary = "swap in use: " + format_bytes(used) + ", " +
-                              format_count(pages_out) + " pages swapped out since boot";
+                              format_number(pages_out) + " pages swapped out since boot";
   if (pages_out == 0) {
     findings.add("swap", Severity::kInfo, summary).evidence = evidence;
     return;
@@ -256,8 +256,8 @@ void check_file_max(const System& system, FindingList& findings) {
   }
   const double share = double(*allocated) / double(*max);
   Finding& f = findings.add("file_max", share > 0.80 ? Severity::kWarn : Severity::kOk,
-                            format_count(uint64_t(*allocated)) + " files open system-wide of " +
-                                format_count(uint64_t(*max)) + " (" + format_percent(share) +
+                            format_number(uint64_t(*allocated)) + " files open system-wide of " +
+                                format_number(uint64_t(*max)) + " (" + format_percent(share) +
                                 " %)");
   f.evidence = "/proc/sys/fs/file-nr: " + std::to_string(*allocated) +
                " allocated; /proc/sys/fs/file-max: " + std::to_string(*max);

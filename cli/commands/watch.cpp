@@ -152,10 +152,7 @@ std::string fixed(double value, int digits) {
 }
 
 // $1,234,567 for large sums, $76.80 below a thousand.
-std::string money(double value) {
-  const double magnitude = std::fabs(value);
-  return (value < 0 ? "-$" : "$") + observe::format_number(magnitude, magnitude < 1000 ? 2 : 0);
-}
+std::string money(double value) { return observe::format_money(value, 1000); }
 
 std::string percent(double share) { return fixed(share * 100, 1) + "%"; }
 

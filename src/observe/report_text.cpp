@@ -70,10 +70,10 @@ std::string format_seconds(double seconds) {
   return buffer;
 }
 
-std::string format_money(double dollars) {
+std::string format_money(double dollars, double cents_below) {
   const std::string sign = dollars < 0 ? "-" : "";
   const double magnitude = std::fabs(dollars);
-  return sign + "$" + format_number(magnitude, magnitude < 10 ? 2 : 0);
+  return sign + "$" + format_number(magnitude, magnitude < cents_below ? 2 : 0);
 }
 
 std::string format_utc(double unix_seconds) {

@@ -22,8 +22,8 @@ std::string format_percent_tick(double share);
 std::string format_tick(double value);
 // "4.5 ms", "0.25 s", "12.3 s", "4 min 05 s", "2 h 03 min".
 std::string format_seconds(double seconds);
-// "$1,234", and cents below $10: "$7.50".
-std::string format_money(double dollars);
+// "$1,234", and cents below `cents_below` ($10 unless said): "$7.50".
+std::string format_money(double dollars, double cents_below = 10);
 // Seconds since the epoch -> "2026-12-01 14:03:07 UTC".
 std::string format_utc(double unix_seconds);
 // A coordinate for SVG: at most one decimal, no trailing zeros ("12", "12.5").

@@ -146,13 +146,14 @@ double monotonic_seconds() {
 }
 
 struct SystemSampler::State {
-  explicit State(const SystemSamplerOptions& options) : system(options.root) {}
+  explicit State(const SystemSamplerOptions& options)
+      : system(options.root), interval(options.interval) {}
 
   doctor::System system;
   std::unique_ptr<internal::Nvml> nvml;  // live only, opened by the first reading
   std::optional<ProcReading> previous;
   double baseline_t = 0;  // the first reading's time: where the first sample's interval began
-  double interval = 0;    // the thread's interval now
+  double interval;        // the thread's interval now: options.interval, doubled per compaction
 
   mutable std::mutex mutex;
   std::condition_variable wake;
@@ -201,11 +202,9 @@ Status SystemSampler::start() {
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.thread.joinable()) return invalid_argument("the system sampler is already running");
   s.stop_requested = false;
-  s.interval = options_.interval;
   try {
     s.thread = std::thread([this] {
       State& st = *state_;
-      auto period = internal::from_seconds(options_.interval);
       auto next = std::chrono::steady_clock::now();
       while (true) {
         std::optional<SystemSample> sample = take(monotonic_seconds());
@@ -214,9 +213,9 @@ Status SystemSampler::start() {
         if (st.samples.size() >= options_.max_samples) {
           compact_samples(st.samples, st.baseline_t);
           st.interval *= 2;
-          period = internal::from_seconds(st.interval);
         }
         if (st.stop_requested) return;
+        const auto period = internal::from_seconds(st.interval);
         // A fixed schedule; a reading that overran skips the ticks it missed.
         const auto now = std::chrono::steady_clock::now();
         next += period;
@@ -262,7 +261,7 @@ std::vector<SystemSample> SystemSampler::samples() const {
 
 double SystemSampler::current_interval() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
-  return state_->interval > 0 ? state_->interval : options_.interval;
+  return state_->interval;
 }
 
 std::string to_json(const SystemSample& sample) { return sample_json(sample).dump(); }

@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -76,19 +77,12 @@ std::unique_ptr<SystemSampler> make_sampler(int64_t pid, double interval,
     throw_if_error(invalid_argument("pid = " + std::to_string(pid) +
                                     ": give a process id, or 0 for this process"));
   }
-  if (!(interval > 0)) {
-    throw_if_error(invalid_argument("interval = " + std::to_string(interval) +
-                                    ": give the seconds between samples, > 0 (default 0.1)"));
-  }
-  if (max_samples < 2) {
-    throw_if_error(invalid_argument("max_samples = " + std::to_string(max_samples) +
-                                    ": keep at least 2 samples (default 20000)"));
-  }
   SystemSamplerOptions options;
   options.pid = static_cast<pid_t>(pid);
   options.interval = interval;
-  options.max_samples = static_cast<size_t>(max_samples);
+  options.max_samples = static_cast<size_t>(std::max<int64_t>(max_samples, 0));
   options.root = root.is_none() ? "" : fs_path(root);
+  throw_if_error(options.validate());  // here, not at start(): the constructor names the mistake
   return std::make_unique<SystemSampler>(std::move(options));
 }
 

@@ -189,15 +189,20 @@ std::optional<SystemSample> SystemSampler::take(double t) {
   return sample;
 }
 
-Status SystemSampler::start() {
-  if (!(options_.interval > 0) || !std::isfinite(options_.interval)) {
-    return invalid_argument("interval = " + std::to_string(options_.interval) +
+Status SystemSamplerOptions::validate() const {
+  if (!(interval > 0) || !std::isfinite(interval)) {
+    return invalid_argument("interval = " + std::to_string(interval) +
                             " s: the sampler needs an interval > 0 (default 0.1)");
   }
-  if (options_.max_samples < 2) {
-    return invalid_argument("max_samples = " + std::to_string(options_.max_samples) +
+  if (max_samples < 2) {
+    return invalid_argument("max_samples = " + std::to_string(max_samples) +
                             ": the sampler keeps at least 2 samples (default 20000)");
   }
+  return Status::ok();
+}
+
+Status SystemSampler::start() {
+  ZW_RETURN_IF_ERROR(options_.validate());
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.thread.joinable()) return invalid_argument("the system sampler is already running");

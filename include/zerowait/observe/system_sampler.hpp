@@ -61,6 +61,9 @@ struct SystemSamplerOptions {
   // When the thread has taken this many, each two neighbours become one (compact_samples) and
   // the interval doubles: the samples stay evenly spaced, covering the whole run.
   size_t max_samples = 20000;
+
+  // An interval that is not > 0 (or not finite), or max_samples < 2: invalid_argument.
+  Status validate() const;
 };
 
 // Halves `samples` by merging neighbours 0+1, 2+3...; `start` is where the first sample's

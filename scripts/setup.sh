@@ -34,12 +34,12 @@ die() {
 START=$SECONDS
 
 # --- system packages ---------------------------------------------------------------------------
+# shellcheck source=scripts/build-packages.sh
+source "$ROOT/scripts/build-packages.sh"  # BUILD_LIBRARY_PACKAGES: the C++ libraries
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config python3-venv python3-dev
-  liburing-dev libzstd-dev libxxhash-dev libturbojpeg0-dev libjpeg-dev libpng-dev libwebp-dev
-  libsndfile1-dev zlib1g-dev
-  nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libcurl4-openssl-dev libssl-dev libexpat1-dev fio clang libclang-rt-14-dev curl
+  "${BUILD_LIBRARY_PACKAGES[@]}"
+  fio clang libclang-rt-14-dev curl
   # A real S3 server for the tests: Ceph RADOS Gateway on loopback (tests/s3/rgw.sh).
   radosgw ceph-mon ceph-osd ceph-common
   # A stuck file system for the tests: FUSE through fusepy (tests/python/stuck_fs.py).

@@ -22,7 +22,7 @@
 #include "common/aligned_buffer.hpp"
 #include "common/clock.hpp"
 #include "common/crash_points.hpp"
-#include "common/cuda_host.hpp"
+#include "host/cuda_runtime.hpp"
 #include "common/file.hpp"
 #include "common/thread_pool.hpp"
 #include "common/xxhash.hpp"

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "common/align.hpp"
-#include "common/cuda_host.hpp"
+#include "host/cuda_runtime.hpp"
 #include "common/numa.hpp"
 
 namespace zerowait {

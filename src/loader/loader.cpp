@@ -6,7 +6,7 @@
 #include <mutex>
 #include <thread>
 
-#include "common/cuda_host.hpp"
+#include "host/cuda_runtime.hpp"
 #include "common/log.hpp"
 #include "common/memory_headroom.hpp"
 #include "common/numa.hpp"

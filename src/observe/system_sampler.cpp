@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "common/clock.hpp"
-#include "common/nvml.hpp"
+#include "host/nvml.hpp"
 #include "diagnose/doctor/system.hpp"
 #include "observe/proc_reading.hpp"
 #include "observe/run_json.hpp"

@@ -17,6 +17,26 @@ import zerowait
 from helpers import write_random_tree
 
 
+def _cuda_absent_reason() -> str:
+    """Why the tests marked ``gpu`` cannot run here ("" when a CUDA device is there)."""
+    try:
+        import torch
+    except ImportError:
+        return "no torch: the GPU tests need a CUDA build of torch and a CUDA device"
+    if torch.cuda.is_available():
+        return ""
+    return (f"no CUDA device (torch {torch.__version__}, CUDA {torch.version.cuda}): "
+            "scripts/gpu-check.sh runs this on the GPU machine")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` skip, with the reason, where there is no CUDA device."""
+    gpu_tests = [item for item in items if item.get_closest_marker("gpu") is not None]
+    reason = _cuda_absent_reason() if gpu_tests else ""
+    for item in gpu_tests if reason else []:
+        item.add_marker(pytest.mark.skip(reason=reason))
+
+
 @pytest.fixture(scope="session")
 def cli() -> Path:
     """The `zerowait` command that `pip install .` put beside this interpreter, or the one

@@ -313,21 +313,6 @@ def test_an_open_checkpointer_finishes_its_last_save_at_exit(ckpt_dir):
     assert zerowait.Checkpointer(ckpt_dir).steps() == [1]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: GPU tensors untested")
-def test_cuda_tensors_save_and_load(ckpt_dir):
-    state = {"w": torch.randn(64, 32, device="cuda"), "h": torch.randn(8, device="cuda").half(),
-             "t": torch.randn(4, 4, device="cuda").t(), "cpu": torch.ones(2)}
-    ckpt = zerowait.Checkpointer(ckpt_dir)
-    ckpt.save(1, state, blocking=True)
-    assert_same(ckpt.load(map_location=None), state)
-    on_cpu = ckpt.load()
-    assert on_cpu["w"].device.type == "cpu" and torch.equal(on_cpu["w"], state["w"].cpu())
-    target = {"w": torch.empty(64, 32, device="cuda"), "t": torch.empty(4, 4, device="cuda").t()}
-    loaded = ckpt.load(into=target)
-    assert loaded["w"] is target["w"] and torch.equal(target["w"], state["w"])
-    assert torch.equal(target["t"], state["t"])
-
-
 # --- loading -----------------------------------------------------------------------------------
 
 

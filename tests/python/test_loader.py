@@ -329,21 +329,10 @@ def test_verify_false_delivers_a_damaged_sample_that_verify_true_refuses(image_t
 
 
 def test_device_cuda_without_cuda_is_a_clear_error(image_dataset):
-    """setup installs a CPU torch, so this always runs here and the GPU test below skips."""
+    """setup installs a CPU torch, so this always runs here (test_gpu_loader.py: with CUDA)."""
     if torch.cuda.is_available():
-        pytest.skip("CUDA is available: see test_device_cuda_delivers_the_same_batches_on_the_gpu")
+        pytest.skip("CUDA is available: test_gpu_loader.py covers device='cuda'")
     with pytest.raises(ValueError, match="torch.cuda is not available"):
         zerowait.Loader(image_dataset, batch_size=4, device="cuda")
     with pytest.raises(ValueError, match="output='torch'"):
         zerowait.Loader(image_dataset, batch_size=4, device="cuda", output="numpy")
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: GPU copies untested")
-def test_device_cuda_delivers_the_same_batches_on_the_gpu(image_dataset):
-    decode = {"cls": "int", "jpg": zerowait.RandomResizedCrop(64)}
-    cpu = list(zerowait.Loader(image_dataset, batch_size=8, seed=1, decode=decode))
-    gpu = zerowait.Loader(image_dataset, batch_size=8, seed=1, decode=decode, device="cuda")
-    assert gpu.stats()["pinned"]
-    for a, b in zip(cpu, gpu):
-        assert b["jpg"].is_cuda and torch.equal(a["jpg"], b["jpg"].cpu())
-        assert torch.equal(a["cls"], b["cls"].cpu())

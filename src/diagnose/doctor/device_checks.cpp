@@ -9,7 +9,7 @@
 #include <set>
 #include <sstream>
 
-#include "common/nvml.hpp"
+#include "host/nvml.hpp"
 #include "diagnose/doctor/pci.hpp"
 #include "diagnose/doctor/system.hpp"
 

@@ -1,4 +1,4 @@
-#include "common/nvml.hpp"
+#include "host/nvml.hpp"
 
 #include <dlfcn.h>
 

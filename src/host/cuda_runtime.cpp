@@ -1,0 +1,164 @@
+#include "host/cuda_runtime.hpp"
+
+#include <dlfcn.h>
+
+#include <utility>
+
+#include "common/log.hpp"
+
+namespace zerowait::internal {
+
+namespace {
+
+// cudaPointerAttributes of CUDA 11 and later: the type comes first; CUDA 13 added reserved words
+// at the end, which an older runtime does not write.
+struct PointerAttributes {
+  int type = 0;  // cudaMemoryType: 0 unregistered, 1 host, 2 device, 3 managed
+  int device = 0;
+  void* device_pointer = nullptr;
+  void* host_pointer = nullptr;
+  long reserved[8] = {};
+};
+
+void* open_cudart() {
+  // A copy the process already holds (torch's) first, so that both share one runtime.
+  static constexpr const char* kNames[] = {"libcudart.so.13", "libcudart.so.12",
+                                           "libcudart.so.11.0", "libcudart.so"};
+  for (const char* name : kNames) {
+    if (void* lib = dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD)) return lib;
+  }
+  for (const char* name : kNames) {
+    if (void* lib = dlopen(name, RTLD_NOW | RTLD_LOCAL)) return lib;
+  }
+  return nullptr;
+}
+
+template <typename Function>
+bool resolve(void* lib, const char* name, Function& out) {
+  out = reinterpret_cast<Function>(dlsym(lib, name));
+  return out != nullptr;
+}
+
+CudaRuntime load() {
+  CudaRuntime rt;
+  void* lib = open_cudart();
+  if (lib == nullptr) {
+    rt.reason = "the CUDA runtime (libcudart.so) was not found";
+    return rt;
+  }
+  const bool complete =
+      resolve(lib, "cudaGetDeviceCount", rt.get_device_count) &&
+      resolve(lib, "cudaSetDevice", rt.set_device) && resolve(lib, "cudaGetDevice", rt.get_device) &&
+      resolve(lib, "cudaGetErrorString", rt.get_error_string) &&
+      resolve(lib, "cudaHostRegister", rt.host_register) &&
+      resolve(lib, "cudaHostUnregister", rt.host_unregister) &&
+      resolve(lib, "cudaPointerGetAttributes", rt.pointer_get_attributes) &&
+      resolve(lib, "cudaMalloc", rt.malloc) && resolve(lib, "cudaFree", rt.free) &&
+      resolve(lib, "cudaMemcpy", rt.memcpy) && resolve(lib, "cudaMemcpyAsync", rt.memcpy_async) &&
+      resolve(lib, "cudaMemset", rt.memset) &&
+      resolve(lib, "cudaStreamCreateWithFlags", rt.stream_create_with_flags) &&
+      resolve(lib, "cudaStreamDestroy", rt.stream_destroy) &&
+      resolve(lib, "cudaStreamSynchronize", rt.stream_synchronize) &&
+      resolve(lib, "cudaEventCreateWithFlags", rt.event_create_with_flags) &&
+      resolve(lib, "cudaEventDestroy", rt.event_destroy) &&
+      resolve(lib, "cudaEventRecord", rt.event_record) &&
+      resolve(lib, "cudaEventSynchronize", rt.event_synchronize) &&
+      resolve(lib, "cudaEventElapsedTime", rt.event_elapsed_time);
+  if (!complete) {
+    rt.reason = std::string("libcudart.so lacks an entry point zerowait uses: ") + dlerror();
+    return rt;
+  }
+  if (const int error = rt.get_device_count(&rt.devices); error != 0 || rt.devices == 0) {
+    rt.reason = "libcudart.so loaded but reports no CUDA device (" +
+                std::string(error != 0 ? rt.get_error_string(error) : "0 devices") + ")";
+    rt.devices = 0;
+    return rt;
+  }
+  rt.ok = true;
+  return rt;
+}
+
+}  // namespace
+
+const CudaRuntime& cuda_runtime() {
+  static const CudaRuntime loaded = load();
+  return loaded;
+}
+
+Status cuda_status(int error, const std::string& what) {
+  if (error == 0) return Status::ok();
+  const CudaRuntime& rt = cuda_runtime();
+  const char* text = rt.get_error_string != nullptr ? rt.get_error_string(error) : nullptr;
+  return Status(ErrorCode::kIo, what + ": " + (text != nullptr ? text : "CUDA error") + " (" +
+                                    std::to_string(error) + ")");
+}
+
+bool host_memory_pinning_available() {
+  const CudaRuntime& rt = cuda_runtime();
+  if (!rt.ok) {
+    note_fallback("cuda", rt.reason + ": batch arenas and checkpoint staging use plain host memory");
+  }
+  return rt.ok;
+}
+
+bool pin_host_memory(void* data, size_t bytes) {
+  if (!host_memory_pinning_available()) return false;
+  constexpr unsigned kCudaHostRegisterPortable = 1;  // pinned for every device's context
+  if (const int error = cuda_runtime().host_register(data, bytes, kCudaHostRegisterPortable);
+      error != 0) {
+    note_fallback("cuda_pin", cuda_status(error, "cudaHostRegister").message() +
+                                  ": batch arenas and checkpoint staging use plain host memory");
+    return false;
+  }
+  return true;
+}
+
+void unpin_host_memory(void* data) {
+  const CudaRuntime& rt = cuda_runtime();
+  if (rt.ok) rt.host_unregister(data);
+}
+
+std::string cuda_memory_type(const void* pointer) {
+  const CudaRuntime& rt = cuda_runtime();
+  if (!rt.ok) return "";
+  PointerAttributes attributes;
+  if (rt.pointer_get_attributes(&attributes, pointer) != 0) return "unregistered";
+  switch (attributes.type) {
+    case 1:
+      return "host";
+    case 2:
+      return "device";
+    case 3:
+      return "managed";
+    default:
+      return "unregistered";
+  }
+}
+
+Result<DeviceBuffer> DeviceBuffer::allocate(size_t bytes) {
+  const CudaRuntime& rt = cuda_runtime();
+  if (!rt.ok) return Status(ErrorCode::kUnsupported, "no CUDA device: " + rt.reason);
+  DeviceBuffer buffer;
+  ZW_RETURN_IF_ERROR(cuda_status(rt.malloc(&buffer.data_, bytes),
+                                 "cudaMalloc(" + std::to_string(bytes) + ")"));
+  buffer.size_ = bytes;
+  return buffer;
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (data_ != nullptr) cuda_runtime().free(data_);
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) cuda_runtime().free(data_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+}  // namespace zerowait::internal

@@ -139,6 +139,7 @@ LoaderHolder make_loader(py::handle path, py::dict kw) {
       internal::from_seconds(get("read_timeout").cast<double>()));
   o.autotune = get("autotune").cast<bool>();
   o.pin_memory = get("pin_memory").cast<bool>();
+  o.poison_released_arenas = get("poison_released").cast<bool>();
   o.numa = numa_request(get("numa"), get("numa_gpu_pci_bus_id"));
 
   const std::string dataset_path = fs_path(path);

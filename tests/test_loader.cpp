@@ -433,6 +433,30 @@ TEST_F(LoaderTest, BatchesOutliveTheLoader) {
       bin_field(indices[0]));
 }
 
+// poison_released_arenas: the bytes a batch delivered read as the poison pattern once the batch
+// is gone (its arena back in the pool, which the loader still owns), and as the data before.
+TEST_F(LoaderTest, APoisonedArenaShowsAReadAfterItsBatchWasReleased) {
+  LoaderOptions o = base_options();
+  o.poison_released_arenas = true;
+  o.batch_size = 96;  // ~150 KB of "bin": above kOwnedColumnMaxBytes, so it stays in the arena
+  auto loader = make_loader(dir_.path(), o);
+  auto batch = loader->next();
+  ASSERT_TRUE(batch.is_ok());
+  const BatchColumn* bin = batch.value()->column("bin");
+  ASSERT_EQ(bin->copy, nullptr) << "the raw column must be a view of the arena";
+  const auto* data = reinterpret_cast<const unsigned char*>(bin->data);
+  const uint64_t bytes = bin->bytes;
+  const std::vector<int64_t> indices = int_column(*batch.value(), "__index__");
+  const std::string first = bin_field(indices[0]);
+  ASSERT_EQ(std::string(reinterpret_cast<const char*>(data), first.size()), first);
+  batch = Result<std::shared_ptr<Batch>>(std::shared_ptr<Batch>());  // releases the arena
+  for (uint64_t i = 0; i < bytes; ++i) {
+    ASSERT_EQ(data[i], 0xA5) << "byte " << i << " of the released arena";
+  }
+  // The loader goes on: later batches are whole again.
+  EXPECT_GT(epoch_indices(*loader).size(), 0u);
+}
+
 TEST_F(LoaderTest, EveryIoBackendDeliversTheSameBatches) {
   auto reference = make_loader(dir_.path(), base_options());
   const auto expected = epoch_indices(*reference);

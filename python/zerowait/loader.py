@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Sequence
 import numpy as np
 
 from zerowait import _core
+from zerowait.device_copy import DeviceCopy
 from zerowait.map_stage import MapStage, sample_name
 from zerowait.text_fields import parse_columns, text_kinds
 
@@ -133,6 +134,21 @@ class Loader:
     it does not exist); None (default): nothing changes. ``stats()["numa"]`` says what was done,
     or why not (docs/loader.md, "NUMA placement").
 
+    ``device="cuda"`` (or ``"cuda:N"``) delivers every tensor on that GPU: the batch arenas are
+    page-locked and each batch is copied on a side stream while the GPU works on the one before;
+    the caller's stream waits on the copy's event, never the CPU, and an arena goes back to the
+    pool only once its copy has finished. ``out`` (with a CUDA device): preallocated device
+    tensors by column name that those columns are copied into every step instead of new
+    tensors (fixed addresses, for loops captured as CUDA graphs); a batch of n samples fills
+    ``out[name][:n]``. ``stats()["h2d"]`` times the copies on the GPU's clock: ``copy_s``,
+    ``wait_s`` (the caller's stream stalled on an unfinished copy, which the StepProfiler counts
+    as ``h2d``), ``bytes`` and ``gb_per_s``.
+
+    ``poison_released=True`` fills every arena with a pattern (0xA5) the moment it returns to
+    the pool: a batch read after its release (a copy still in flight, a zero-copy view kept past
+    the batch) then reads garbage that a comparison catches. For tests and debugging; it costs a
+    memset per batch.
+
     ``memory_budget`` bounds the batch arenas together, in bytes. None (default): room for
     ``threads + prefetch + 2`` batches (twice the estimate each, so an unusually large batch
     grows in place), at least 512 MiB and at most a quarter of the memory available (and of the
@@ -180,6 +196,8 @@ class Loader:
         map_on_worker_death: str = "retry",
         map_start_method: Optional[str] = None,
         numa: Any = None,
+        out: Optional[Dict[str, Any]] = None,
+        poison_released: bool = False,
     ) -> None:
         if isinstance(data, _core.Dataset):
             # The loader reads the dataset's files through the dataset's own cache, unless
@@ -205,6 +223,8 @@ class Loader:
         self._output = output
         if self._device != "cpu" and output != "torch":
             raise ValueError("device other than 'cpu' needs output='torch'")
+        if out is not None and self._device == "cpu":
+            raise ValueError("out= holds device buffers: it needs device='cuda'")
         # Arenas are page-locked only for the loader's own device copy, which holds each host
         # batch until its copy has finished; pinned memory handed to a caller's own
         # non_blocking copy could return to the pool while the copy still reads it.
@@ -223,7 +243,8 @@ class Loader:
             nodes=nodes, node=node, redeal_every=redeal_every,
             autotune=autotune, pin_memory=pin_memory,
             cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
-            cache_bytes=cache_bytes, numa=numa, numa_gpu_pci_bus_id=gpu_pci_bus_id)
+            cache_bytes=cache_bytes, numa=numa, numa_gpu_pci_bus_id=gpu_pci_bus_id,
+            poison_released=poison_released)
         self._text = text_kinds(decode)
         self._on_corrupt = on_corrupt
         # A batch held back while a corrupt text/json sample is raised first, with the state
@@ -249,7 +270,7 @@ class Loader:
         self.rank = rank
         self.world_size = world_size
         self.batch_size = batch_size
-        self._copy = (_DeviceCopy(self._device, self._loader.stats()["arenas"])
+        self._copy = (DeviceCopy(self._device, self._loader.stats()["arenas"], out)
                       if self._device != "cpu" else None)
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
@@ -318,6 +339,15 @@ class Loader:
         worker's memory."""
         return self._loader.wait_s + (self._map.wait_s if self._map is not None else 0.0)
 
+    @property
+    def h2d_wait_s(self) -> float:
+        """Seconds the caller's CUDA stream stalled on this loader's copies, on the GPU's clock
+        (copies timed so far; 0.0 without a device). What the StepProfiler counts as ``h2d``."""
+        if self._copy is None:
+            return 0.0
+        self._copy.poll()
+        return self._copy.wait_s
+
     def set_epoch(self, epoch: int) -> None:
         """Restart at the beginning of ``epoch``."""
         self._ready, self._errors = None, []
@@ -350,6 +380,8 @@ class Loader:
         part not shared with the training process)."""
         stats = self._loader.stats()
         stats["skipped"] += self._text_skipped
+        if self._copy is not None:
+            stats["h2d"] = self._copy.stats()
         if self._map is not None:
             stats["map"] = self._map.stats()
         return stats
@@ -384,41 +416,3 @@ class _EpochIterator:
             self._loader = None
             raise StopIteration
         return batch
-
-
-class _DeviceCopy:
-    """Copies each batch to a CUDA device on a side stream. The host tensors, which point into
-    pinned arenas, are kept until the copy has finished, then released back to the pool."""
-
-    def __init__(self, device: str, arenas: int) -> None:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ValueError(f"device={device!r} but torch.cuda is not available")
-        self._device = torch.device(device)
-        self._stream = torch.cuda.Stream(device=self._device)
-        self._pending: list = []
-        # Host batches whose copies may still run; past this many, wait for the oldest copy
-        # rather than let the pool run dry (the GPU is behind anyway).
-        self._max_pending = max(1, arenas - 2)
-
-    def __call__(self, batch: Dict[str, Any]) -> Dict[str, Any]:
-        import torch
-
-        out: Dict[str, Any] = {}
-        with torch.cuda.stream(self._stream):
-            for name, value in batch.items():
-                out[name] = (value.to(self._device, non_blocking=True)
-                             if isinstance(value, torch.Tensor) else value)
-            event = torch.cuda.Event()
-            event.record(self._stream)
-        # The consumer's stream must not read before the copy is done.
-        torch.cuda.current_stream(self._device).wait_event(event)
-        for tensor in out.values():
-            if isinstance(tensor, torch.Tensor):
-                tensor.record_stream(torch.cuda.current_stream(self._device))
-        self._pending.append((event, batch))
-        self._pending = [(e, b) for e, b in self._pending if not e.query()]
-        while len(self._pending) > self._max_pending:
-            self._pending.pop(0)[0].synchronize()
-        return out

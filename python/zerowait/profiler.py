@@ -3,7 +3,8 @@
 A step runs from one ``with prof.step():`` to the next, so the ``next(loader)`` between them is
 part of it. Each step's wall time is split into the causes of docs/observe.md: ``input`` (the
 zerowait Loader's wait, or a wrapped iterator's next()), ``checkpoint`` (the time
-``Checkpointer.save`` held the loop), ``h2d``, ``communication`` and ``other`` (``prof.phase``),
+``Checkpointer.save`` held the loop), ``h2d`` (a ``Loader(device="cuda")``'s copies, timed on the
+GPU, or ``prof.phase``), ``communication`` and ``other`` (``prof.phase``),
 and ``compute``: what is left. ``save()`` writes the run directory that ``zerowait report``
 draws; ``report()`` prints the same as a table with the money line.
 """
@@ -147,7 +148,9 @@ class StepProfiler:
         return {"input": (_loader_wait_s(self.loader) if self.loader is not None else 0.0)
                 + self._wrapped_s,
                 "checkpoint": (self.checkpointer.blocked_s
-                               if self.checkpointer is not None else 0.0)}
+                               if self.checkpointer is not None else 0.0),
+                # Loader(device="cuda") times its own copies with CUDA events.
+                "h2d": (self.loader.h2d_wait_s if isinstance(self.loader, Loader) else 0.0)}
 
     @contextlib.contextmanager
     def step(self, samples: Optional[int] = None, bytes: Optional[int] = None  # noqa: A002
@@ -232,7 +235,7 @@ class StepProfiler:
         """The steps.jsonl line of ``step`` ending at ``end`` with ``counters`` there."""
         wall = max(end - step.t, 0.0)
         waits = dict(step.phases)
-        for cause in ("input", "checkpoint"):
+        for cause in ("input", "checkpoint", "h2d"):
             waits[cause] += max(counters[cause] - step.counters[cause], 0.0)
         spent = sum(waits.values())
         if spent > wall > 0:  # clocks of C++ counters and ours differ by microseconds

@@ -1,12 +1,13 @@
 #include "loader/arena_pool.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 namespace zerowait {
 
-ArenaPool::ArenaPool(unsigned arenas, uint64_t arena_limit, bool pin)
-    : arena_limit_(arena_limit), pin_(pin) {
+ArenaPool::ArenaPool(unsigned arenas, uint64_t arena_limit, bool pin, bool poison)
+    : arena_limit_(arena_limit), pin_(pin), poison_(poison) {
   for (unsigned i = 0; i < arenas; ++i) {
     arenas_.push_back(std::make_unique<Arena>());
     free_.push_back(arenas_.back().get());
@@ -21,6 +22,14 @@ Arena* ArenaPool::take_locked() {
 }
 
 void ArenaPool::release(Arena* arena) {
+  if (poison_) {
+    // Before the arena is free again: nothing can take it while it is being overwritten.
+    for (internal::AlignedBuffer* buffer : {&arena->read, &arena->out}) {
+      if (buffer->capacity() > 0) {
+        std::memset(buffer->data(), std::to_integer<int>(kPoisonByte), buffer->capacity());
+      }
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     arena->holder = nullptr;

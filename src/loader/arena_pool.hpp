@@ -25,13 +25,15 @@ struct Arena {
   uint64_t bytes() const { return read.capacity() + out.capacity(); }
 };
 
-// A fixed number of arenas, each allowed at most `arena_limit` bytes.
+// A fixed number of arenas, each allowed at most `arena_limit` bytes; with `poison`, an arena's
+// bytes are overwritten with kPoisonByte when it comes back (LoaderOptions::poison_released_arenas).
 // The pool's mutex and condition variable are also the loader's: an arena coming back (from any
 // thread, when the consumer drops a batch) must wake the workers waiting for one, so both sides
 // wait on the same condition variable under the same lock.
 class ArenaPool {
  public:
-  ArenaPool(unsigned arenas, uint64_t arena_limit, bool pin);
+  static constexpr std::byte kPoisonByte{0xA5};
+  ArenaPool(unsigned arenas, uint64_t arena_limit, bool pin, bool poison = false);
 
   std::mutex& mutex() { return mutex_; }
   std::condition_variable& changed() { return changed_; }
@@ -66,6 +68,7 @@ class ArenaPool {
   std::vector<Arena*> free_;
   uint64_t arena_limit_;
   bool pin_;
+  bool poison_;
   std::atomic<uint64_t> bytes_{0};
   std::mutex mutex_;
   std::condition_variable changed_;

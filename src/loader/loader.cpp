@@ -397,7 +397,8 @@ Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<Dataset> dataset,
     impl.prefetch = std::min(impl.prefetch, std::max(1u, threads));
   }
   const bool pin = options.pin_memory && internal::host_memory_pinning_available();
-  impl.pool = std::make_shared<ArenaPool>(arenas, options.memory_budget / arenas, pin);
+  impl.pool = std::make_shared<ArenaPool>(arenas, options.memory_budget / arenas, pin,
+                                          options.poison_released_arenas);
   if (memory_node >= 0) ZW_RETURN_IF_ERROR(impl.pool->bind_to_node(memory_node));
   // Touch the arenas now: first-touch page faults (~0.3 GB/s here) belong to start-up, not to
   // the first batches of training (and, bound to a node, they are allocated there).

@@ -336,3 +336,5 @@ def test_device_cuda_without_cuda_is_a_clear_error(image_dataset):
         zerowait.Loader(image_dataset, batch_size=4, device="cuda")
     with pytest.raises(ValueError, match="output='torch'"):
         zerowait.Loader(image_dataset, batch_size=4, device="cuda", output="numpy")
+    with pytest.raises(ValueError, match="out= holds device buffers: it needs device='cuda'"):
+        zerowait.Loader(image_dataset, batch_size=4, out={"jpg": torch.empty(4)})

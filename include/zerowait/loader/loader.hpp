@@ -87,6 +87,10 @@ struct LoaderOptions {
   // to a GPU. Only for a caller that keeps each Batch alive until its copy has completed (as
   // the Python device copy does): CUDA does not track memory pinned this way.
   bool pin_memory = false;
+  // Fills every arena with 0xA5 the moment it returns to the pool, so that a batch read after
+  // its release (a device copy still in flight, a view kept past the Batch) reads a pattern a
+  // comparison catches. For tests and debugging: a memset of the arena per batch.
+  bool poison_released_arenas = false;
   // Runs every thread the loader starts on one NUMA node's CPUs and binds its batch arenas (and
   // block window) to that node's memory (numa.hpp chooses the node). Create fails with
   // choose_numa_placement's errors; kNone (default) changes nothing.

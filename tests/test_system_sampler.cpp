@@ -143,11 +143,12 @@ TEST(SystemSampler, JsonLineHoldsTheFieldsOfSystemJsonl) {
   second_reading(fx);
   const nlohmann::json line = nlohmann::json::parse(observe::to_json(*sampler.take(1.5)));
   for (const char* key : {"t", "cpu", "proc_cpu", "rss", "mem_available", "swap_in", "swap_out",
-                          "read_bps", "write_bps", "disk", "threads", "gpu_util"}) {
+                          "read_bps", "write_bps", "disk", "threads", "gpu_util", "gpu_mem"}) {
     EXPECT_TRUE(line.contains(key)) << key;
   }
   EXPECT_FALSE(line.contains("main"));
   EXPECT_TRUE(line["gpu_util"].is_null());
+  EXPECT_TRUE(line["gpu_mem"].is_null());
   EXPECT_EQ(line["disk"]["vda"]["queue"], 2.0);
   EXPECT_TRUE(line["disk"]["loop1"]["await_ms"].is_null());
   EXPECT_EQ(line["threads"]["io"], 2);

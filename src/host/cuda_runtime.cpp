@@ -48,7 +48,8 @@ CudaRuntime load() {
   }
   const bool complete =
       resolve(lib, "cudaGetDeviceCount", rt.get_device_count) &&
-      resolve(lib, "cudaSetDevice", rt.set_device) && resolve(lib, "cudaGetDevice", rt.get_device) &&
+      resolve(lib, "cudaSetDevice", rt.set_device) &&
+      resolve(lib, "cudaGetDevice", rt.get_device) &&
       resolve(lib, "cudaGetErrorString", rt.get_error_string) &&
       resolve(lib, "cudaHostRegister", rt.host_register) &&
       resolve(lib, "cudaHostUnregister", rt.host_unregister) &&
@@ -96,7 +97,8 @@ Status cuda_status(int error, const std::string& what) {
 bool host_memory_pinning_available() {
   const CudaRuntime& rt = cuda_runtime();
   if (!rt.ok) {
-    note_fallback("cuda", rt.reason + ": batch arenas and checkpoint staging use plain host memory");
+    note_fallback("cuda",
+                  rt.reason + ": batch arenas and checkpoint staging use plain host memory");
   }
   return rt.ok;
 }
@@ -139,8 +141,8 @@ Result<DeviceBuffer> DeviceBuffer::allocate(size_t bytes) {
   const CudaRuntime& rt = cuda_runtime();
   if (!rt.ok) return Status(ErrorCode::kUnsupported, "no CUDA device: " + rt.reason);
   DeviceBuffer buffer;
-  ZW_RETURN_IF_ERROR(cuda_status(rt.malloc(&buffer.data_, bytes),
-                                 "cudaMalloc(" + std::to_string(bytes) + ")"));
+  ZW_RETURN_IF_ERROR(
+      cuda_status(rt.malloc(&buffer.data_, bytes), "cudaMalloc(" + std::to_string(bytes) + ")"));
   buffer.size_ = bytes;
   return buffer;
 }

@@ -2,8 +2,17 @@
 
 #include <dlfcn.h>
 
+#include <cstdio>
+
 namespace zerowait::internal {
 namespace {
+
+// nvmlPciInfo_t (nvml.h, nvmlDeviceGetPciInfo_v3).
+struct NvmlPciInfo {
+  char bus_id_legacy[16];
+  unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
+  char bus_id[32];
+};
 
 template <typename Function>
 Function symbol(void* library, const char* name) {
@@ -26,6 +35,17 @@ Nvml::Nvml() {
   name_ = symbol<int (*)(void*, char*, unsigned)>(library_, "nvmlDeviceGetName");
   driver_ = symbol<int (*)(char*, unsigned)>(library_, "nvmlSystemGetDriverVersion");
   rates_ = symbol<int (*)(void*, unsigned*)>(library_, "nvmlDeviceGetUtilizationRates");
+  // Optional: an answer of "unknown" where a driver lacks them.
+  memory_ = symbol<int (*)(void*, unsigned long long*)>(library_, "nvmlDeviceGetMemoryInfo");
+  pci_info_ = symbol<int (*)(void*, void*)>(library_, "nvmlDeviceGetPciInfo_v3");
+  link_generation_ =
+      symbol<int (*)(void*, unsigned*)>(library_, "nvmlDeviceGetCurrPcieLinkGeneration");
+  max_link_generation_ =
+      symbol<int (*)(void*, unsigned*)>(library_, "nvmlDeviceGetMaxPcieLinkGeneration");
+  gpu_max_link_generation_ =
+      symbol<int (*)(void*, unsigned*)>(library_, "nvmlDeviceGetGpuMaxPcieLinkGeneration");
+  link_width_ = symbol<int (*)(void*, unsigned*)>(library_, "nvmlDeviceGetCurrPcieLinkWidth");
+  max_link_width_ = symbol<int (*)(void*, unsigned*)>(library_, "nvmlDeviceGetMaxPcieLinkWidth");
   if (!init || !shutdown_ || !count_ || !handle_ || !name_ || !driver_ || !rates_) {
     error_ = "libnvidia-ml.so.1 lacks the NVML functions used";
   } else if (const int code = init(); code != 0) {
@@ -74,6 +94,47 @@ std::optional<double> Nvml::utilization() const {
   }
   if (answered == 0) return std::nullopt;
   return sum / answered;
+}
+
+std::optional<uint64_t> Nvml::memory_used() const {
+  if (memory_ == nullptr) return std::nullopt;
+  uint64_t sum = 0;
+  unsigned answered = 0;
+  const unsigned count = device_count();
+  for (unsigned i = 0; i < count; ++i) {
+    void* device = nullptr;
+    unsigned long long info[3] = {0, 0, 0};  // total, free, used
+    if (handle_(i, &device) != 0 || memory_(device, info) != 0) continue;
+    sum += info[2];
+    ++answered;
+  }
+  if (answered == 0) return std::nullopt;
+  return sum;
+}
+
+std::optional<NvmlPcieLink> Nvml::pcie_link(unsigned index) const {
+  void* device = nullptr;
+  if (!initialised_ || pci_info_ == nullptr || link_generation_ == nullptr ||
+      max_link_generation_ == nullptr || link_width_ == nullptr || max_link_width_ == nullptr ||
+      handle_(index, &device) != 0) {
+    return std::nullopt;
+  }
+  NvmlPciInfo pci{};
+  NvmlPcieLink link;
+  if (pci_info_(device, &pci) != 0 || link_generation_(device, &link.generation) != 0 ||
+      max_link_generation_(device, &link.max_generation) != 0 ||
+      link_width_(device, &link.width) != 0 || max_link_width_(device, &link.max_width) != 0) {
+    return std::nullopt;
+  }
+  if (gpu_max_link_generation_ == nullptr ||
+      gpu_max_link_generation_(device, &link.gpu_max_generation) != 0) {
+    link.gpu_max_generation = link.max_generation;
+  }
+  char address[32];
+  std::snprintf(address, sizeof(address), "%04x:%02x:%02x.0", pci.domain & 0xffff, pci.bus,
+                pci.device);
+  link.address = address;
+  return link;
 }
 
 }  // namespace zerowait::internal

@@ -42,7 +42,8 @@ nlohmann::ordered_json sample_json(const SystemSample& s) {
       {"threads",
        {{"running", s.threads.running}, {"io", s.threads.io}, {"sleeping", s.threads.sleeping}}},
       {"gpu_util", s.gpu_util ? nlohmann::ordered_json(rounded(*s.gpu_util, 4))
-                              : nlohmann::ordered_json(nullptr)}};
+                              : nlohmann::ordered_json(nullptr)},
+      {"gpu_mem", s.gpu_mem ? nlohmann::ordered_json(*s.gpu_mem) : nlohmann::ordered_json(nullptr)}};
   if (s.main) out["main"] = *s.main;
   return out;
 }

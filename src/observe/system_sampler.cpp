@@ -179,7 +179,10 @@ std::optional<SystemSample> SystemSampler::take(double t) {
     return std::nullopt;
   }
   SystemSample sample = rates(now, *s.previous);
-  if (s.nvml) sample.gpu_util = s.nvml->utilization();
+  if (s.nvml) {
+    sample.gpu_util = s.nvml->utilization();
+    sample.gpu_mem = s.nvml->memory_used();
+  }
   if (options_.main_thread && !now.exiting) {
     const std::optional<ThreadActivity> main =
         classify_thread(s.system, options_.pid, options_.pid, now.has_children);

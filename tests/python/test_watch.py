@@ -22,7 +22,7 @@ from zerowait import _core
 
 CAUSES = ["input", "checkpoint", "communication", "compute", "other"]
 SAMPLE_KEYS = ["t", "cpu", "proc_cpu", "rss", "mem_available", "swap_in", "swap_out",
-               "read_bps", "write_bps", "disk", "threads", "gpu_util", "main"]
+               "read_bps", "write_bps", "disk", "threads", "gpu_util", "gpu_mem", "main"]
 
 # A worker produces items slowly (a file read and a 50 ms sleep each) while the main thread
 # waits on the queue and then does almost nothing with them.

@@ -44,6 +44,7 @@ struct SystemSample {
   std::map<std::string, DiskRates> disk;  // whole block devices only
   ThreadStates threads;
   std::optional<double> gpu_util;  // mean SM utilisation of every GPU, 0-1; no NVML: nullopt
+  std::optional<uint64_t> gpu_mem;  // bytes of GPU memory in use, every GPU; no NVML: nullopt
   // watch only: the main thread's activity; unset once the thread has exited
   std::optional<std::string> main;
   bool has_children = false;        // the process had child processes (not in system.jsonl)
@@ -68,7 +69,7 @@ struct SystemSamplerOptions {
 
 // Halves `samples` by merging neighbours 0+1, 2+3...; `start` is where the first sample's
 // interval began. Rates (CPU, I/O, swap, disk, GPU) are averaged over the merged interval;
-// point readings (memory, thread states, the main thread) are the later sample's, which keeps
+// point readings (memory, GPU memory, thread states, the main thread) are the later sample's, which keeps
 // shares counted over samples unbiased, as a sampling profiler's are. An odd last one stays.
 void compact_samples(std::vector<SystemSample>& samples, double start);
 

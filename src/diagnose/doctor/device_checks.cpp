@@ -89,8 +89,7 @@ std::optional<std::string> information_path(const System& system, const std::str
 
 // What NVML reports, live only: "NVML sees 8 GPU(s): NVIDIA H100 80GB HBM3 (x8), driver
 // 550.54.15", or why it could not say.
-std::string nvml_inventory() {
-  const internal::Nvml nvml;
+std::string nvml_inventory(const internal::Nvml& nvml) {
   if (!nvml.available()) return nvml.error();
   const unsigned count = nvml.device_count();
   std::map<std::string, unsigned> models;  // name -> how many
@@ -101,6 +100,59 @@ std::string nvml_inventory() {
   return "NVML sees " + std::to_string(count) + " GPU(s)" +
          (names.empty() ? "" : ": " + join_and(names)) + ", driver " +
          (driver.empty() ? "?" : driver);
+}
+
+// "half the bandwidth", "a quarter of the bandwidth", "38% of the bandwidth".
+std::string bandwidth_share(double have, double can) {
+  if (can <= 0) return "less bandwidth";
+  const double ratio = have / can;
+  if (ratio == 0.5) return "half the bandwidth";
+  if (ratio == 0.25) return "a quarter of the bandwidth";
+  return std::to_string(int(ratio * 100 + 0.5)) + "% of the bandwidth";
+}
+
+// Each GPU's PCIe link as NVML reports it (a virtual machine's sysfs often has none for a GPU
+// passed through), against the most the GPU and its slot allow, and its NUMA node: "GPU 0
+// (0000:18:00.0) NVIDIA H200: PCIe Gen5 x16, the most it can (Gen1 now: idle), NUMA node 0".
+void check_gpu_links(const System& system, const internal::Nvml& nvml, FindingList& list) {
+  for (unsigned i = 0; i < nvml.device_count(); ++i) {
+    const std::optional<internal::NvmlPcieLink> link = nvml.pcie_link(i);
+    if (!link) continue;
+    const bool narrow = link->width < link->max_width;
+    const bool slot_slower = link->max_generation < link->gpu_max_generation;
+    std::string summary = "GPU " + std::to_string(i) + " (" + link->address + ") " +
+                          nvml.device_name(i).value_or("?") + ": PCIe Gen" +
+                          std::to_string(link->max_generation) + " x" +
+                          std::to_string(link->max_width);
+    if (narrow) {
+      summary += ", running x" + std::to_string(link->width) + ": " +
+                 bandwidth_share(double(link->width), double(link->max_width));
+    } else if (slot_slower) {
+      summary += ", below the GPU's Gen" + std::to_string(link->gpu_max_generation);
+    } else {
+      summary += ", the most it can";
+    }
+    if (link->generation < link->max_generation) {
+      summary += " (Gen" + std::to_string(link->generation) + " now: an idle GPU lowers it)";
+    }
+    const std::string numa_path = std::string(kPciDevices) + "/" + link->address + "/numa_node";
+    const std::string numa = system.read_line(numa_path).value_or("unknown");
+    summary += ", NUMA node " + (numa == "-1" ? std::string("unknown (-1)") : numa);
+    Finding& f = list.add("gpu_link", narrow || slot_slower ? Severity::kWarn : Severity::kInfo,
+                          summary);
+    f.subject = link->address;
+    f.evidence = "NVML: CurrPcieLinkGeneration " + std::to_string(link->generation) +
+                 ", MaxPcieLinkGeneration " + std::to_string(link->max_generation) +
+                 ", GpuMaxPcieLinkGeneration " + std::to_string(link->gpu_max_generation) +
+                 ", CurrPcieLinkWidth " + std::to_string(link->width) + ", MaxPcieLinkWidth " +
+                 std::to_string(link->max_width) + "; " + numa_path + ": " + numa;
+    if (narrow || slot_slower) {
+      f.why = "host-to-GPU copies (batches, checkpoints) are capped by the link: a slower or "
+              "narrower link than the GPU's own stretches every one of them";
+      f.fix = narrow ? "reseat the card or move it to a full-width slot"
+                     : "move the GPU to a slot of its PCIe generation, or check the BIOS link speed";
+    }
+  }
 }
 
 void check_gpus(const System& system, const std::vector<PciAttached>& gpus, FindingList& list) {
@@ -153,9 +205,11 @@ void check_gpus(const System& system, const std::vector<PciAttached>& gpus, Find
     f.evidence = evidence + "; " + kNvidiaVersion + ": " + version;
   }
   if (system.live()) {
-    Finding& f = list.add("gpus", Severity::kInfo, nvml_inventory());
+    const internal::Nvml nvml;
+    Finding& f = list.add("gpus", Severity::kInfo, nvml_inventory(nvml));
     f.subject = "NVML";
     f.evidence = "libnvidia-ml.so.1: nvmlDeviceGetCount_v2, nvmlDeviceGetName";
+    check_gpu_links(system, nvml, list);
   }
 }
 
@@ -288,15 +342,6 @@ void check_numa(const System& system, const std::vector<PciAttached>& gpus,
       f.fix += "; give this rank a NIC of node " + node + " (NCCL_SOCKET_IFNAME, NCCL_IB_HCA)";
     }
   }
-}
-
-// "half the bandwidth", "a quarter of the bandwidth", "38% of the bandwidth".
-std::string bandwidth_share(double have, double can) {
-  if (can <= 0) return "less bandwidth";
-  const double ratio = have / can;
-  if (ratio == 0.5) return "half the bandwidth";
-  if (ratio == 0.25) return "a quarter of the bandwidth";
-  return std::to_string(int(ratio * 100 + 0.5)) + "% of the bandwidth";
 }
 
 void check_pcie_links(const System& system, const std::vector<PciAttached>& devices,

@@ -10,7 +10,7 @@
 # Writes $OUT/gpu-check.json (each step's status and time, the test counts, every benchmark's
 # figures) and $OUT/{preflight,build,tests,bench}.log; OUT defaults to gpu-out/. Builds in
 # build-gpu/ against the machine's own python3 (ZW_PYTHON overrides; the dry run uses .venv's)
-# and the Debian libraries unpacked from .gpu/debs into .gpu/prefix. Each step has a time limit,
+# and the Debian libraries unpacked from .gpu/debs into build-gpu/prefix. Each step has a time limit,
 # so that a hang in one still leaves the others' results: whole script about 8 minutes at most.
 # Exit status: 0 when every step ran and passed, 1 otherwise (the JSON says which).
 set -uo pipefail
@@ -44,7 +44,7 @@ OUT="${OUT:-$ROOT/gpu-out}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 BUILD="$ROOT/build-gpu"
-PREFIX="$ROOT/.gpu/prefix"
+PREFIX="$BUILD/prefix"  # not under .gpu/: what the device call carries must stay small
 LIBDIR="$PREFIX/usr/lib/x86_64-linux-gnu"
 SITE="$BUILD/site"  # python/zerowait with the built _core beside it: what PYTHONPATH points at
 RESULTS="$BUILD/results"  # one JSON file per step, merged into gpu-check.json at the end
@@ -141,15 +141,21 @@ EOF
   true
 }
 
-# The Debian libraries from .gpu/debs, unpacked into .gpu/prefix and made relocatable.
+# The Debian libraries from .gpu/debs, unpacked into build-gpu/prefix and made relocatable.
 deps() {
   set -e
   compgen -G "$ROOT/.gpu/debs/*.deb" >/dev/null ||
     { echo "no .gpu/debs/*.deb: run scripts/gpu-prepare.sh here first and carry .gpu"; exit 1; }
-  rm -rf "$PREFIX"
+  rm -rf "$PREFIX" "$BUILD/CMakeCache.txt"  # the cache holds pkg-config's paths into the prefix
   mkdir -p "$PREFIX"
   local deb
-  for deb in "$ROOT"/.gpu/debs/*.deb; do dpkg-deb -x "$deb" "$PREFIX"; done
+  for deb in "$ROOT"/.gpu/debs/*.deb; do
+    if command -v dpkg-deb >/dev/null; then
+      dpkg-deb -x "$deb" "$PREFIX"
+    else  # a machine without dpkg: a .deb is an ar archive holding data.tar.*
+      (cd "$PREFIX" && ar p "$deb" "$(ar t "$deb" | grep '^data\.tar')" | tar -x -J -f -)
+    fi
+  done
   # Debian 12 still ships some libraries in /lib: one directory, and links made relative.
   if [[ -d "$PREFIX/lib/x86_64-linux-gnu" ]]; then
     cp -a "$PREFIX"/lib/x86_64-linux-gnu/. "$LIBDIR"/
@@ -181,7 +187,7 @@ deps() {
       rm -f "$lib"
     fi
   done
-  echo "unpacked $(ls "$ROOT"/.gpu/debs/*.deb | wc -l) packages into .gpu/prefix" \
+  echo "unpacked $(ls "$ROOT"/.gpu/debs/*.deb | wc -l) packages into build-gpu/prefix" \
     "($(du -sh "$PREFIX" | cut -f1))"
 }
 
@@ -232,10 +238,27 @@ build() {
   fi
 }
 
+# Directories holding the CUDA runtime, cuFile and NVML, for the C++ test programs (a Python
+# process uses torch's copies): the nvidia-* wheels', torch's, the toolkit's and the driver's.
+cuda_library_path() {
+  local dirs=() dir lib
+  for lib in $("$PY" "$ROOT/scripts/gpu/cuda_libraries.py") \
+    /usr/local/cuda/lib64/libcudart.so* /usr/local/nvidia/lib64/libnvidia-ml.so*; do
+    [[ -e "$lib" ]] || continue
+    dir="$(dirname "$lib")"
+    [[ " ${dirs[*]} " == *" $dir "* ]] || dirs+=("$dir")
+  done
+  local IFS=:
+  echo "${dirs[*]}"
+}
+
 tests() {
   set +e
-  local rc_c rc_py
-  ctest --test-dir "$BUILD" -L gpu --output-on-failure -j 4 --timeout 300 \
+  local rc_c rc_py cuda_libs
+  cuda_libs="$(cuda_library_path)"
+  echo "CUDA libraries for the C++ tests: ${cuda_libs:-none found}"
+  LD_LIBRARY_PATH="${cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    ctest --test-dir "$BUILD" -L gpu --output-on-failure -j 4 --timeout 300 \
     --output-junit "$BUILD/ctest-junit.xml"
   rc_c=$?
   ZEROWAIT_CLI="$BUILD/zerowait" PYTHONPATH="$SITE" PYTHONUNBUFFERED=1 \
@@ -263,7 +286,7 @@ bench() {
 # --- run ---------------------------------------------------------------------------------------
 
 export ROOT DRY_RUN SCALE OUT BUILD PREFIX LIBDIR SITE RESULTS PY START
-export -f say record preflight deps build tests bench
+export -f say record preflight deps build cuda_library_path tests bench
 FAILED=0
 : >"$OUT/preflight.log"
 for step in preflight deps build tests bench; do

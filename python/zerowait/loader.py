@@ -229,6 +229,10 @@ class Loader:
         # batch until its copy has finished; pinned memory handed to a caller's own
         # non_blocking copy could return to the pool while the copy still reads it.
         pin_memory = self._device.startswith("cuda")
+        if pin_memory:
+            # torch first: a CUDA build loads its libcudart, which the arenas' pinning then
+            # shares (the C++ side takes a copy already loaded before looking for one itself).
+            import torch  # noqa: F401
         if not (numa is None or numa == "auto"
                 or (isinstance(numa, int) and not isinstance(numa, bool))):
             raise ValueError(f"numa must be None, 'auto' or a node number, not {numa!r}")

@@ -88,8 +88,8 @@ def main():
         print("from outside the prefix and the toolchain (missing on a bare machine):")
         print("\n".join(problems))
         sys.exit(1)
-    print("every header and library comes from the repository, .gpu/prefix, Python or the "
-          "toolchain")
+    print("every header and library comes from the repository, the carried prefix, Python or "
+          "the toolchain")
 
 
 if __name__ == "__main__":

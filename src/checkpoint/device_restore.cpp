@@ -1,8 +1,7 @@
 // Restores to the GPU: tensor bytes are read (in parallel, verified) into a pinned staging pool
 // in batches (RestoreOptions::staging_batch_bytes), and each batch goes to its CUDA tensors with
-// cudaMemcpyAsync while the next batch is read. Two halves of the pool alternate, so a batch is
-// read while the previous one is copied; a half is reused only after the copies out of it are done
-// (their events).
+// cudaMemcpyAsync while the next batch is read. Two halves of the pool alternate; a half is
+// reused only after the copies out of it are done (their events).
 #include "checkpoint/device_restore.hpp"
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -138,30 +138,44 @@ Status read_through_staging(StorageTarget& target, const RankManifest& manifest,
   std::lock_guard<std::mutex> lock(staging.mutex);
   ZW_RETURN_IF_ERROR(
       staging.buffer->reserve(2 * half, 2 * half, to_device && host_memory_pinning_available()));
-  Status status;
-  bool unsure = false;  // a copy out of the pool may still run: the pool is not reused
-  size_t next = 0;
-  for (; next < batches.size() && status.is_ok(); ++next) {
-    Batch& batch = batches[next];
-    // This half of the pool was last used two batches ago: its copies must be done.
-    if (next >= 2) {
-      status = wait_for_copies(batches[next - 2]);
-      if (!status.is_ok()) {
-        unsure = true;
-        break;
-      }
-    }
-    std::byte* base = staging.buffer->data() + (next % 2) * half;
+  // Two batches are read at a time, one into each half of the pool, so the end of one batch
+  // (its last tensor's checksum, on one thread) overlaps the next one's reads. Batch k's copies
+  // are queued once it is read; its half is read into again (batch k + 2) once they are done.
+  std::vector<Status> read_status(batches.size());
+  std::vector<std::thread> readers(batches.size());
+  std::vector<std::vector<std::byte*>> staged(batches.size());
+  auto launch = [&](size_t k) {
+    std::byte* base = staging.buffer->data() + (k % 2) * half;
     std::vector<TensorRead> staged_reads;
-    std::vector<std::byte*> staged;
     uint64_t offset = 0;
-    for (size_t r : batch.reads) {
-      staged.push_back(base + offset);
+    for (size_t r : batches[k].reads) {
+      staged[k].push_back(base + offset);
       staged_reads.push_back({reads[r].index, base + offset, false});
       offset += align_up(manifest.tensors[reads[r].index].nbytes, kStagedAlignment);
     }
-    status = read_tensors(target, manifest, staged_reads, options);
-    if (status.is_ok()) status = copy_batch(reads, manifest, batch, staged, unsure);
+    readers[k] = std::thread([&, k, staged_reads = std::move(staged_reads)] {
+      read_status[k] = read_tensors(target, manifest, staged_reads, options);
+    });
+  };
+  Status status;
+  bool unsure = false;  // a copy out of the pool may still run: the pool is not reused
+  size_t launched = 0;
+  for (size_t k = 0; k < batches.size(); ++k) {
+    while (status.is_ok() && launched < batches.size() && launched < k + 2) {
+      if (launched >= 2) {
+        Status waited = wait_for_copies(batches[launched - 2]);
+        if (!waited.is_ok()) {
+          unsure = true;
+          status = waited;
+          break;
+        }
+      }
+      launch(launched++);
+    }
+    if (k >= launched) break;
+    readers[k].join();
+    if (status.is_ok()) status = read_status[k];
+    if (status.is_ok()) status = copy_batch(reads, manifest, batches[k], staged[k], unsure);
   }
   // Nothing may be copying out of the pool when it is handed to the next restore.
   for (Batch& batch : batches) {

@@ -37,6 +37,7 @@ py::dict save_result_dict(const SaveResult& r) {
   d["tensors_written"] = r.tensors_written;
   d["tensors_referenced"] = r.tensors_referenced;
   d["snapshot_s"] = r.snapshot_s;
+  d["device_wait_s"] = r.device_wait_s;
   d["write_s"] = r.write_s;
   d["commit_s"] = r.commit_s;
   return d;
@@ -67,7 +68,8 @@ class CheckpointReader {
 };
 
 // restore_newest() for Checkpointer.load(): `plan(manifest, step, tier)` (Python, under the GIL)
-// allocates the tensors of the copy being tried and returns their reads; `on_skip(step, tier,
+// allocates the tensors of the copy being tried and returns their reads (TensorRead's fields as
+// (index, address, fresh, device, cudaStream_t)); `on_skip(step, tier,
 // listed, message, next_step, next_tier)` is told of each copy given up, in order. The reads run
 // without the GIL. A CorruptDataError from `plan` (a damaged state structure) gives the copy up;
 // any other Python exception from either callback ends the restore and is re-raised.
@@ -102,9 +104,10 @@ py::dict restore_newest_py(py::handle directory, py::object mirror, std::optiona
         try {
           py::object planned =
               plan(manifest_object(*copy.manifest), copy.step, tier_name(copy.tier));
-          for (const auto& [index, address, fresh] :
-               planned.cast<std::vector<std::tuple<size_t, uintptr_t, bool>>>()) {
-            reads.push_back({index, reinterpret_cast<std::byte*>(address), fresh});
+          for (const auto& [index, address, fresh, device, stream] :
+               planned.cast<std::vector<std::tuple<size_t, uintptr_t, bool, int, uintptr_t>>>()) {
+            reads.push_back({index, reinterpret_cast<std::byte*>(address), fresh, device,
+                             reinterpret_cast<void*>(stream)});
           }
         } catch (py::error_already_set& error) {
           // A copy whose structure Python finds damaged is given up like any damaged copy.
@@ -160,6 +163,12 @@ void bind_checkpoint(py::module_& m) {
            [](PendingSave& p) {
              throw_if_error(without_gil([&] { return p.copy_host_tensors(); }));
            })
+      .def(
+          "wait_for_stream",
+          [](PendingSave& p, uintptr_t cuda_stream, int device) {
+            throw_if_error(p.wait_for_stream(reinterpret_cast<void*>(cuda_stream), device));
+          },
+          py::arg("cuda_stream"), py::arg("device"))
       .def("start", [](PendingSave& p) { return value_or_throw(p.start()); });
 
   py::class_<Checkpointer>(m, "_Checkpointer")
@@ -232,6 +241,8 @@ void bind_checkpoint(py::module_& m) {
            py::arg("rank") = 0)
       .def("manifest", &CheckpointReader::manifest);
 
+  m.attr("_ckpt_host_memory") = kHostMemory;
+  m.attr("_ckpt_host_through_staging") = kHostThroughStaging;
   m.def("_ckpt_restore_newest", &restore_newest_py, py::arg("directory"), py::arg("mirror"),
         py::arg("step"), py::arg("rank"), py::arg("fallback"), py::arg("plan"), py::arg("on_skip"),
         py::kw_only(), py::arg("threads") = 0, py::arg("direct") = true,

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "checkpoint/checkpoint_io.hpp"
+#include "host/cuda_runtime.hpp"
 #include "testing/checkpoint_state.hpp"
 #include "testing/testing.hpp"
 #include "zerowait/checkpoint/checkpointer.hpp"
@@ -97,6 +98,87 @@ TEST(CheckpointRestore, ACheckpointerMirrorsIntoATargetWithNoLocalPath) {
   EXPECT_EQ(list_steps(*mirror).value(), (std::vector<uint64_t>{1, 2, 3}));
   EXPECT_EQ(read_all(*mirror, 3), state.values);
   EXPECT_TRUE(verify_step(*mirror, 3).value().problems.empty());
+}
+
+// The path of restores to the GPU with memcpy as its last step (kHostThroughStaging): batches of
+// tensors read into the staging pool and copied out, the two halves of the pool alternating, a
+// tensor larger than a batch in a batch of its own; checksums checked in staging, so a damaged
+// tensor is named; host and staged reads mixed in one call.
+TEST(CheckpointRestore, ReadsThroughStagingInBatchesAndVerifiesThere) {
+  TempDir dir;
+  TrainingState state = TrainingState::make({0, 3, 1000, 300000, 5 << 20, 7, 20000, 1});
+  save_two_steps(dir.path(), state, /*compressed=*/false);
+  auto target = make_local_directory_target(dir.path());
+  const RankManifest manifest = read_rank_manifest(*target, 2, 0).value();
+  for (uint64_t batch_bytes : {uint64_t{64} << 10, uint64_t{1} << 20, uint64_t{512} << 20}) {
+    for (bool direct : {true, false}) {
+      SCOPED_TRACE("batch " + std::to_string(batch_bytes) + (direct ? " O_DIRECT" : ""));
+      std::vector<std::vector<float>> out;
+      std::vector<TensorRead> reads;
+      for (const StoredTensor& t : manifest.tensors) out.emplace_back(t.nbytes / sizeof(float));
+      for (size_t i = 0; i < out.size(); ++i) {
+        // Every other tensor straight into host memory, the rest through staging.
+        const int device = i % 2 == 0 ? kHostThroughStaging : kHostMemory;
+        reads.push_back({i, reinterpret_cast<std::byte*>(out[i].data()), false, device});
+      }
+      RestoreOptions options{0, direct, true};
+      options.staging_batch_bytes = batch_bytes;
+      Status s = read_tensors(*target, manifest, reads, options);
+      ASSERT_TRUE(s.is_ok()) << s.to_string();
+      for (size_t i = 0; i < out.size(); ++i) {
+        // TrainingState's names follow the tensor order, and so does the manifest.
+        EXPECT_EQ(out[i], state.values[i]) << manifest.tensors[i].name;
+      }
+    }
+  }
+  // One flipped byte in the largest tensor: named, with its file, when read through staging.
+  const StoredTensor& largest = manifest.tensors[4];
+  const std::string file = dir.path() + "/" + largest.file;
+  std::string bytes = testing::read_file(file);
+  bytes[largest.offset + largest.nbytes / 3] ^= 0x10;
+  testing::write_file(file, bytes);
+  std::vector<float> out(largest.nbytes / sizeof(float));
+  TensorRead read{4, reinterpret_cast<std::byte*>(out.data()), false, kHostThroughStaging};
+  RestoreOptions options;
+  options.staging_batch_bytes = 1 << 20;
+  Status s = read_tensors(*target, manifest, std::span(&read, 1), options);
+  ASSERT_EQ(s.code(), ErrorCode::kCorrupt) << s.to_string();
+  EXPECT_TRUE(contains(s.message(), largest.name)) << s.message();
+  EXPECT_TRUE(contains(s.message(), largest.file)) << s.message();
+}
+
+// Without CUDA, a read into device memory is refused by name before anything is copied.
+TEST(CheckpointRestore, AReadIntoDeviceMemoryWithoutCudaNamesTheTensor) {
+  if (internal::cuda_runtime().ok) GTEST_SKIP() << "CUDA is present: the GPU tests cover this";
+  TempDir dir;
+  TrainingState state = TrainingState::make({1000});
+  save_two_steps(dir.path(), state, /*compressed=*/false);
+  auto target = make_local_directory_target(dir.path());
+  const RankManifest manifest = read_rank_manifest(*target, 2, 0).value();
+  std::vector<float> out(1000);
+  TensorRead read{0, reinterpret_cast<std::byte*>(out.data()), false, /*device=*/0};
+  Status s = read_tensors(*target, manifest, std::span(&read, 1));
+  EXPECT_EQ(s.code(), ErrorCode::kUnsupported) << s.to_string();
+  EXPECT_TRUE(contains(s.message(), manifest.tensors[0].name)) << s.message();
+  EXPECT_TRUE(contains(s.message(), "CUDA device 0")) << s.message();
+}
+
+// A save whose staging the caller fills on a CUDA stream: without CUDA that is refused, and the
+// save, dropped unstarted, gives its staging pool to the next save.
+TEST(CheckpointRestore, WaitingForADeviceStreamWithoutCudaIsRefused) {
+  if (internal::cuda_runtime().ok) GTEST_SKIP() << "CUDA is present: the GPU tests cover this";
+  TempDir dir;
+  auto cp = testing::open_or_die(make_local_directory_target(dir.path()));
+  TrainingState state = TrainingState::make({1000});
+  state.fill_all(4);
+  {
+    auto pending = cp->begin_save(state.request(1));
+    ASSERT_TRUE(pending.is_ok() && pending.value().has_value());
+    Status s = pending.value()->wait_for_stream(nullptr, 0);
+    EXPECT_EQ(s.code(), ErrorCode::kUnsupported) << s.to_string();
+  }
+  save_and_wait(*cp, state.request(2));
+  EXPECT_EQ(read_all(*make_local_directory_target(dir.path()), 2), state.values);
 }
 
 // A step saved in a local directory, read through a FaultInjectingTarget whose rule faults the

@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import collections
 import collections.abc
-import ctypes
 import json
 import math
 import pickle
@@ -21,6 +20,7 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import numpy as np
 
+from zerowait import _checkpoint_device as _device
 from zerowait import _core
 
 # Describes the structure JSON stored in each rank's manifest; bump on incompatible change.
@@ -75,7 +75,8 @@ class _Snapshot:
         self._names: set = set()
         self._open: set = set()  # id() of the containers on the path being walked
         self._keep: List[Any] = []  # the arrays whose addresses are in self.tensors
-        self._device: List[Tuple[int, Any]] = []  # (index, tensor) filled by the caller
+        # (index, tensor, nbytes) whose staging the caller fills: CUDA tensors
+        self.device_tensors: List[Tuple[int, Any, int]] = []
 
     def encode_state(self, state: Any) -> str:
         root = self._encode(state, ())
@@ -161,11 +162,11 @@ class _Snapshot:
         # Byte grouping works on the floating-point numbers a complex number is made of.
         element = t.element_size() // (2 if t.dtype.is_complex else 1)
         floating = t.dtype.is_floating_point or t.dtype.is_complex
-        on_host = _host_addressable(t)
+        on_host = _device._host_addressable(t)
         index = self._add(path, stored or "U8", list(t.shape) if stored else [nbytes], element,
                           floating, t.data_ptr() if on_host else 0, nbytes, t)
         if not on_host:
-            self._device.append((index, t))
+            self.device_tensors.append((index, t, nbytes))
         node = {"type": "tensor", "index": index, "dtype": dtype, "shape": list(t.shape),
                 "device": str(tensor.device)}
         if isinstance(tensor, torch.nn.Parameter):
@@ -192,32 +193,6 @@ class _Snapshot:
             node["scalar"] = True
         return node
 
-    def copy_device_tensors(self, pending: Any) -> None:
-        """Copies the tensors that are not in host memory into their staging bytes (pinned when
-        CUDA is present), then waits for the copies: the caller may change its tensors after.
-
-        GPU path: only test_checkpoint.py's CUDA test runs it on a GPU; on the CPU, a test runs
-        it with CPU tensors."""
-        if not self._device:
-            return
-        import torch
-
-        for index, tensor in self._device:
-            nbytes = self.tensors[index][6]
-            if nbytes == 0:
-                continue
-            staging = (ctypes.c_uint8 * nbytes).from_address(pending.staging(index))
-            host = torch.frombuffer(staging, dtype=torch.uint8)
-            host.copy_(tensor.reshape(-1).view(torch.uint8), non_blocking=tensor.is_cuda)
-        for device in {t.device for _, t in self._device if t.is_cuda}:
-            torch.cuda.synchronize(device)
-
-
-def _host_addressable(tensor: Any) -> bool:
-    """Whether C++ can copy the tensor's bytes from its data_ptr() (else the caller copies them
-    into staging: GPU tensors). A seam the tests use to run the GPU path on the CPU."""
-    return tensor.device.type == "cpu"
-
 
 def _contiguous(torch: Any, t: Any) -> Any:
     """t itself when contiguous, else a contiguous copy of its elements. Dtypes without a copy
@@ -236,12 +211,17 @@ def _contiguous(torch: Any, t: Any) -> Any:
 
 class _Restore:
     """Rebuilds one rank's state from its manifest: allocates (or finds, in ``into``) every
-    tensor, and lists the reads that fill them straight from the files."""
+    tensor, and lists the reads that fill them straight from the files. A tensor bound for a
+    CUDA device is allocated there and filled through pinned staging (``device``'s streams)."""
 
-    def __init__(self, manifest: Dict[str, Any], what: str, allow_pickle: bool) -> None:
+    def __init__(self, manifest: Dict[str, Any], what: str, allow_pickle: bool,
+                 map_location: Any, device: _device.DeviceCopies) -> None:
         self._tensors = manifest["tensors"]
         self._what = what
         self._allow_pickle = allow_pickle
+        self._map_location = map_location
+        self._device = device
+        self._cuda_devices: set = set()  # of the reads into CUDA memory
         try:
             structure = manifest["structure"]
             valid = structure.get("format") == _STRUCTURE_FORMAT
@@ -253,21 +233,27 @@ class _Restore:
             raise _core.UnsupportedError(f"{what}: state structure version "
                                          f"{structure.get('version')} is not {_STRUCTURE_VERSION}")
         self._root = structure["root"]
-        self.reads: List[Tuple[int, int]] = []  # (manifest index, destination address)
+        # (manifest index, destination address, fresh, device, cudaStream_t): restore.hpp's
+        # TensorRead
+        self.reads: List[Tuple[int, int, bool, int, int]] = []
         self._keep: List[Any] = []  # the destinations of self.reads
         self._copies: List[Tuple[Any, Any]] = []  # (target, read buffer) once the reads are done
-        # (placeholder, build(placeholder, map_location)): values made from read bytes.
+        # (placeholder, build(placeholder)): values made from read bytes.
         self._after: List[Tuple[Any, Callable[[Any, Any], Any]]] = []
 
     def decode_state(self, into: Any) -> Any:
         """The state with every value that needs no bytes from the files; fills self.reads."""
         try:
-            return self._decode(self._root, (), into)
+            state = self._decode(self._root, (), into)
         except (KeyError, IndexError, TypeError, AttributeError) as error:
             raise _core.CorruptDataError(f"{self._what}: malformed state structure in the "
                                          f"manifest ({type(error).__name__}: {error})") from error
+        # The copies into CUDA memory wait for what the caller queued before: writes to into=
+        # tensors, and kernels still using memory the new tensors were given.
+        self._device.order_after_callers(self._cuda_devices)
+        return state
 
-    def finish(self, state: Any, map_location: Any) -> Any:
+    def finish(self, state: Any) -> Any:
         """After the reads: copies into non-contiguous or device targets, then builds what could
         not exist before the bytes did (numpy scalars, tensors on map_location)."""
         if self._copies:
@@ -281,7 +267,7 @@ class _Restore:
                         target.copy_(buffer)
         replaced = {}
         for placeholder, build in self._after:
-            value = build(placeholder, map_location)
+            value = build(placeholder)
             if value is not placeholder:
                 replaced[id(placeholder)] = value
         return _replace(state, replaced) if replaced else state
@@ -352,18 +338,23 @@ class _Restore:
                                  f"{list(shape)}, but into= holds "
                                  f"{str(into.dtype).removeprefix('torch.')} {list(into.shape)}")
             target = into
-        direct = (target is not None and target.device.type == "cpu" and target.is_contiguous()
-                  and not target.is_conj() and not target.is_neg())
-        buffer = target if direct else torch.empty(shape, dtype=dtype)
+        # CUDA destinations are allocated on their device and filled through staging.
+        location = node["device"] if self._map_location is None else self._map_location
+        device = target.device if target is not None else torch.device(location)
+        on_device = device.type == "cuda"
+        direct = (target is not None and target.device.type in ("cpu", "cuda")
+                  and target.is_contiguous() and not target.is_conj() and not target.is_neg())
+        buffer = target if direct else torch.empty(shape, dtype=dtype,
+                                                   device=device if on_device else "cpu")
         index = self._stored(node, path, buffer.numel() * buffer.element_size())
-        self._read(index, buffer.data_ptr(), buffer, fresh=buffer is not target)
+        self._read(index, buffer, fresh=buffer is not target)
         if target is not None:
             if not direct:
                 self._copies.append((target, buffer))
             return target
-        def to_device(tensor: Any, map_location: Any) -> Any:
-            device = node["device"] if map_location is None else map_location
-            if str(device) != "cpu":
+
+        def to_device(tensor: Any) -> Any:
+            if tensor.device != device:
                 tensor = tensor.to(device)
             if node.get("parameter"):  # made here: a moved Parameter would be a plain tensor
                 tensor = torch.nn.Parameter(tensor, requires_grad=node["requires_grad"])
@@ -385,26 +376,35 @@ class _Restore:
                                  f"{list(shape)}, but into= holds {into.dtype} {list(into.shape)}")
             direct = into.flags.c_contiguous and into.flags.writeable and stored == dtype
             buffer = into if direct else np.empty(shape, stored)
-            self._read(self._stored(node, path, buffer.nbytes), buffer.ctypes.data, buffer,
-                       fresh=not direct)
+            self._read_array(self._stored(node, path, buffer.nbytes), buffer, fresh=not direct)
             if not direct:
                 self._copies.append((into, buffer))
             return into
         array = np.empty(shape, stored)
-        self._read(self._stored(node, path, array.nbytes), array.ctypes.data, array, fresh=True)
+        self._read_array(self._stored(node, path, array.nbytes), array, fresh=True)
         if stored != dtype or node.get("scalar"):
-            def build(read: Any, _: Any) -> Any:
+            def build(read: Any) -> Any:
                 value = read.astype(dtype) if stored != dtype else read
                 return value[()] if node.get("scalar") else value
 
             self._after.append((array, build))
         return array
 
-    def _read(self, index: int, address: int, keep: Any, fresh: bool) -> None:
-        """Queues a read of tensor ``index`` to ``address``; ``fresh``: memory allocated for
-        this load and not yet touched (the reader asks for huge pages there)."""
+    def _read(self, index: int, tensor: Any, fresh: bool) -> None:
+        """Queues a read of tensor ``index`` into ``tensor``'s memory; ``fresh``: memory
+        allocated for this load and not yet touched (the reader asks for huge pages there)."""
+        device, stream = self._device.read_target(tensor)
+        if device >= 0:
+            self._cuda_devices.add(device)
+        self._queue(index, tensor.data_ptr(), tensor, fresh, device, stream)
+
+    def _read_array(self, index: int, array: Any, fresh: bool) -> None:
+        self._queue(index, array.ctypes.data, array, fresh, _device.HOST_MEMORY, 0)
+
+    def _queue(self, index: int, address: int, keep: Any, fresh: bool, device: int,
+               stream: int) -> None:
         if self._tensors[index]["nbytes"]:  # an empty tensor has nothing to read (and may be
-            self.reads.append((index, address, fresh))  # at address 0)
+            self.reads.append((index, address, fresh, device, stream))  # at address 0)
             self._keep.append(keep)
 
 

@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import Any, Dict, List, Optional, Tuple
 
 from zerowait import _core
+from zerowait._checkpoint_device import DeviceCopies, StagedCopies
 from zerowait._checkpoint_state import _Restore, _Snapshot
 from zerowait.loader import _default_rank_world
 
@@ -28,8 +29,9 @@ class SaveHandle:
     """A save in flight, returned by :meth:`Checkpointer.save`. Its background work goes on when
     the handle is dropped; :meth:`Checkpointer.wait` waits for every save."""
 
-    def __init__(self, handle: Any) -> None:
+    def __init__(self, handle: Any, device_copies: Optional[StagedCopies] = None) -> None:
         self._handle = handle
+        self._device_copies = device_copies
 
     @property
     def step(self) -> int:
@@ -42,9 +44,16 @@ class SaveHandle:
     def wait(self, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Waits until the save has finished and returns what it did: ``step``, ``committed``,
         ``bytes_total``, ``bytes_written``, ``tensors_written``, ``tensors_referenced``,
-        ``snapshot_s``, ``write_s``, ``commit_s``. Raises the save's error, or TimeoutError when
+        ``snapshot_s``, ``write_s``, ``commit_s``; for CUDA tensors also ``device_bytes`` (copied
+        from the GPU), ``device_copy_s`` (GPU time of those copies) and ``device_wait_s`` (how
+        long the writer waited for them). Raises the save's error, or TimeoutError when
         ``timeout`` seconds pass first (the save goes on)."""
-        return self._handle.wait(timeout)
+        result = self._handle.wait(timeout)
+        copies = self._device_copies
+        # Done by now: the writer waited for them before it wrote.
+        result["device_bytes"] = copies.bytes if copies is not None else 0
+        result["device_copy_s"] = copies.seconds() if copies is not None else 0.0
+        return result
 
     def result(self, timeout: Optional[float] = None) -> Dict[str, Any]:
         """The same as :meth:`wait` (named like ``concurrent.futures.Future.result``)."""
@@ -156,6 +165,7 @@ class Checkpointer:
         self.run_id: str = core.run_id
         self._ranks = _RankCoordinator(core, dist, commit_timeout) if dist is not None else None
         self._last: Optional[SaveHandle] = None
+        self._device = DeviceCopies()  # copy streams of the CUDA devices saved from or loaded to
         self._blocked_s = 0.0  # seconds save() held the caller, for StepProfiler and metrics
         self._saves = 0
         # Runs close() at interpreter exit if the caller did not: the last save completes, as
@@ -166,13 +176,21 @@ class Checkpointer:
 
     def save(self, step: int, state: Any, blocking: bool = False,
              skip_if_busy: bool = False) -> Optional[SaveHandle]:
-        """Snapshots ``state`` as step ``step`` and returns once its tensors are copied; writing,
-        fsync and commit go on in the background. Waits for the previous save to finish first
-        (backpressure: one save at a time owns the staging pool), or with ``skip_if_busy``
-        returns None at once if it has not (on every rank alike under torch.distributed).
-        ``blocking=True`` also waits for this save and raises its error. Raises TypeError,
-        naming the key path, for a value that cannot be saved. The time the call takes adds to
-        :attr:`blocked_s`."""
+        """Snapshots ``state`` as step ``step`` and returns once its host tensors are copied and
+        the copies of its CUDA tensors are queued; writing, fsync and commit go on in the
+        background. Waits for the previous save to finish first (backpressure: one save at a
+        time owns the staging pool), or with ``skip_if_busy`` returns None at once if it has not
+        (on every rank alike under torch.distributed). ``blocking=True`` also waits for this save
+        and raises its error. Raises TypeError, naming the key path, for a value that cannot be
+        saved. The time the call takes adds to :attr:`blocked_s`.
+
+        CUDA tensors are copied into the staging pool (page-locked) on a copy stream per device
+        that runs after the work already queued on the caller's current stream; save() does not
+        wait for those copies. The caller's current stream waits for them instead: work queued
+        after save() returns (an optimizer step changing the tensors in place) runs once they
+        are done, so the snapshot is never torn, and the CPU never waits. Work on other streams
+        that writes the tensors must wait for the current stream first (as torch requires for
+        any cross-stream use)."""
         started = time.monotonic()
         try:
             return self._save(step, state, blocking, skip_if_busy)
@@ -210,14 +228,17 @@ class Checkpointer:
         if pending is None:
             return None
         try:
+            # The GPU copies run while the CPU copies the host tensors.
+            device_copies = self._device.stage(snapshot.device_tensors, pending)
             pending.copy_host_tensors()
-            snapshot.copy_device_tensors(pending)
-            handle = SaveHandle(pending.start())
+            handle = SaveHandle(pending.start(), device_copies)
         finally:
-            # An unstarted save gives the staging pool back when dropped: now, not when the
-            # traceback of an error goes.
+            # An unstarted save gives the staging pool back when dropped (after its queued
+            # device copies): now, not when the traceback of an error goes.
             del pending
-        del snapshot  # the staging copy is complete: the caller may change its tensors now
+        # Host tensors are in staging and device copies ordered before the caller's next work:
+        # the caller may change its tensors now.
+        del snapshot
         if self._ranks is not None:
             self._ranks.submit(handle._handle)
         self._last = handle
@@ -261,8 +282,10 @@ class Checkpointer:
         """This rank's part of step ``step`` (None: the newest committed step), rebuilt as it was
         saved, every tensor checksum-verified while it is read.
 
-        Tensors are allocated on the CPU and read in place, then moved to ``map_location`` (a
-        device or its name; None: the device each was saved from). With ``into`` (a state dict,
+        Tensors are allocated on ``map_location`` (a device or its name; None: the device each
+        was saved from) and read in place: on the CPU straight from the files, on a CUDA device
+        through a page-locked staging pool and asynchronous copies that overlap the next reads
+        (load() returns once they are done). With ``into`` (a state dict,
         or any nested structure like the saved one), each tensor or numpy array found at the same
         key path is filled in place instead (same dtype and shape, else ValueError) and appears
         in the result; tensors with no counterpart are allocated. If a read fails half-way, the
@@ -304,7 +327,8 @@ class Checkpointer:
         loaded: Dict[str, Any] = {}
 
         def plan(manifest: Dict[str, Any], s: int, tier: str) -> List[Tuple[int, int, bool]]:
-            restore = _Restore(manifest, f"step {s} in {roots[tier]}", self.allow_pickle)
+            restore = _Restore(manifest, f"step {s} in {roots[tier]}", self.allow_pickle,
+                               map_location, self._device)
             loaded["run_id"] = manifest.get("run_id", "")
             loaded["state"] = restore.decode_state(into)
             loaded["restore"] = restore
@@ -326,7 +350,7 @@ class Checkpointer:
             self.directory, self.mirror, step, self.rank, fallback, plan, on_skip,
             threads=self._threads, direct=self._direct_reads, **self._read_timeout)
         self.loaded_step = result["step"]
-        state = loaded["restore"].finish(loaded["state"], map_location)
+        state = loaded["restore"].finish(loaded["state"])
         saver = loaded["run_id"]
         resuming = not self._saved_any and result["tier"] == "primary"
         if saver != self.run_id and not resuming:

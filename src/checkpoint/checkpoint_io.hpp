@@ -12,6 +12,11 @@
 
 namespace zerowait::internal {
 
+// How long a checkpoint waits for its own copies between CUDA memory and pinned staging. They
+// are queued behind the caller's GPU work, which may be long; a GPU that has not got there by
+// then is hung, and the wait says so instead of hanging the job.
+inline constexpr std::chrono::minutes kDeviceCopyTimeout{10};
+
 // `root` + "/" + `path` (`root` for ""): the full name of a target's file, for the target's own
 // calls and every error. kInvalidArgument, naming both, for a path that is absolute or contains
 // "..": it could leave the root.

@@ -11,6 +11,7 @@
 
 #include "checkpoint/checkpoint_io.hpp"
 #include "checkpoint/checkpoint_manifest.hpp"
+#include "checkpoint/device_restore.hpp"
 #include "checkpoint/safetensors.hpp"
 #include "checkpoint/tensor_codec.hpp"
 #include "common/aligned_buffer.hpp"
@@ -353,8 +354,14 @@ Status Restore::run() {
 
 Status read_tensors(StorageTarget& target, const RankManifest& manifest,
                     std::span<const TensorRead> reads, const RestoreOptions& options) {
-  Restore restore(target, manifest, reads, options);
-  return restore.run();
+  std::vector<TensorRead> direct, staged;
+  for (const TensorRead& r : reads) (r.device == kHostMemory ? direct : staged).push_back(r);
+  if (!direct.empty()) {
+    Restore restore(target, manifest, direct, options);
+    ZW_RETURN_IF_ERROR(restore.run());
+  }
+  if (staged.empty()) return Status::ok();
+  return internal::read_through_staging(target, manifest, staged, options);
 }
 
 // --- verification -----------------------------------------------------------------------------

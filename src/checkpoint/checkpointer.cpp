@@ -22,10 +22,10 @@
 #include "common/aligned_buffer.hpp"
 #include "common/clock.hpp"
 #include "common/crash_points.hpp"
-#include "host/cuda_runtime.hpp"
 #include "common/file.hpp"
 #include "common/thread_pool.hpp"
 #include "common/xxhash.hpp"
+#include "host/cuda_runtime.hpp"
 #include "zerowait/checkpoint/maintenance.hpp"
 #include "zerowait/checkpoint/manifest.hpp"
 
@@ -87,7 +87,9 @@ struct CheckpointerState {
   std::shared_ptr<StorageTarget> target;
   CheckpointOptions options;
   internal::ThreadPool pool;
-  internal::AlignedBuffer staging;
+  // A pointer so that a pool a device copy may still be writing into can be abandoned (leaked)
+  // instead of freed: see abandon_staging().
+  std::unique_ptr<internal::AlignedBuffer> staging = std::make_unique<internal::AlignedBuffer>();
 
   std::mutex mutex;
   std::condition_variable changed;
@@ -116,6 +118,13 @@ struct CheckpointerState {
     if (unreported.is_ok()) unreported = status;
   }
   void mirror_loop();
+
+  // After a device copy into staging failed or never finished: the DMA may still write into the
+  // pool, so it is never freed or reused; the next save gets a new one.
+  void abandon_staging() {
+    (void)staging.release();  // deliberately leaked
+    staging = std::make_unique<internal::AlignedBuffer>();
+  }
 };
 
 // --- one save ---------------------------------------------------------------------------------
@@ -133,6 +142,9 @@ class SaveJob {
   bool started_writing = false;  // start() was called (guarded by the owner's mutex)
   Clock::time_point started = Clock::now();
   double snapshot_s = 0;
+  double device_wait_s = 0;
+  // Recorded on the caller's copy streams (wait_for_stream): done once staging holds the bytes.
+  std::vector<internal::CudaEvent> device_copies;
 
   std::mutex mutex;
   std::condition_variable changed;
@@ -146,6 +158,28 @@ class SaveJob {
   std::byte* staging(size_t index) const { return staging_base + staging_offsets[index]; }
   std::span<const std::byte> staged(size_t index) const {
     return {staging(index), tensors[index].nbytes};
+  }
+
+  // Waits until the caller's device copies into staging are done; on failure the staging pool
+  // is abandoned (the owner's mutex need not be held: this job owns the pool until it finishes).
+  Status wait_for_device_copies() {
+    const auto start = Clock::now();
+    Status status;
+    for (const internal::CudaEvent& event : device_copies) {
+      status = event.wait(internal::kDeviceCopyTimeout,
+                          "checkpoint step " + std::to_string(step) +
+                              ": the copies of its CUDA tensors into staging");
+      if (!status.is_ok()) break;
+    }
+    device_copies.clear();
+    device_wait_s = seconds_since(start);
+    if (!status.is_ok()) {
+      owner->abandon_staging();
+      return Status(status.code(), status.message() +
+                                       "; the staging pool it copies into is abandoned (the "
+                                       "next save allocates a new one)");
+    }
+    return status;
   }
 
   void set_phase(Phase p) {
@@ -200,7 +234,8 @@ PendingSave& PendingSave::operator=(PendingSave&&) noexcept = default;
 
 PendingSave::~PendingSave() {
   if (job_ == nullptr) return;
-  // Never started: release the staging pool for the next save.
+  // Never started: release the staging pool for the next save, once no copy writes into it.
+  (void)job_->wait_for_device_copies();
   job_->finish(Status(ErrorCode::kCancelled, "save of step " + std::to_string(job_->step) +
                                                  " was prepared but never started"));
   auto owner = job_->owner;
@@ -233,6 +268,13 @@ Status PendingSave::copy_host_tensors() {
   }
   job.owner->pool.parallel_for(
       pieces.size(), [&](size_t i) { std::memcpy(pieces[i].dst, pieces[i].src, pieces[i].bytes); });
+  return Status::ok();
+}
+
+Status PendingSave::wait_for_stream(void* cuda_stream, int device) {
+  if (job_ == nullptr) return invalid_argument("this save was already started");
+  ZW_ASSIGN_OR_RETURN(internal::CudaEvent event, internal::CudaEvent::record(device, cuda_stream));
+  job_->device_copies.push_back(std::move(event));
   return Status::ok();
 }
 
@@ -641,12 +683,14 @@ Status commit_and_tidy(CheckpointerState& state, uint64_t step) {
 void run_save(std::shared_ptr<CheckpointerState> state, std::shared_ptr<SaveJob> job) {
   const CheckpointOptions& opt = state->options;
   job->set_phase(SaveJob::Phase::kWriting);
-  const auto write_start = Clock::now();
   PartWriter writer(*state, *job);
-  Status status = writer.write_part();
+  Status status = job->wait_for_device_copies();
+  const auto write_start = Clock::now();
+  if (status.is_ok()) status = writer.write_part();
   SaveResult result;
   result.step = job->step;
   result.snapshot_s = job->snapshot_s;
+  result.device_wait_s = job->device_wait_s;
   for (const TensorToSave& t : job->tensors) result.bytes_total += t.nbytes;
   result.bytes_written = writer.bytes_written();
   result.tensors_written = writer.tensors_written();
@@ -835,10 +879,10 @@ Result<std::optional<PendingSave>> Checkpointer::begin_save(SaveRequest request,
   }
   // Grows only; pre-faulted so the copy below never takes a first-touch fault after the first
   // save of this size. Pinned when CUDA is present (GPU tensors are copied through it).
-  ZW_RETURN_IF_ERROR(state.staging.reserve(std::max<uint64_t>(total, 1),
-                                           std::max<uint64_t>(total, 1),
-                                           internal::host_memory_pinning_available()));
-  job->staging_base = state.staging.data();
+  ZW_RETURN_IF_ERROR(state.staging->reserve(std::max<uint64_t>(total, 1),
+                                            std::max<uint64_t>(total, 1),
+                                            internal::host_memory_pinning_available()));
+  job->staging_base = state.staging->data();
   {
     std::lock_guard<std::mutex> lock(state.mutex);
     state.in_flight = job;

@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <thread>
 #include <utility>
 
 #include "common/log.hpp"
@@ -64,6 +66,7 @@ CudaRuntime load() {
       resolve(lib, "cudaEventDestroy", rt.event_destroy) &&
       resolve(lib, "cudaEventRecord", rt.event_record) &&
       resolve(lib, "cudaEventSynchronize", rt.event_synchronize) &&
+      resolve(lib, "cudaEventQuery", rt.event_query) &&
       resolve(lib, "cudaEventElapsedTime", rt.event_elapsed_time);
   if (!complete) {
     rt.reason = std::string("libcudart.so lacks an entry point zerowait uses: ") + dlerror();
@@ -161,6 +164,77 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
     size_ = std::exchange(other.size_, 0);
   }
   return *this;
+}
+
+Result<CudaEvent> CudaEvent::record(int device, CudaStreamHandle stream) {
+  const CudaRuntime& rt = cuda_runtime();
+  if (!rt.ok) return Status(ErrorCode::kUnsupported, "no CUDA device: " + rt.reason);
+  // The event belongs to the context of the thread's current device, and must be that of the
+  // stream it is recorded on. The caller's current device is put back: it may be a training
+  // thread whose device torch reads from the runtime.
+  int previous = 0;
+  ZW_RETURN_IF_ERROR(cuda_status(rt.get_device(&previous), "cudaGetDevice"));
+  if (previous != device) {
+    ZW_RETURN_IF_ERROR(
+        cuda_status(rt.set_device(device), "cudaSetDevice(" + std::to_string(device) + ")"));
+  }
+  struct RestoreDevice {
+    const CudaRuntime& rt;
+    int previous, device;
+    ~RestoreDevice() {
+      if (previous != device) rt.set_device(previous);
+    }
+  } restore{rt, previous, device};
+  CudaEvent event;
+  ZW_RETURN_IF_ERROR(cuda_status(rt.event_create_with_flags(&event.event_, kCudaEventDisableTiming),
+                                 "cudaEventCreateWithFlags on device " + std::to_string(device)));
+  ZW_RETURN_IF_ERROR(
+      cuda_status(rt.event_record(event.event_, stream),
+                  "cudaEventRecord on a stream of device " + std::to_string(device)));
+  return event;
+}
+
+CudaEvent::~CudaEvent() {
+  if (event_ != nullptr) cuda_runtime().event_destroy(event_);
+}
+
+CudaEvent::CudaEvent(CudaEvent&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+
+CudaEvent& CudaEvent::operator=(CudaEvent&& other) noexcept {
+  if (this != &other) {
+    if (event_ != nullptr) cuda_runtime().event_destroy(event_);
+    event_ = std::exchange(other.event_, nullptr);
+  }
+  return *this;
+}
+
+Result<bool> CudaEvent::done(const std::string& what) const {
+  if (event_ == nullptr) return true;
+  const int error = cuda_runtime().event_query(event_);
+  if (error == kCudaErrorNotReady) return false;
+  ZW_RETURN_IF_ERROR(cuda_status(error, what + ": cudaEventQuery"));
+  return true;
+}
+
+Status CudaEvent::wait(std::chrono::nanoseconds timeout, const std::string& what) const {
+  using std::chrono::microseconds;
+  const auto start = std::chrono::steady_clock::now();
+  // Short sleeps first (a copy of a few MB is done in microseconds), up to 1 ms between polls.
+  microseconds pause{20};
+  while (true) {
+    ZW_ASSIGN_OR_RETURN(bool finished, done(what));
+    if (finished) return Status::ok();
+    if (std::chrono::steady_clock::now() - start >= timeout) {
+      return Status(
+          ErrorCode::kDeadlineExceeded,
+          what + ": not done after " +
+              std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout).count()) +
+              " s (cudaEventQuery still reports cudaErrorNotReady: the GPU never got "
+              "there, or is hung)");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, microseconds{1000});
+  }
 }
 
 }  // namespace zerowait::internal

@@ -5,6 +5,7 @@
 // enum, 0 = success; streams and events are opaque pointers).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -43,6 +44,7 @@ struct CudaRuntime {
   int (*event_destroy)(CudaEventHandle) = nullptr;
   int (*event_record)(CudaEventHandle, CudaStreamHandle) = nullptr;
   int (*event_synchronize)(CudaEventHandle) = nullptr;
+  int (*event_query)(CudaEventHandle) = nullptr;  // 0: done, kCudaErrorNotReady: not yet
   int (*event_elapsed_time)(float*, CudaEventHandle, CudaEventHandle) = nullptr;
 };
 
@@ -52,6 +54,7 @@ inline constexpr int kCudaMemcpyDeviceToHost = 2;
 inline constexpr int kCudaMemcpyDeviceToDevice = 3;
 inline constexpr unsigned kCudaStreamNonBlocking = 1;
 inline constexpr unsigned kCudaEventDisableTiming = 2;
+inline constexpr int kCudaErrorNotReady = 600;  // cudaEventQuery: the work is still queued
 
 const CudaRuntime& cuda_runtime();
 
@@ -91,6 +94,33 @@ class DeviceBuffer {
  private:
   void* data_ = nullptr;
   size_t size_ = 0;
+};
+
+// An event recorded on a stream: done once the work queued on that stream before it is done.
+// The way a host thread learns that asynchronous copies into host memory it owns (checkpoint
+// staging) have finished, without synchronising the whole device. Move-only; destroys the event.
+class CudaEvent {
+ public:
+  // Creates an event on `device` (timing disabled) and records it on `stream`, a cudaStream_t of
+  // that device. Errors: kUnsupported without CUDA, kIo naming the CUDA call that failed.
+  static Result<CudaEvent> record(int device, CudaStreamHandle stream);
+  CudaEvent() = default;
+  ~CudaEvent();
+  CudaEvent(CudaEvent&& other) noexcept;
+  CudaEvent& operator=(CudaEvent&& other) noexcept;
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+
+  // Whether the work before the event is done: true, false, or kIo (a failed copy or kernel on
+  // that stream: the CUDA error, prefixed by `what`).
+  Result<bool> done(const std::string& what) const;
+  // Waits until done(), polling (the thread sleeps between polls, so a GPU that never gets
+  // there costs no CPU). kDeadlineExceeded after `timeout`, naming `what`.
+  Status wait(std::chrono::nanoseconds timeout, const std::string& what) const;
+  bool valid() const { return event_ != nullptr; }
+
+ private:
+  CudaEventHandle event_ = nullptr;
 };
 
 }  // namespace zerowait::internal

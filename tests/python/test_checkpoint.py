@@ -293,16 +293,72 @@ def test_skip_if_busy_while_a_rank_is_late_and_a_rank_that_never_comes(tmp_path)
         ckpt.close()  # nobody waited for step 3's handle
 
 
-def test_gpu_path_copies_through_staging(ckpt_dir, monkeypatch):
-    """The GPU path (the caller copies into staging) run with CPU tensors."""
-    import zerowait._checkpoint_state
+@pytest.fixture()
+def device_path_on_cpu(monkeypatch):
+    """Runs the GPU paths with CPU tensors: saved tensors are copied into staging by the Python
+    side, restored ones filled through the staging pool (the device path's twin in C++)."""
+    import zerowait._checkpoint_device
 
-    monkeypatch.setattr(zerowait._checkpoint_state, "_host_addressable", lambda tensor: False)
+    monkeypatch.setattr(zerowait._checkpoint_device, "_host_addressable", lambda tensor: False)
+
+
+def test_gpu_path_copies_through_staging(ckpt_dir, device_path_on_cpu):
+    """Save and restore through staging, with CPU tensors (test_checkpoint_restore.cpp runs the
+    restore's staging with small batches)."""
     state = {"w": torch.randn(3, 5).t(), "b": torch.arange(7, dtype=torch.bfloat16)[::2],
-             "zero_d": torch.tensor(1.5), "empty": torch.empty(0)}
+             "zero_d": torch.tensor(1.5), "empty": torch.empty(0),
+             "big": [torch.randn(1 << 18) for _ in range(3)], "ids": np.arange(4),
+             "step": 1}
+    ckpt = zerowait.Checkpointer(ckpt_dir)
+    result = ckpt.save(1, state, blocking=True).wait()
+    assert result["device_bytes"] == 0 and result["device_copy_s"] == 0  # no CUDA copies
+    assert_same(ckpt.load(), state)
+    assert_same(ckpt.load(map_location=None), state)
+
+
+def test_gpu_path_fills_into_tensors_in_place(ckpt_dir, device_path_on_cpu):
+    state = {"w": torch.randn(64, 32), "t": torch.randn(16, 8).t(), "h": torch.randn(9).half()}
     ckpt = zerowait.Checkpointer(ckpt_dir)
     ckpt.save(1, state, blocking=True)
-    assert_same(ckpt.load(), state)
+    target = {"w": torch.zeros(64, 32), "t": torch.zeros(16, 8).t(), "h": torch.zeros(9).half()}
+    pointers = {k: v.data_ptr() for k, v in target.items()}
+    loaded = ckpt.load(into=target)
+    for key in state:
+        assert loaded[key] is target[key] and target[key].data_ptr() == pointers[key]
+        assert raw_bytes(target[key]) == raw_bytes(state[key]), key
+
+
+def test_gpu_path_reports_a_damaged_tensor(ckpt_dir, device_path_on_cpu):
+    ckpt = zerowait.Checkpointer(ckpt_dir)
+    ckpt.save(1, small_state(1.0), blocking=True)
+    corrupt_tensor(ckpt_dir, 1, "/model/layer.2.weight")
+    with pytest.raises(zerowait.CorruptDataError, match="layer.2.weight"):
+        ckpt.load(step=1)
+
+
+def test_a_snapshot_that_fails_half_way_leaves_the_checkpointer_usable(ckpt_dir,
+                                                                      device_path_on_cpu,
+                                                                      monkeypatch):
+    """A copy into staging that fails: save() raises, gives the staging pool back, and the next
+    save works."""
+    import zerowait._checkpoint_device as device
+
+    real_view = device._staging_view
+    calls = []
+
+    def failing_view(torch_module, address, nbytes):
+        calls.append(nbytes)
+        if len(calls) == 2:
+            raise RuntimeError("copy failed (injected)")
+        return real_view(torch_module, address, nbytes)
+
+    monkeypatch.setattr(device, "_staging_view", failing_view)
+    ckpt = zerowait.Checkpointer(ckpt_dir)
+    with pytest.raises(RuntimeError, match="injected"):
+        ckpt.save(1, small_state(1.0))
+    ckpt.save(2, small_state(2.0), blocking=True)
+    assert ckpt.steps() == [2]
+    assert_same(ckpt.load(), small_state(2.0))
 
 
 def test_an_open_checkpointer_finishes_its_last_save_at_exit(ckpt_dir):

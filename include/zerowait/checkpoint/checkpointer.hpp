@@ -88,9 +88,10 @@ struct SaveResult {
   uint64_t bytes_written = 0;  // bytes written to new files (after incremental/compression)
   uint64_t tensors_written = 0;
   uint64_t tensors_referenced = 0;
-  double snapshot_s = 0;  // time the caller was blocked copying
-  double write_s = 0;     // background: hash, compress, write and fsync the part
-  double commit_s = 0;    // background: waiting for ranks and committing
+  double snapshot_s = 0;     // time the caller was blocked copying
+  double device_wait_s = 0;  // background: waiting for the caller's device copies into staging
+  double write_s = 0;        // background: hash, compress, write and fsync the part
+  double commit_s = 0;       // background: waiting for ranks and committing
 };
 
 // Implementation types, defined in src/checkpoint/checkpointer.cpp: one save, and the staging
@@ -134,6 +135,12 @@ class PendingSave {
   std::byte* staging(size_t index) const;
   // Copies every tensor with non-null data into staging, on several threads.
   Status copy_host_tensors();
+  // The caller has queued copies into staging on `cuda_stream` (a cudaStream_t of CUDA device
+  // `device`): the background writer waits for the work queued on that stream so far before it
+  // reads any staging byte, so the caller need not wait for its copies. A PendingSave dropped
+  // unstarted waits for them too before it frees the staging pool. Call once per stream used.
+  // Errors: kUnsupported without CUDA, kIo naming the CUDA call that failed.
+  Status wait_for_stream(void* cuda_stream, int device);
   // A save neither started nor dropped holds the staging pool: the next save and
   // Checkpointer::wait_all() do not wait for it (dropping it releases the pool).
   // Hands the snapshot to the background writer. Call once.

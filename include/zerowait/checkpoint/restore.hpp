@@ -22,6 +22,12 @@
 
 namespace zerowait {
 
+// TensorRead::device for host memory that the reads fill directly.
+inline constexpr int kHostMemory = -1;
+// TensorRead::device for host memory filled the way device memory is (through the staging pool,
+// the last step a memcpy): the device path's twin, which tests run on machines without CUDA.
+inline constexpr int kHostThroughStaging = -2;
+
 // Reads into `dst` (its nbytes). Reads of one file are merged and run in parallel.
 struct TensorRead {
   size_t index = 0;  // into RankManifest::tensors
@@ -29,6 +35,12 @@ struct TensorRead {
   // `dst` is new memory nothing has touched yet (a tensor allocated for this load): the read
   // asks for transparent huge pages there, so filling it takes 1/512 as many page faults.
   bool fresh = false;
+  // >= 0: `dst` is memory of that CUDA device (a CUDA tensor's data_ptr()). Its bytes are read
+  // into a pinned staging pool, verified there and copied with cudaMemcpyAsync on `stream` (a
+  // cudaStream_t of the device, which the caller has ordered after any work on `dst`), while the
+  // next tensors are read; read_tensors returns once every copy is done.
+  int device = kHostMemory;
+  void* stream = nullptr;
 };
 
 // How long one read of a restore, a verification or a mirror copy (at most 16 MiB, one ranged
@@ -41,13 +53,19 @@ struct RestoreOptions {
   bool direct = true;    // O_DIRECT where the target is a filesystem that allows it
   bool verify = true;    // check every tensor's xxh3 while reading
   std::chrono::nanoseconds read_timeout = kDefaultReadTimeout;  // per read, see above
+  // Reads into device memory go through staging in batches of about this many bytes (a larger
+  // tensor is a batch of its own), read while the previous batch is copied to the device. The
+  // default keeps every read thread of a 16-core machine busy.
+  uint64_t staging_batch_bytes = 512ull << 20;
 };
 
 // Reads tensors of `manifest` into memory through the target's ranged reads (open_for_read),
 // in parallel, verifying checksums. Errors name the file and offset: kCorrupt for a checksum
-// mismatch (and the tensor) or a short read, kIo for a failed read, kDeadlineExceeded for a read
-// that took longer than options.read_timeout. After an error the destinations hold a mix of old
-// and new bytes.
+// mismatch (and the tensor) or a short read, kIo for a failed read or CUDA copy,
+// kDeadlineExceeded for a read that took longer than options.read_timeout. After an error the
+// destinations hold a mix of old and new bytes. Reads into device memory share one pinned
+// staging pool per process (twice the larger of staging_batch_bytes and the largest such tensor,
+// kept for later restores): concurrent restores to the GPU take turns.
 Status read_tensors(StorageTarget& target, const RankManifest& manifest,
                     std::span<const TensorRead> reads, const RestoreOptions& options = {});
 

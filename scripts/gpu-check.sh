@@ -128,12 +128,10 @@ try:
         info["gpu_memory_gib"] = round(p.total_memory / 2**30, 1)
 except Exception as e:  # noqa: BLE001
     info["cuda_error"] = str(e)
-try:  # the nvidia-cufile wheel's library, for the GPUDirect Storage path
-    import nvidia.cufile, pathlib
-    info["cufile_libs"] = sorted(str(p) for p in pathlib.Path(
-        list(nvidia.cufile.__path__)[0]).rglob("libcufile*.so*"))
-except Exception as e:  # noqa: BLE001
-    info["cufile_libs"] = f"missing: {e}"
+import subprocess  # the wheels' libcudart and libcufile (GPUDirect Storage)
+info["cuda_libraries"] = subprocess.run(
+    [sys.executable, os.environ["ROOT"] + "/scripts/gpu/cuda_libraries.py"],
+    capture_output=True, text=True).stdout.split()
 info["nvidia_fs"] = os.path.exists("/proc/driver/nvidia-fs")
 print(json.dumps(info, indent=1))
 json.dump(info, open(os.environ["RESULTS"] + "/machine.json", "w"))
@@ -195,7 +193,9 @@ deps() {
 # the Python module for the machine's python3, the CLI and the GPU test programs.
 build() {
   set -e
-  local pybind11_dir python_include=() rpath
+  local pybind11_dir python_include=() rpath no_launcher=()
+  # The dry run's audit reads the compiler's own dependency lists: no cache may answer for it.
+  ((DRY_RUN)) && no_launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER= -DCMAKE_C_COMPILER_LAUNCHER=)
   pybind11_dir="$("$PY" -m pybind11 --cmakedir)"
   if ! "$PY" -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(
       os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
@@ -219,7 +219,8 @@ build() {
     -DOPENSSL_CRYPTO_LIBRARY="$LIBDIR/libcrypto.so" \
     -DOPENSSL_SSL_LIBRARY="$LIBDIR/libssl.so" \
     -DCMAKE_EXE_LINKER_FLAGS="$rpath" -DCMAKE_SHARED_LINKER_FLAGS="$rpath" \
-    -DCMAKE_MODULE_LINKER_FLAGS="$rpath"
+    -DCMAKE_MODULE_LINKER_FLAGS="$rpath" \
+    "${no_launcher[@]}"
   # Only what the GPU checks run: the module, the CLI, and the GPU test programs (tests/test_gpu_*).
   local targets=(_core zerowait) t
   for t in $(cd "$ROOT/tests" && ls test_gpu_*.cpp 2>/dev/null | sed "s/\.cpp$//"); do

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "common/aligned_buffer.hpp"
+#include "host/aligned_buffer.hpp"
 #include "host/cuda_runtime.hpp"
 #include "testing/testing.hpp"
 #include "zerowait/loader/loader.hpp"

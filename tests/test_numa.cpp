@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/aligned_buffer.hpp"
+#include "host/aligned_buffer.hpp"
 #include "common/numa.hpp"
 #include "loader/block_window.hpp"
 #include "testing/testing.hpp"

@@ -9,6 +9,7 @@ Exit 1, listing each offending file and the Debian package it came from, when so
 be missing on the device: add that package to scripts/build-packages.sh.
 """
 
+import os
 import subprocess
 import sys
 import sysconfig
@@ -38,9 +39,12 @@ def owners(paths):
 
 
 def headers(build):
+    """Every header the build read, as absolute paths (a compiler launcher such as ccache with
+    CCACHE_BASEDIR makes them relative to the build directory)."""
     deps = subprocess.run(["ninja", "-C", str(build), "-t", "deps"], capture_output=True,
                           text=True, check=True).stdout
-    return {line.strip() for line in deps.splitlines() if line.startswith("    ")}
+    return {os.path.normpath(os.path.join(build, line.strip()))
+            for line in deps.splitlines() if line.startswith("    ")}
 
 
 def loaded_libraries(build):

@@ -14,7 +14,7 @@
 #include "checkpoint/device_restore.hpp"
 #include "checkpoint/safetensors.hpp"
 #include "checkpoint/tensor_codec.hpp"
-#include "common/aligned_buffer.hpp"
+#include "host/aligned_buffer.hpp"
 #include "common/file.hpp"
 #include "common/log.hpp"
 #include "common/thread_pool.hpp"

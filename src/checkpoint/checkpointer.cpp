@@ -19,7 +19,7 @@
 #include "checkpoint/safetensors.hpp"
 #include "checkpoint/tensor_codec.hpp"
 #include "common/align.hpp"
-#include "common/aligned_buffer.hpp"
+#include "host/aligned_buffer.hpp"
 #include "common/clock.hpp"
 #include "common/crash_points.hpp"
 #include "common/file.hpp"

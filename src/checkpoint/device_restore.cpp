@@ -15,7 +15,7 @@
 
 #include "checkpoint/checkpoint_io.hpp"
 #include "common/align.hpp"
-#include "common/aligned_buffer.hpp"
+#include "host/aligned_buffer.hpp"
 #include "host/cuda_runtime.hpp"
 
 namespace zerowait::internal {

@@ -10,7 +10,7 @@
 #include <mutex>
 #include <vector>
 
-#include "common/aligned_buffer.hpp"
+#include "host/aligned_buffer.hpp"
 #include "zerowait/common/status.hpp"
 #include "zerowait/loader/loader.hpp"
 

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/aligned_buffer.hpp"
+#include "host/aligned_buffer.hpp"
 #include "zerowait/common/status.hpp"
 #include "zerowait/io/byte_source.hpp"
 

@@ -1,4 +1,4 @@
-#include "common/aligned_buffer.hpp"
+#include "host/aligned_buffer.hpp"
 
 #include <sys/mman.h>
 

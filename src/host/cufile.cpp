@@ -106,6 +106,17 @@ std::string config_in_effect() {
   return "none (cuFile's built-in defaults)";
 }
 
+// cuFile writes its log into the working directory unless CUFILE_LOGFILE_PATH says otherwise
+// (read when the driver opens): a file of this process's own under $TMPDIR instead, so that a
+// repository or a job's directory does not collect cufile.log files. Called with the lock held.
+void set_default_log_path() {
+  if (std::getenv("CUFILE_LOGFILE_PATH") != nullptr) return;
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string path = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
+                           "/zerowait-cufile-" + std::to_string(::getpid()) + ".log";
+  ::setenv("CUFILE_LOGFILE_PATH", path.c_str(), 0);
+}
+
 std::string bool_parameter(const CufileApi& api, int parameter) {
   if (api.get_parameter_bool == nullptr) return "unknown (no cuFileGetParameterBool)";
   bool value = false;
@@ -164,10 +175,15 @@ Status open_cufile_driver() {
     int device = 0;
     if (rt.get_device(&device) == 0) rt.set_device(device);
   }
+  set_default_log_path();
   CufileError error = api.driver_open();
   // Someone else in the process (torch, KvikIO) opened it first: it is open, which is the point.
   if (error.err == kCufileDriverAlreadyOpen) error = {};
   s.driver_status = cufile_status(error, "cuFileDriverOpen (" + api.library + ")");
+  if (const char* log = std::getenv("CUFILE_LOGFILE_PATH"); !s.driver_status.is_ok() && log) {
+    s.driver_status = Status(s.driver_status.code(),
+                             s.driver_status.message() + " (details in cuFile's log, " + log + ")");
+  }
   return s.driver_status;
 }
 
@@ -224,10 +240,28 @@ std::string cufile_error_text(int code) {
                                            "INVALID_CONTEXT_ERROR",
                                            "NVFS_INTERNAL_DRIVER_ERROR",
                                            "BATCH_NOCOMPAT_ERROR"};
+  // cufile.h's own words for the codes a first run is likely to meet.
+  static constexpr std::pair<int, const char*> kMeanings[] = {
+      {5001,
+       "nvidia-fs driver is not loaded; allow_compat_mode in cufile.json enables "
+       "compatibility mode"},
+      {5007, "GPUDirect Storage not supported on current platform"},
+      {5008, "GPUDirect Storage not supported on current file"},
+      {5009, "GPUDirect Storage not supported on current GPU"},
+      {5011, "CUDA Driver API error"},
+      {5019, "unsupported file open flags"},
+      {5020, "fd direct IO not set"},
+      {5030, "internal error"},
+      {5033, "NVFS driver initialization error"},
+      {5049, "compat mode off error"}};
   const int index = code - kCufileBaseError;
   const char* name = index < static_cast<int>(std::size(kNames)) ? kNames[index] : nullptr;
-  return std::string("CU_FILE_") + (name != nullptr ? name : "ERROR") + " (" +
-         std::to_string(code) + ")";
+  std::string text =
+      std::string("CU_FILE_") + (name != nullptr ? name : "ERROR") + " (" + std::to_string(code);
+  for (const auto& [known, meaning] : kMeanings) {
+    if (known == code) text += std::string(": ") + meaning;
+  }
+  return text + ")";
 }
 
 Status cufile_status(CufileError error, const std::string& what) {
@@ -326,6 +360,7 @@ CufileEvidence cufile_evidence() {
   const Status driver = open_cufile_driver();
   e.driver_opened = driver.is_ok();
   e.driver = driver.is_ok() ? "opened" : driver.message();
+  if (const char* log = std::getenv("CUFILE_LOGFILE_PATH")) e.log = log;
   e.allow_compat_parameter = bool_parameter(api, kCufileParamAllowCompatMode);
   e.force_compat_parameter = bool_parameter(api, kCufileParamForceCompatMode);
   if (!e.driver_opened) return e;

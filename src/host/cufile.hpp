@@ -93,7 +93,9 @@ const CufileApi& cufile_api();
 
 // Opens the cuFile driver, once per process (later calls return the first call's status; the
 // driver stays open until the process exits, as cuFile allows). Requires cufile_api().ok; with
-// a CUDA device, the calling thread's current device's context is made current first.
+// a CUDA device, the calling thread's current device's context is made current first. Unless
+// CUFILE_LOGFILE_PATH is set, sets it to $TMPDIR/zerowait-cufile-<pid>.log first (cuFile's own
+// default is ./cufile.log).
 Status open_cufile_driver();
 
 // "CU_FILE_DRIVER_NOT_INITIALIZED (5001)"-style text for a cuFile code, or strerror for an
@@ -160,6 +162,7 @@ struct CufileEvidence {
   std::string force_compat_parameter;
   std::string config;  // the cufile.json in effect, or "none (cuFile's built-in defaults)"
   bool run_udev_readable = false;
+  std::string log;  // CUFILE_LOGFILE_PATH: where cuFile writes what went wrong
 
   // cuFile works but does its reads itself, through host memory: no nvidia-fs.
   bool compat_mode() const {

@@ -340,6 +340,7 @@ GdsEvidence gds_evidence() {
       {"force_compat_mode", e.force_compat_parameter},
       {"cufile_json", e.config},
       {"run_udev", e.run_udev_readable ? "readable" : "not readable"},
+      {"cufile_log", e.log.empty() ? "not set" : e.log},
       {"cuda", rt.ok ? std::to_string(rt.devices) + " device(s)" : rt.reason},
   };
   return out;

@@ -110,7 +110,7 @@ struct GdsEvidence {
   std::string summary;         // one line: which of the three, and the deciding fact
   // Each fact as (name, value): "library", "cufile_version", "driver", "nvidia_fs",
   // "nvfs_version" (cuFileDriverGetProperties), "allow_compat_mode", "force_compat_mode",
-  // "cufile_json", "run_udev", "cuda".
+  // "cufile_json", "run_udev", "cufile_log" (where cuFile logs its errors), "cuda".
   std::vector<std::pair<std::string, std::string>> facts;
 };
 GdsEvidence gds_evidence();

@@ -234,7 +234,13 @@ build() {
 
 tests() {
   set +e
-  local rc_c rc_py
+  local rc_c rc_py cufile
+  # The nvidia-cufile wheel's library for the C++ GPUDirect Storage tests (in Python,
+  # zerowait.gds preloads it itself).
+  cufile="$(PYTHONPATH="$SITE" "$PY" -c 'from zerowait.gds import wheel_library
+print(wheel_library()[0] or "")' 2>/dev/null)"
+  echo "libcufile for the C++ tests: ${cufile:-none found (the GDS tests say so)}"
+  ZEROWAIT_CUFILE_LIBRARY="${ZEROWAIT_CUFILE_LIBRARY:-$cufile}" \
   ctest --test-dir "$BUILD" -L gpu --output-on-failure -j 4 --timeout 300 \
     --output-junit "$BUILD/ctest-junit.xml"
   rc_c=$?

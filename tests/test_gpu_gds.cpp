@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <iostream>
 #include <string>
@@ -49,11 +50,29 @@ DeviceBuffer device_buffer(size_t bytes) {
   return buffer.is_ok() ? std::move(buffer).value() : DeviceBuffer();
 }
 
-// The modes to try here: off and auto always; on where cuFile can run (elsewhere the test of on
-// is that it fails, saying why).
-std::vector<GdsMode> modes_to_read_with() {
+// Whether gds=on can read `path` here: a reader opens and a first read into GPU memory works.
+// Otherwise `*why` holds what failed (the reader's error, which names cuFile's call and code).
+bool cufile_reads(const std::string& path, std::string* why) {
+  auto reader = DeviceReader::open(path, {.mode = GdsMode::kOn});
+  if (!reader.is_ok()) {
+    *why = reader.status().to_string();
+    return false;
+  }
+  auto buffer = DeviceBuffer::allocate(4096);
+  const Status read =
+      buffer.is_ok() ? reader.value()->read(buffer.value().data(),
+                                            std::min<uint64_t>(4096, reader.value()->size()), 0)
+                     : buffer.status();
+  *why = read.is_ok() ? "" : read.to_string();
+  return read.is_ok();
+}
+
+// The modes to read `path` with here: off and auto always, on where cuFile reads (elsewhere the
+// test of on is EvidenceAndTheOnModeAgree).
+std::vector<GdsMode> modes_to_read_with(const std::string& path) {
   std::vector<GdsMode> modes = {GdsMode::kOff, GdsMode::kAuto};
-  if (gds_evidence().cufile_usable) modes.push_back(GdsMode::kOn);
+  std::string why;
+  if (cufile_reads(path, &why)) modes.push_back(GdsMode::kOn);
   return modes;
 }
 
@@ -63,7 +82,7 @@ std::unique_ptr<DeviceReader> open_reader(const std::string& path, GdsMode mode)
   return reader.is_ok() ? std::move(reader).value() : nullptr;
 }
 
-TEST(GpuGds, EvidenceSaysWhichPathCufileTakesHere) {
+TEST(GpuGds, EvidenceAndTheOnModeAgree) {
   SKIP_WITHOUT_CUDA();
   const GdsEvidence evidence = gds_evidence();
   std::cout << "gds evidence: " << evidence.summary << "\n";
@@ -74,11 +93,24 @@ TEST(GpuGds, EvidenceSaysWhichPathCufileTakesHere) {
   if (evidence.cufile_usable && !internal::cufile_evidence().nvidia_fs_present) {
     EXPECT_TRUE(evidence.compat_mode) << "no nvidia-fs, yet cuFile is said to go direct";
   }
-  auto on = DeviceReader::open("/proc/self/exe", {.mode = GdsMode::kOn});
+  TempDir dir;
+  testing::write_file(dir / "data", testing::random_bytes(1 << 20, 20));
+  std::string why;
+  const bool reads = cufile_reads(dir / "data", &why);
+  std::cout << "gds=on here: " << (reads ? "reads through cuFile" : why) << "\n";
   if (!evidence.cufile_usable) {
-    ASSERT_FALSE(on.is_ok());
-    EXPECT_EQ(on.status().code(), ErrorCode::kUnsupported);
-    std::cout << "gds=on here: " << on.status().message() << "\n";
+    EXPECT_FALSE(reads) << "cuFile read without a driver that opens";
+  }
+  if (!reads) {
+    // Loud and specific: the error names cuFile (and its call where one failed)...
+    EXPECT_TRUE(contains(why, "cuFile") || contains(why, "CUDA")) << why;
+    // ...and auto does not fail where on does: it reads through the POSIX path, counted.
+    auto reader = open_reader(dir / "data", GdsMode::kAuto);
+    ASSERT_NE(reader, nullptr);
+    DeviceBuffer buffer = device_buffer(4096);
+    ASSERT_TRUE(reader->read(buffer.data(), 4096, 0).is_ok());
+    EXPECT_EQ(reader->stats().path, "posix") << reader->stats().reason;
+    EXPECT_EQ(reader->stats().gds_fallbacks, 1u);
   }
 }
 
@@ -90,7 +122,7 @@ TEST(GpuGds, UnalignedRangesAndBatchesAreBitExactInEveryMode) {
   DeviceBuffer buffer = device_buffer(content.size() + 8192);
   ASSERT_NE(buffer.data(), nullptr);
   auto* base = static_cast<std::byte*>(buffer.data());
-  for (const GdsMode mode : modes_to_read_with()) {
+  for (const GdsMode mode : modes_to_read_with(dir / "data")) {
     SCOPED_TRACE(gds_mode_name(mode));
     auto reader = open_reader(dir / "data", mode);
     ASSERT_NE(reader, nullptr);
@@ -136,7 +168,7 @@ TEST(GpuGds, AGibibyteAndMoreInOneRead) {
   testing::write_file(dir / "big", content);
   DeviceBuffer buffer = device_buffer(size);
   ASSERT_NE(buffer.data(), nullptr);
-  for (const GdsMode mode : modes_to_read_with()) {
+  for (const GdsMode mode : modes_to_read_with(dir / "big")) {
     if (mode == GdsMode::kAuto) continue;  // the same path as one of the other two
     SCOPED_TRACE(gds_mode_name(mode));
     auto reader = open_reader(dir / "big", mode);
@@ -166,7 +198,7 @@ TEST(GpuGds, AFileSystemWithoutODirectIsReadBufferedAndCounted) {
     EXPECT_EQ(stats.direct_fallbacks, 1u);
     EXPECT_FALSE(stats.direct);
     EXPECT_EQ(stats.path, "posix") << stats.reason;
-    if (mode == GdsMode::kAuto && gds_evidence().cufile_usable) {
+    if (mode == GdsMode::kAuto && internal::cufile_api().ok) {
       EXPECT_TRUE(contains(stats.reason, "O_DIRECT")) << stats.reason;
     }
     ASSERT_TRUE(reader->read(buffer.data(), content.size() - 1, 1).is_ok());
@@ -195,10 +227,11 @@ TEST(GpuGds, HostMemoryIsRefusedAndTheCallersDeviceIsKept) {
 
 TEST(GpuGds, ARegisteredBufferIsReadIntoThroughCufile) {
   SKIP_WITHOUT_CUDA();
-  if (!gds_evidence().cufile_usable) GTEST_SKIP() << gds_evidence().summary;
   TempDir dir;
   const std::string content = testing::random_bytes(4 << 20, 25);
   testing::write_file(dir / "data", content);
+  std::string why;
+  if (!cufile_reads(dir / "data", &why)) GTEST_SKIP() << "cuFile does not read here: " << why;
   DeviceBuffer buffer = device_buffer(content.size());
   auto registered = internal::CufileBuffer::register_memory(buffer.data(), content.size());
   ASSERT_TRUE(registered.is_ok()) << registered.status().to_string();

@@ -157,9 +157,10 @@ struct CufileEvidence {
   std::string nvidia_fs;  // the contents of /proc/driver/nvidia-fs/version, or "absent"
   bool properties_read = false;
   unsigned nvfs_major = 0, nvfs_minor = 0;
-  bool allow_compat_flag = false;      // dcontrolflags' CU_FILE_ALLOW_COMPAT_MODE
-  std::string allow_compat_parameter;  // cuFileGetParameterBool: "true", "false" or "unknown"
-  std::string force_compat_parameter;
+  bool allow_compat_flag = false;  // dcontrolflags' CU_FILE_ALLOW_COMPAT_MODE
+  // cuFileGetParameterBool: "true", "false" or "unknown (why)".
+  std::string allow_compat_parameter = "unknown";
+  std::string force_compat_parameter = "unknown";
   std::string config;  // the cufile.json in effect, or "none (cuFile's built-in defaults)"
   bool run_udev_readable = false;
   std::string log;  // CUFILE_LOGFILE_PATH: where cuFile writes what went wrong

@@ -321,7 +321,7 @@ TEST_F(DeviceReaderTest, OnReadsThroughCufileAndReportsItsCompatibilityMode) {
     // No nvidia-fs here, and the stand-in reports nvfs 0.0: cuFile's own compatibility mode.
     EXPECT_TRUE(stats.cufile_compat_mode);
     EXPECT_TRUE(contains(stats.reason, "compatibility mode")) << stats.reason;
-    EXPECT_TRUE(contains(stats.reason, "fake_cufile")) << stats.reason;
+    EXPECT_TRUE(contains(stats.reason, ZEROWAIT_FAKE_CUFILE)) << stats.reason;
     setenv("ZW_FAKE_CUFILE_MAX_READ", "1000", 1);  // cuFileRead may return less than asked
     expect_exact_reads(*reader);
     EXPECT_EQ(reader->stats().posix_bytes, 0u);
@@ -425,7 +425,7 @@ TEST_F(DeviceReaderTest, EvidenceNamesTheLibraryAndTheNvidiaFsVersion) {
     ADD_FAILURE() << "no fact " << name;
     return std::string();
   };
-  EXPECT_TRUE(contains(fact("library"), "fake_cufile")) << fact("library");
+  EXPECT_EQ(fact("library"), ZEROWAIT_FAKE_CUFILE);
   EXPECT_EQ(fact("cufile_version"), "1150");
   EXPECT_TRUE(contains(fact("nvfs_version"), "2.17")) << fact("nvfs_version");
   EXPECT_TRUE(contains(fact("allow_compat_mode"), "true")) << fact("allow_compat_mode");

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "common/file.hpp"
 #include "host/cuda_runtime.hpp"
@@ -79,6 +80,7 @@ void* open_library(const std::string& override_path, std::string* name, std::str
 struct CufileState {
   std::mutex mutex;
   std::unique_ptr<CufileApi> api;
+  std::vector<std::unique_ptr<CufileApi>> retired;  // replaced by tests, kept for late readers
   bool driver_tried = false;
   Status driver_status;
 };
@@ -378,7 +380,7 @@ void reset_cufile_for_testing(const std::string& library) {
   CufileState& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   // The previous API stays allocated: a caller may still hold a reference to it.
-  static_cast<void>(s.api.release());
+  if (s.api != nullptr) s.retired.push_back(std::move(s.api));
   s.api = std::make_unique<CufileApi>(load_cufile(library));
   s.driver_tried = false;
   s.driver_status = Status::ok();

@@ -550,4 +550,5 @@ PYBIND11_MODULE(_core, m) {
   zerowait::bind_checkpoint(m);
   zerowait::bind_writer(m);
   zerowait::bind_observe(m);
+  zerowait::bind_gds(m);
 }

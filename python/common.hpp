@@ -108,5 +108,7 @@ void bind_checkpoint(py::module_& m);
 void bind_writer(py::module_& m);
 // Defined in observe_bindings.cpp.
 void bind_observe(py::module_& m);
+// Defined in gds_bindings.cpp.
+void bind_gds(py::module_& m);
 
 }  // namespace zerowait

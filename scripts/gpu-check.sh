@@ -255,10 +255,16 @@ cuda_library_path() {
 
 tests() {
   set +e
-  local rc_c rc_py cuda_libs
+  local rc_c rc_py cuda_libs cufile
   cuda_libs="$(cuda_library_path)"
   echo "CUDA libraries for the C++ tests: ${cuda_libs:-none found}"
-  LD_LIBRARY_PATH="${cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+  # The nvidia-cufile wheel's library for the C++ GPUDirect Storage tests (in Python,
+  # zerowait.gds preloads it itself).
+  cufile="$(PYTHONPATH="$SITE" "$PY" -c 'from zerowait.gds import wheel_library
+print(wheel_library()[0] or "")' 2>/dev/null)"
+  echo "libcufile for the C++ tests: ${cufile:-none found (the GDS tests say so)}"
+  ZEROWAIT_CUFILE_LIBRARY="${ZEROWAIT_CUFILE_LIBRARY:-$cufile}" \
+    LD_LIBRARY_PATH="${cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     ctest --test-dir "$BUILD" -L gpu --output-on-failure -j 4 --timeout 300 \
     --output-junit "$BUILD/ctest-junit.xml"
   rc_c=$?

@@ -43,6 +43,7 @@ from zerowait._core import (
     pack,
 )
 from zerowait.checkpoint import Checkpointer, SaveHandle
+from zerowait.gds import read_into, read_to_device
 from zerowait.loader import (
     Array,
     AudioClip,
@@ -87,6 +88,8 @@ __all__ = [
     "generate_imagefolder",
     "merge",
     "pack",
+    "read_into",
+    "read_to_device",
     "token_windows",
     "write_dataset",
 ]

@@ -123,12 +123,18 @@ void unpin_host_memory(void* data) {
   if (rt.ok) rt.host_unregister(data);
 }
 
-std::string cuda_memory_type(const void* pointer) {
-  const CudaRuntime& rt = cuda_runtime();
-  if (!rt.ok) return "";
+namespace {
+
+// cudaPointerGetAttributes' cudaMemoryType; 0 (unregistered) when the runtime does not know the
+// pointer. Requires cuda_runtime().ok.
+PointerAttributes pointer_attributes(const void* pointer) {
   PointerAttributes attributes;
-  if (rt.pointer_get_attributes(&attributes, pointer) != 0) return "unregistered";
-  switch (attributes.type) {
+  if (cuda_runtime().pointer_get_attributes(&attributes, pointer) != 0) attributes.type = 0;
+  return attributes;
+}
+
+const char* memory_type_name(int type) {
+  switch (type) {
     case 1:
       return "host";
     case 2:
@@ -138,6 +144,24 @@ std::string cuda_memory_type(const void* pointer) {
     default:
       return "unregistered";
   }
+}
+
+}  // namespace
+
+std::string cuda_memory_type(const void* pointer) {
+  if (!cuda_runtime().ok) return "";
+  return memory_type_name(pointer_attributes(pointer).type);
+}
+
+Result<int> cuda_pointer_device(const void* pointer) {
+  const CudaRuntime& rt = cuda_runtime();
+  if (!rt.ok) return Status(ErrorCode::kUnsupported, "no CUDA device: " + rt.reason);
+  const PointerAttributes attributes = pointer_attributes(pointer);
+  if (attributes.type != 2 && attributes.type != 3) {
+    return invalid_argument("not GPU memory: cudaPointerGetAttributes says the pointer is " +
+                            std::string(memory_type_name(attributes.type)) + " memory");
+  }
+  return attributes.device;
 }
 
 Result<DeviceBuffer> DeviceBuffer::allocate(size_t bytes) {

@@ -76,6 +76,11 @@ void unpin_host_memory(void* data);
 // CUDA. The tests' proof that arenas are really pinned.
 std::string cuda_memory_type(const void* pointer);
 
+// The ordinal of the device whose memory `pointer` is (device or managed memory): what a copy
+// into it, or a cuFile read, must make current first. kInvalidArgument naming what the pointer
+// is instead ("host", "unregistered"); kUnsupported without CUDA.
+Result<int> cuda_pointer_device(const void* pointer);
+
 // Device memory for tests and benchmarks: cudaMalloc'd on the current device, freed when
 // destroyed. Move-only.
 class DeviceBuffer {

@@ -150,23 +150,26 @@ class DirectSource final : public ByteSource {
 
 }  // namespace
 
-Result<std::unique_ptr<ByteSource>> open_direct_source(const std::string& path) {
+Result<File> open_direct_or_buffered(const std::string& path, bool* direct) {
   int err = injected_open_error.load();
   int fd = -1;
   if (err == 0) {
     fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
     if (fd < 0) err = errno;
   }
-  if (fd < 0) {
-    if (err != EINVAL) return errno_status(err, "cannot open (O_DIRECT)", path);
-    ZW_ASSIGN_OR_RETURN(File file, File::open_read(path));
-    ZW_ASSIGN_OR_RETURN(uint64_t size, file.size());
-    note_fallback("direct",
-                  "O_DIRECT is not supported on " + path + "'s filesystem; reading buffered");
-    return make_buffered_source(std::move(file), size);
-  }
-  File file(fd, path);
+  *direct = fd >= 0;
+  if (fd >= 0) return File(fd, path);
+  if (err != EINVAL) return errno_status(err, "cannot open (O_DIRECT)", path);
+  note_fallback("direct",
+                "O_DIRECT is not supported on " + path + "'s filesystem; reading buffered");
+  return File::open_read(path);
+}
+
+Result<std::unique_ptr<ByteSource>> open_direct_source(const std::string& path) {
+  bool direct = false;
+  ZW_ASSIGN_OR_RETURN(File file, open_direct_or_buffered(path, &direct));
   ZW_ASSIGN_OR_RETURN(uint64_t size, file.size());
+  if (!direct) return make_buffered_source(std::move(file), size);
   const bool use_io_uring = resolve_auto_io_backend() == IoBackend::kIoUring;
   return std::unique_ptr<ByteSource>(new DirectSource(std::move(file), size, use_io_uring));
 }

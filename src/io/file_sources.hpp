@@ -43,6 +43,9 @@ std::unique_ptr<ByteSource> make_io_uring_source(File file, uint64_t size);
 std::unique_ptr<ByteSource> make_buffered_source(File file, uint64_t size);
 // The kDirect source; on a filesystem without O_DIRECT, make_buffered_source (noted).
 Result<std::unique_ptr<ByteSource>> open_direct_source(const std::string& path);
+// Opens `path` read-only with O_DIRECT; on a filesystem that refuses it (EINVAL), without it,
+// noting the fallback once ("direct") and counting it. `*direct` says which.
+Result<File> open_direct_or_buffered(const std::string& path, bool* direct);
 
 // Tests: while `err` is not 0, opening with O_DIRECT fails with it, the way it does on a
 // filesystem without O_DIRECT (tmpfs before Linux 6.6, FUSE without direct_io, ...).

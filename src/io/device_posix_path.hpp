@@ -8,7 +8,7 @@
 #include <memory>
 #include <span>
 
-#include "common/aligned_buffer.hpp"
+#include "host/aligned_buffer.hpp"
 #include "common/file.hpp"
 #include "zerowait/io/device_reader.hpp"
 

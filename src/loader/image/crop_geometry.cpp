@@ -194,6 +194,12 @@ CropBox random_resized_crop_box(int width, int height, const ImageTransform& t,
   return {(width - crop_w) / 2, (height - crop_h) / 2, crop_w, crop_h, flip};
 }
 
+CropArea crop_area(int width, int height, const ImageTransform& t, uint64_t random_seed) {
+  if (width <= 0 || height <= 0 || !t.validate().is_ok()) return {};
+  const internal::CropGeometry crop = internal::crop_geometry(width, height, t, random_seed);
+  return {crop.box.x0, crop.box.y0, crop.box.x1, crop.box.y1, crop.flip};
+}
+
 namespace internal {
 
 // The smallest DCT scale M/8 at which `box` still covers at least size x size pixels:

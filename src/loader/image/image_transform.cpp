@@ -107,6 +107,16 @@ std::string signature_text(std::span<const std::byte> bytes) {
   return text;
 }
 
+// Aborts the decompression in progress when it goes out of scope, whatever happened: libjpeg is
+// then ready for the next image.
+struct AbortOnExit {
+  j_decompress_ptr cinfo;
+  const bool* created;
+  ~AbortOnExit() {
+    if (*created) jpeg_abort_decompress(cinfo);
+  }
+};
+
 }  // namespace
 
 class ImageDecoder::Impl {
@@ -127,6 +137,8 @@ class ImageDecoder::Impl {
 
   Status decode(std::span<const std::byte> jpeg, const ImageTransform& t, uint64_t random_seed,
                 std::span<uint8_t> out);
+  Result<DeviceCrop> prepare_for_device(std::span<const std::byte> bytes, const ImageTransform& t,
+                                        uint64_t random_seed, std::span<uint8_t> pixels);
 
  private:
   // Each of these calls libjpeg under a setjmp and returns false, with err_ filled in, when
@@ -137,6 +149,13 @@ class ImageDecoder::Impl {
   bool read_rows(Region columns_and_rows);
 
   Status failure(const char* stage) const;
+
+  // Gives the next JPEG a fresh decompress object and reads `jpeg`'s header into cinfo_; the
+  // caller's AbortOnExit leaves libjpeg ready for the image after. Errors: decode()'s for the
+  // header and for an image over the pixel limit.
+  Status open_jpeg(std::span<const std::byte> jpeg);
+  // Whether the JPEG whose header cinfo_ holds goes to a GPU decoder (prepare_for_device).
+  bool device_decodes(std::span<const std::byte> jpeg) const;
 
   // Plans the resampler for `crop` in an image scaled by `f` to scaled_w x scaled_h pixels and
   // returns the region of the scaled image its input rows and columns are relative to.
@@ -256,30 +275,10 @@ Status ImageDecoder::Impl::decode(std::span<const std::byte> jpeg, const ImageTr
   if (format == internal::ImageFormat::kUnknown) {
     return corrupt("not a JPEG, PNG or WebP image (" + signature_text(jpeg) + ")");
   }
-  // A decompress object keeps the Huffman and quantization tables of every JPEG it has read,
-  // and a JPEG that lacks one (abbreviated, or damaged) would be decoded with an earlier file's
-  // instead of the standard one: the pixels would depend on which images the worker decoded
-  // before (found by fuzz_image). Each JPEG gets a fresh object, as a new decoder would; making
-  // one costs microseconds.
-  if (used_ && created_) jpeg_destroy_decompress(&cinfo_);
-  if (used_) created_ = create();
-  used_ = true;
-  if (!created_) return Status(ErrorCode::kInternal, std::string("libjpeg init: ") + err_.message);
-
   // Whatever happens below, libjpeg is left ready for the next image.
-  struct AbortOnExit {
-    j_decompress_ptr cinfo;
-    ~AbortOnExit() { jpeg_abort_decompress(cinfo); }
-  } abort_on_exit{&cinfo_};
-
-  if (!read_header(reinterpret_cast<const unsigned char*>(jpeg.data()), jpeg.size())) {
-    return failure("header");
-  }
+  AbortOnExit abort_on_exit{&cinfo_, &created_};
+  ZW_RETURN_IF_ERROR(open_jpeg(jpeg));
   const int width = int(cinfo_.image_width), height = int(cinfo_.image_height);
-  if (uint64_t(width) * uint64_t(height) > kMaxPixels) {
-    return unsupported("JPEG of " + std::to_string(width) + "x" + std::to_string(height) +
-                       " pixels is over the limit of " + std::to_string(kMaxPixels) + " pixels");
-  }
 
   const CropGeometry crop = crop_geometry(width, height, t, random_seed);
   const int scale_num = t.dct_downscale ? dct_scale_for(crop.box, t.size) : 8;
@@ -295,6 +294,66 @@ Status ImageDecoder::Impl::decode(std::span<const std::byte> jpeg, const ImageTr
   if (!read_rows(needed)) return failure("scan data");
   resampler_.finish(out);
   return Status::ok();
+}
+
+Status ImageDecoder::Impl::open_jpeg(std::span<const std::byte> jpeg) {
+  // A decompress object keeps the Huffman and quantization tables of every JPEG it has read,
+  // and a JPEG that lacks one (abbreviated, or damaged) would be decoded with an earlier file's
+  // instead of the standard one: the pixels would depend on which images the worker decoded
+  // before (found by fuzz_image). Each JPEG gets a fresh object, as a new decoder would; making
+  // one costs microseconds.
+  if (used_ && created_) jpeg_destroy_decompress(&cinfo_);
+  if (used_) created_ = create();
+  used_ = true;
+  if (!created_) return Status(ErrorCode::kInternal, std::string("libjpeg init: ") + err_.message);
+  if (!read_header(reinterpret_cast<const unsigned char*>(jpeg.data()), jpeg.size())) {
+    return failure("header");
+  }
+  const uint64_t width = cinfo_.image_width, height = cinfo_.image_height;
+  if (width * height > kMaxPixels) {
+    return unsupported("JPEG of " + std::to_string(width) + "x" + std::to_string(height) +
+                       " pixels is over the limit of " + std::to_string(kMaxPixels) + " pixels");
+  }
+  return Status::ok();
+}
+
+// What nvJPEG decodes as libjpeg does (within decoder tolerance): 8-bit, Huffman-coded, 3-component
+// YCbCr with full-resolution chroma planes subsampled in one of the ways nvJPEG knows (4:4:4,
+// 4:2:2, 4:4:0, 4:2:0, 4:1:1, 4:1:0), and complete: data that ends in anything but EOI goes to
+// libjpeg, which tells a truncated file (kCorrupt) from trailing bytes after the image.
+bool ImageDecoder::Impl::device_decodes(std::span<const std::byte> jpeg) const {
+  if (cinfo_.jpeg_color_space != JCS_YCbCr || cinfo_.num_components != 3 ||
+      cinfo_.data_precision != 8 || cinfo_.arith_code) {
+    return false;
+  }
+  const jpeg_component_info* c = cinfo_.comp_info;
+  for (int i = 1; i < 3; ++i) {
+    if (c[i].h_samp_factor != 1 || c[i].v_samp_factor != 1) return false;
+  }
+  const int h = c[0].h_samp_factor, v = c[0].v_samp_factor;
+  if (!((h == 1 || h == 2 || h == 4) && (v == 1 || v == 2))) return false;
+  const size_t n = jpeg.size();
+  return n >= 2 && jpeg[n - 2] == std::byte{0xFF} && jpeg[n - 1] == std::byte{0xD9};
+}
+
+Result<DeviceCrop> ImageDecoder::Impl::prepare_for_device(std::span<const std::byte> bytes,
+                                                          const ImageTransform& t,
+                                                          uint64_t random_seed,
+                                                          std::span<uint8_t> pixels) {
+  ZW_RETURN_IF_ERROR(t.validate());
+  DeviceCrop crop;
+  if (internal::sniff_image_format(bytes) == internal::ImageFormat::kJpeg) {
+    AbortOnExit abort_on_exit{&cinfo_, &created_};
+    ZW_RETURN_IF_ERROR(open_jpeg(bytes));
+    crop.width = int(cinfo_.image_width);
+    crop.height = int(cinfo_.image_height);
+    crop.area = crop_area(crop.width, crop.height, t, random_seed);
+    if (device_decodes(bytes)) return crop;
+  }
+  // Decoded here, as decode() does (PNG and WebP keep width and height 0: their pixels are final).
+  ZW_RETURN_IF_ERROR(decode(bytes, t, random_seed, pixels));
+  crop.decoded = true;
+  return crop;
 }
 
 Result<Region> ImageDecoder::Impl::plan_resample(const CropGeometry& crop, double f, int scaled_w,
@@ -349,6 +408,13 @@ Status ImageDecoder::decode(std::span<const std::byte> jpeg, const ImageTransfor
                             uint64_t random_seed, std::span<uint8_t> out) {
   if (!impl_) impl_ = std::make_unique<Impl>();  // moved from: start afresh
   return impl_->decode(jpeg, t, random_seed, out);
+}
+
+Result<DeviceCrop> ImageDecoder::prepare_for_device(std::span<const std::byte> bytes,
+                                                    const ImageTransform& t, uint64_t random_seed,
+                                                    std::span<uint8_t> pixels) {
+  if (!impl_) impl_ = std::make_unique<Impl>();
+  return impl_->prepare_for_device(bytes, t, random_seed, pixels);
 }
 
 }  // namespace zerowait

@@ -25,8 +25,8 @@ Bytes gray_jpeg(int width, int height) {
   tjhandle handle = tjInitCompress();
   unsigned char* jpeg = nullptr;
   unsigned long size = 0;
-  EXPECT_EQ(tjCompress2(handle, gray.data(), width, 0, height, TJPF_GRAY, &jpeg, &size,
-                        TJSAMP_GRAY, 90, 0),
+  EXPECT_EQ(tjCompress2(handle, gray.data(), width, 0, height, TJPF_GRAY, &jpeg, &size, TJSAMP_GRAY,
+                        90, 0),
             0);
   Bytes out(size);
   std::memcpy(out.data(), jpeg, size);

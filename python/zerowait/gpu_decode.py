@@ -1,5 +1,5 @@
-"""GPU JPEG decode for ``zerowait.Loader``: ``decode={"jpg": RandomResizedCrop(224, device="cuda")}``
-with ``Loader(device="cuda")``.
+"""GPU JPEG decode for ``zerowait.Loader``:
+``decode={"jpg": RandomResizedCrop(224, device="cuda")}`` with ``Loader(device="cuda")``.
 
 The loader's C++ threads read only each JPEG's header and deliver, per field, the compressed
 bytes (``"jpg"``, ``"jpg.offsets"``) and a float64 ``"jpg.crop"`` row per sample: the area to

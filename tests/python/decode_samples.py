@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Dict, List
 
 import numpy as np
+import pytest
 
 import zerowait
 from PIL import Image
@@ -20,6 +21,20 @@ def generated_jpegs(root: Path, files: int, seed: int = 7, min_bytes: int = 2000
     zerowait.generate_imagefolder(root, files=files, classes=2, seed=seed, min_bytes=min_bytes,
                                   max_bytes=max_bytes)
     return [p.read_bytes() for p in sorted(root.rglob("*.jpg"))]
+
+
+@pytest.fixture(scope="module")
+def jpegs(tmp_path_factory) -> List[bytes]:
+    """32 generated photographs (a module's tests share them)."""
+    return generated_jpegs(tmp_path_factory.mktemp("photos"), files=32)
+
+
+@pytest.fixture(scope="module")
+def photos(jpegs, tmp_path_factory) -> Path:
+    """The 32 photographs as a dataset (field "img")."""
+    root = tmp_path_factory.mktemp("photo-set") / "ds"
+    jpeg_dataset(root, jpegs)
+    return root
 
 
 def reencoded(jpeg: bytes, mode: str, fmt: str = "JPEG") -> bytes:

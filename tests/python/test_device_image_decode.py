@@ -14,20 +14,8 @@ import torch
 
 import zerowait
 from zerowait import gpu_decode
-from decode_samples import (abs_diff, generated_jpegs, images_by_index, jpeg_dataset,
-                            mixed_dataset, pil_decoder)
-
-
-@pytest.fixture(scope="module")
-def jpegs(tmp_path_factory):
-    return generated_jpegs(tmp_path_factory.mktemp("photos"), files=24)
-
-
-@pytest.fixture(scope="module")
-def photos(jpegs, tmp_path_factory):
-    root = tmp_path_factory.mktemp("photo-set") / "ds"
-    jpeg_dataset(root, jpegs)
-    return root
+from decode_samples import abs_diff, images_by_index, jpeg_dataset, mixed_dataset, pil_decoder
+from decode_samples import jpegs, photos  # noqa: F401 - the shared fixtures
 
 
 @pytest.fixture()

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import zerowait
-from decode_samples import abs_diff, generated_jpegs, images_by_index, jpeg_dataset, mixed_dataset
+from decode_samples import abs_diff, images_by_index, jpeg_dataset, mixed_dataset
+from decode_samples import jpegs, photos  # noqa: F401 - the shared fixtures
 
 pytestmark = pytest.mark.gpu
 
@@ -20,18 +21,6 @@ pytestmark = pytest.mark.gpu
 # (docs/loader.md records them); a wrong crop or filter gives a mean of tens of levels.
 MEAN_LEVELS_FULL = 2.0
 MEAN_LEVELS_DCT = 3.0
-
-
-@pytest.fixture(scope="module")
-def jpegs(tmp_path_factory):
-    return generated_jpegs(tmp_path_factory.mktemp("photos"), files=48)
-
-
-@pytest.fixture(scope="module")
-def photos(jpegs, tmp_path_factory):
-    root = tmp_path_factory.mktemp("photo-set") / "ds"
-    jpeg_dataset(root, jpegs)
-    return root
 
 
 def load(data, transform, **options):
@@ -55,7 +44,7 @@ def test_gpu_images_match_the_cpu_path_within_decoder_tolerance(photos, make):
     # A small pool (memory budget, prefetch): arenas come back fast, so a host batch released
     # before the GPU read it would show up as a wrong image.
     gpu = gpu_images(photos, make(device="cuda"), prefetch=1, memory_budget=64 << 20)
-    assert len(gpu) == 48
+    assert len(gpu) == 32
     for dct, limit in ((False, MEAN_LEVELS_FULL), (True, MEAN_LEVELS_DCT)):
         cpu = images_by_index(load(photos, make(dct_downscale=dct)))
         assert cpu.keys() == gpu.keys()

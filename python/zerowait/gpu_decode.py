@@ -162,6 +162,28 @@ def torchvision_decoder() -> Tuple[Optional[Decoder], str]:
     return decode, ""
 
 
+def probe_decoder(decode: Decoder, device: Any) -> str:
+    """Decodes one small JPEG on ``device``: "" when that works, else why (a torchvision built
+    without nvJPEG fails on every batch, and every sample would be reported corrupt). Also pays
+    nvJPEG's first-call setup here rather than in the first batch."""
+    import io
+
+    import torch
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (32, 24), (200, 30, 90)).save(out, format="JPEG")
+    jpeg = torch.frombuffer(bytearray(out.getvalue()), dtype=torch.uint8)
+    try:
+        images = decode([jpeg], device)
+    except Exception as e:  # noqa: BLE001 - any failure means the GPU decode is not usable
+        return f"torchvision's GPU decode_jpeg failed on a 32x24 test image ({e})"
+    if len(images) != 1 or tuple(images[0].shape) != (3, 24, 32):
+        return (f"torchvision's GPU decode_jpeg gave {[tuple(i.shape) for i in images]} for a "
+                "32x24 test image")
+    return ""
+
+
 def stage_device(loader_device: str, fields: Dict[str, Any]):
     """The torch device the fields are decoded on: the Loader's CUDA device, with its index.
     ValueError naming the field when the loader's device is not CUDA, torch has no CUDA device,
@@ -202,6 +224,8 @@ class GpuDecode:
         self.fallback = ""
         if decoder is None:
             decoder, self.fallback = torchvision_decoder()
+            if decoder is not None:
+                self.fallback = probe_decoder(decoder, self.device)
         self._decode = decoder
         self._cuda = self.device.type == "cuda"
         self._stream = None

@@ -36,6 +36,7 @@ def cpu_twin(monkeypatch):
     monkeypatch.setattr(gpu_decode, "stage_device", lambda device, fields: torch.device("cpu"))
     monkeypatch.setattr(gpu_decode, "torchvision_decoder", lambda: (decode, ""))
     monkeypatch.setattr(gpu_decode, "resized_crop", spy)
+    monkeypatch.setattr(gpu_decode, "probe_decoder", lambda decode, device: "")  # not counted
     return seen
 
 
@@ -194,6 +195,22 @@ def test_gpu_decode_without_cuda_or_with_a_cpu_loader_is_a_clear_error(photos):
             zerowait.Loader(photos, decode={"img": transform}, device="cuda")
     with pytest.raises(ValueError, match="map="):
         zerowait.Loader(photos, decode={"img": transform}, device="cuda", map=lambda s: s)
+
+
+def test_the_decoder_is_probed_once_and_a_failing_one_means_the_cpu_decodes(photos,
+                                                                            monkeypatch):
+    assert gpu_decode.probe_decoder(pil_decoder, torch.device("cpu")) == ""
+
+    def no_nvjpeg(jpegs, device):
+        raise RuntimeError("decode_jpegs_cuda: torchvision not compiled with nvJPEG support")
+
+    monkeypatch.setattr(gpu_decode, "stage_device", lambda device, fields: torch.device("cpu"))
+    monkeypatch.setattr(gpu_decode, "torchvision_decoder", lambda: (no_nvjpeg, ""))
+    with pytest.warns(RuntimeWarning, match="not compiled with nvJPEG"):
+        loader = zerowait.Loader(photos, batch_size=8, decode={"img": zerowait.RandomResizedCrop(
+            32, device="cuda", scale=(0.5, 1.0))})
+    assert sum(len(b["__index__"]) for b in loader) == 32  # decoded by the threads, none lost
+    assert "not compiled with nvJPEG" in loader.stats()["gpu_decode"]["fallback"]
 
 
 def test_without_torchvision_the_cpu_threads_decode_and_say_so(photos, monkeypatch):

@@ -22,11 +22,30 @@ namespace zerowait {
 
 namespace {
 
+// zerowait.RandomResizedCrop(..., device="cuda"): the loader reads each JPEG's header and the
+// GPU stage (zerowait/gpu_decode.py) decodes and crops it on `device`.
+struct DeviceImageTransform {
+  ImageTransform transform;
+  std::string device;
+};
+
+std::string transform_repr(const ImageTransform& t, const std::string& device) {
+  const bool rrc = t.mode == ImageTransform::Mode::kRandomResizedCrop;
+  return std::string(rrc ? "RandomResizedCrop(" : "CenterCrop(") + std::to_string(t.size) +
+         (t.random_flip ? ", flip=True" : "") + (t.dct_downscale ? "" : ", dct_downscale=False") +
+         (device.empty() ? "" : ", device='" + device + "'") + ")";
+}
+
 FieldDecode field_decode(py::handle spec, const std::string& field) {
   FieldDecode decode;
   if (py::isinstance<ImageTransform>(spec)) {
     decode.kind = FieldDecode::Kind::kImage;
     decode.image = spec.cast<ImageTransform>();
+    return decode;
+  }
+  if (py::isinstance<DeviceImageTransform>(spec)) {
+    decode.kind = FieldDecode::Kind::kDeviceImage;
+    decode.image = spec.cast<DeviceImageTransform>().transform;
     return decode;
   }
   if (py::isinstance<TokenWindow>(spec)) {
@@ -343,7 +362,8 @@ How a JPEG field becomes a uint8 [size, size, 3] image. Build one with
 zerowait.RandomResizedCrop(...) or zerowait.CenterCrop(...).
 )doc")
       .def(py::init([](const std::string& mode, int size, int resize, double scale_min,
-                       double scale_max, double ratio_min, double ratio_max, bool flip) {
+                       double scale_max, double ratio_min, double ratio_max, bool flip,
+                       bool dct_downscale) {
              ImageTransform t;
              if (mode == "random_resized_crop") {
                t.mode = ImageTransform::Mode::kRandomResizedCrop;
@@ -360,6 +380,7 @@ zerowait.RandomResizedCrop(...) or zerowait.CenterCrop(...).
              t.ratio_min = ratio_min;
              t.ratio_max = ratio_max;
              t.random_flip = flip;
+             t.dct_downscale = dct_downscale;
              throw_if_error(t.validate());
              return t;
            }),
@@ -368,14 +389,53 @@ zerowait.RandomResizedCrop(...) or zerowait.CenterCrop(...).
            py::arg("scale_max") = image_defaults.scale_max,
            py::arg("ratio_min") = image_defaults.ratio_min,
            py::arg("ratio_max") = image_defaults.ratio_max,
-           py::arg("flip") = image_defaults.random_flip)
+           py::arg("flip") = image_defaults.random_flip,
+           py::arg("dct_downscale") = image_defaults.dct_downscale)
       .def_readonly("size", &ImageTransform::size)
       .def_readonly("flip", &ImageTransform::random_flip)
-      .def("__repr__", [](const ImageTransform& t) {
-        const bool rrc = t.mode == ImageTransform::Mode::kRandomResizedCrop;
-        return std::string(rrc ? "RandomResizedCrop(" : "CenterCrop(") + std::to_string(t.size) +
-               (t.random_flip ? ", flip=True)" : ")");
-      });
+      .def_readonly("dct_downscale", &ImageTransform::dct_downscale)
+      .def_property_readonly("mode",
+                             [](const ImageTransform& t) {
+                               return t.mode == ImageTransform::Mode::kRandomResizedCrop
+                                          ? "random_resized_crop"
+                                          : "center_crop";
+                             })
+      .def(
+          "crop_area",
+          [](const ImageTransform& t, int width, int height, uint64_t seed, uint64_t epoch,
+             uint64_t index) {
+            if (width <= 0 || height <= 0) {
+              throw StatusError(
+                  invalid_argument("crop_area needs a positive width and height, "
+                                   "got " +
+                                   std::to_string(width) + "x" + std::to_string(height)));
+            }
+            const CropArea a = crop_area(width, height, t, augment_seed(seed, epoch, index));
+            return py::make_tuple(a.x0, a.y0, a.x1, a.y1, a.flip);
+          },
+          py::arg("width"), py::arg("height"), py::arg("seed") = 0, py::arg("epoch") = 0,
+          py::arg("index") = 0, R"doc(
+The area (x0, y0, x1, y1, flip) of a width x height image that a Loader with this ``seed``
+shows of sample ``index`` in ``epoch``, in pixels of the full-resolution image (fractional for
+CenterCrop), and whether it is mirrored: what the ``"<field>.crop"`` column of a GPU-decoded
+field holds.
+)doc")
+      .def("__repr__", [](const ImageTransform& t) { return transform_repr(t, ""); });
+
+  py::class_<DeviceImageTransform>(m, "DeviceImageTransform", R"doc(
+An ImageTransform decoded on a GPU: zerowait.RandomResizedCrop(..., device="cuda"). The loader's
+threads read only each JPEG's header and deliver its bytes with the crop to take; zerowait's
+GPU stage decodes and crops them on ``device`` (docs/loader.md, "GPU JPEG decode").
+)doc")
+      .def(py::init([](const ImageTransform& transform, const std::string& device) {
+             return DeviceImageTransform{transform, device};
+           }),
+           py::arg("transform"), py::arg("device"))
+      .def_property_readonly("transform", [](const DeviceImageTransform& d) { return d.transform; })
+      .def_readonly("device", &DeviceImageTransform::device)
+      .def_property_readonly("size", [](const DeviceImageTransform& d) { return d.transform.size; })
+      .def("__repr__",
+           [](const DeviceImageTransform& d) { return transform_repr(d.transform, d.device); });
 
   const TokenWindow token_defaults;
   py::class_<TokenWindow>(m, "TokenWindow", R"doc(

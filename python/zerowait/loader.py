@@ -15,6 +15,7 @@ import numpy as np
 
 from zerowait import _core
 from zerowait.device_copy import DeviceCopy
+from zerowait.gpu_decode import GpuDecode, device_fields
 from zerowait.map_stage import MapStage, sample_name
 from zerowait.text_fields import parse_columns, text_kinds
 
@@ -30,18 +31,31 @@ def RandomResizedCrop(  # noqa: N802 - named like the torchvision transform it r
     scale: Sequence[float] = (0.08, 1.0),
     ratio: Sequence[float] = (3.0 / 4.0, 4.0 / 3.0),
     flip: bool = False,
-) -> ImageTransform:
+    *,
+    device: str = "cpu",
+    dct_downscale: bool = True,
+) -> Any:
     """Decode a JPEG field as torchvision's RandomResizedCrop(size, scale, ratio) would, then,
-    with ``flip=True``, RandomHorizontalFlip(). Output: uint8 [size, size, 3]."""
-    return ImageTransform(
+    with ``flip=True``, RandomHorizontalFlip(). Output: uint8 [size, size, 3]. ``device="cuda"``
+    decodes on the GPU (with ``Loader(device="cuda")``; docs/loader.md, "GPU JPEG decode");
+    ``dct_downscale=False`` makes the CPU decode at full resolution before resampling."""
+    return _placed(ImageTransform(
         "random_resized_crop", size, scale_min=scale[0], scale_max=scale[1],
-        ratio_min=ratio[0], ratio_max=ratio[1], flip=flip)
+        ratio_min=ratio[0], ratio_max=ratio[1], flip=flip, dct_downscale=dct_downscale), device)
 
 
-def CenterCrop(size: int, resize: Optional[int] = None) -> ImageTransform:  # noqa: N802
+def CenterCrop(size: int, resize: Optional[int] = None, *, device: str = "cpu",  # noqa: N802
+               dct_downscale: bool = True) -> Any:
     """Decode a JPEG field as Resize(resize) + CenterCrop(size) (evaluation). ``resize``
-    defaults to round(size * 256 / 224). Output: uint8 [size, size, 3]."""
-    return ImageTransform("center_crop", size, resize=resize or 0)
+    defaults to round(size * 256 / 224). Output: uint8 [size, size, 3]. ``device`` and
+    ``dct_downscale`` as for RandomResizedCrop."""
+    return _placed(ImageTransform("center_crop", size, resize=resize or 0,
+                                  dct_downscale=dct_downscale), device)
+
+
+def _placed(transform: ImageTransform, device: str) -> Any:
+    """The transform decoded on the loader's CPU threads, or on a GPU by zerowait.gpu_decode."""
+    return transform if device == "cpu" else _core.DeviceImageTransform(transform, str(device))
 
 
 def _default_rank_world() -> tuple[int, int]:
@@ -237,6 +251,13 @@ class Loader:
                 or (isinstance(numa, int) and not isinstance(numa, bool))):
             raise ValueError(f"numa must be None, 'auto' or a node number, not {numa!r}")
         gpu_pci_bus_id = _cuda_pci_bus_id(self._device) if numa == "auto" else ""
+        gpu_fields = device_fields(decode)
+        if gpu_fields and map is not None:
+            raise ValueError("GPU image decode (device='cuda' on a transform) does not combine "
+                             "with map= yet")
+        self._gpu = GpuDecode(gpu_fields, self._device) if gpu_fields else None
+        if self._gpu is not None:
+            decode = self._gpu.core_decode(decode)
         options = dict(
             batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
             world_size=world_size, drop_last=drop_last, threads=threads or 0, prefetch=prefetch,
@@ -255,7 +276,7 @@ class Loader:
         # before it: (state, batch).
         self._ready: Optional[tuple] = None
         self._errors: list = []
-        self._text_skipped = 0
+        self._skipped_in_python = 0
         # The map workers are forked before the C++ loader starts its threads.
         self._map = (MapStage(map, workers=map_workers, mode=map_mode, seed=seed,
                               on_corrupt=on_corrupt, on_worker_death=map_on_worker_death,
@@ -295,13 +316,18 @@ class Loader:
         if self._ready is not None:
             batch, self._ready = self._ready[1], None
             return batch
-        state = self._loader.state_dict() if self._text else None
+        state = self._loader.state_dict() if self._text or self._gpu is not None else None
         arrays = self._loader.next(timeout)
         if arrays is None:
             return None
+        failed: list = []
         if self._text:
             arrays, failed = parse_columns(arrays, self._text)
-            self._text_skipped += len(failed)
+        if self._gpu is not None:
+            arrays, failed_on_gpu = self._gpu(arrays)
+            failed += failed_on_gpu
+        if failed:
+            self._skipped_in_python += len(failed)
             if self._on_corrupt == "raise":
                 self._errors = [_core.CorruptDataError(
                     f"{sample_name(dict(index=i, **self._loader.describe_sample(i)))}: {reason}")
@@ -383,11 +409,13 @@ class Loader:
         last ``deaths``, and in process mode ``worker_rss_bytes`` and ``worker_unique_bytes`` (the
         part not shared with the training process)."""
         stats = self._loader.stats()
-        stats["skipped"] += self._text_skipped
+        stats["skipped"] += self._skipped_in_python
         if self._copy is not None:
             stats["h2d"] = self._copy.stats()
         if self._map is not None:
             stats["map"] = self._map.stats()
+        if self._gpu is not None:
+            stats["gpu_decode"] = self._gpu.stats()
         return stats
 
     def close(self) -> None:

@@ -69,11 +69,17 @@ uint64_t lay_out(const std::vector<FieldSpec>& fields, Extent room, Extent fille
   for (size_t f = 0; f < fields.size(); ++f) {
     const FieldSpec& field = fields[f];
     switch (field.decode.kind) {
-      case FieldDecode::Kind::kRaw: {
+      case FieldDecode::Kind::kRaw:
+      case FieldDecode::Kind::kDeviceImage: {
         const uint64_t bytes = (*filled.raw_bytes)[f];
         add(field.name, DType::kUInt8, {static_cast<int64_t>(bytes)}, (*room.raw_bytes)[f], bytes);
         add(field.name + ".offsets", DType::kInt64, {n + 1}, (room.rows + 1) * 8,
             (filled.rows + 1) * 8);
+        if (field.decode.kind == FieldDecode::Kind::kDeviceImage) {
+          const uint64_t row_bytes = kDeviceCropColumns * sizeof(double);
+          add(field.name + ".crop", DType::kFloat64, {n, kDeviceCropColumns}, room.rows * row_bytes,
+              filled.rows * row_bytes);
+        }
         break;
       }
       case FieldDecode::Kind::kInt:
@@ -115,7 +121,8 @@ uint64_t lay_out(const std::vector<FieldSpec>& fields, Extent room, Extent fille
   return used;
 }
 
-// The first column of each field in lay_out()'s order: a raw field has two ("f", "f.offsets").
+// The first column of each field in lay_out()'s order: a raw field has two ("f", "f.offsets"), a
+// kDeviceImage field three ("f", "f.offsets", "f.crop").
 std::vector<size_t> column_of_fields(const std::vector<FieldSpec>& fields) {
   std::vector<size_t> first;
   size_t column = 1;  // after "__index__"
@@ -124,7 +131,7 @@ std::vector<size_t> column_of_fields(const std::vector<FieldSpec>& fields) {
     const bool two = field.decode.kind == FieldDecode::Kind::kRaw ||
                      field.decode.kind == FieldDecode::Kind::kTokens ||
                      field.decode.kind == FieldDecode::Kind::kAudio;
-    column += two ? 2 : 1;
+    column += field.decode.kind == FieldDecode::Kind::kDeviceImage ? 3 : two ? 2 : 1;
   }
   return first;
 }
@@ -140,6 +147,9 @@ std::vector<bool> per_sample_columns(const std::vector<FieldSpec>& fields) {
         break;
       case FieldDecode::Kind::kInt:
         per_sample.push_back(true);
+        break;
+      case FieldDecode::Kind::kDeviceImage:
+        per_sample.insert(per_sample.end(), {false, true, true});  // "f", "f.offsets", "f.crop"
         break;
       case FieldDecode::Kind::kImage:
       case FieldDecode::Kind::kArray:
@@ -178,6 +188,12 @@ Result<int64_t> parse_label(std::span<const std::byte> bytes) {
 
 }  // namespace
 
+uint64_t row_bytes_room(const FieldDecode& decode, uint64_t field_bytes) {
+  if (decode.kind != FieldDecode::Kind::kDeviceImage) return field_bytes;
+  const uint64_t side = uint64_t(decode.image.size);
+  return std::max(field_bytes, side * side * 3);
+}
+
 uint64_t batch_out_bytes(const std::vector<FieldSpec>& fields, uint64_t samples,
                          const std::vector<uint64_t>& raw_bytes) {
   const Extent extent{samples, &raw_bytes};
@@ -192,7 +208,8 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, const LoaderOptions& options,
       column_of_field_(column_of_fields(fields)),
       per_sample_column_(per_sample_columns(fields)),
       shards_(dataset.shard_count()),
-      blocks_(blocks) {}
+      blocks_(blocks),
+      decoded_here_(fields.size(), false) {}
 
 Result<BatchBuilder::Needs> BatchBuilder::plan(const std::vector<uint64_t>& indices) {
   items_.clear();
@@ -212,8 +229,11 @@ Result<BatchBuilder::Needs> BatchBuilder::plan(const std::vector<uint64_t>& indi
     for (const format::FieldEntry& f : index.fields_of(where.local)) {
       const std::string& name = index.names[f.name_id];
       for (size_t i = 0; i < fields_.size(); ++i) {
-        if (fields_[i].decode.kind == FieldDecode::Kind::kRaw && fields_[i].name == name) {
-          raw_bytes_[i] += f.size;
+        const FieldDecode::Kind kind = fields_[i].decode.kind;
+        const bool bytes_column =
+            kind == FieldDecode::Kind::kRaw || kind == FieldDecode::Kind::kDeviceImage;
+        if (bytes_column && fields_[i].name == name) {
+          raw_bytes_[i] += row_bytes_room(fields_[i].decode, f.size);
         }
       }
     }
@@ -327,9 +347,12 @@ Status BatchBuilder::read_ranges(Arena* arena, BuildStats* stats, ReadInFlight* 
   return Status::ok();
 }
 
+uint64_t augment_seed(uint64_t seed, uint64_t epoch, uint64_t index) {
+  return internal::combine_seed(internal::combine_seed(seed, epoch), index, kAugmentStream);
+}
+
 uint64_t BatchBuilder::augment_seed(uint64_t epoch, uint64_t global_index) const {
-  return internal::combine_seed(internal::combine_seed(options_.shuffle.seed, epoch),
-                                global_index, kAugmentStream);
+  return zerowait::augment_seed(options_.shuffle.seed, epoch, global_index);
 }
 
 Status BatchBuilder::fill_sample(const Item& item, uint64_t global_index, uint64_t epoch,
@@ -349,6 +372,30 @@ Status BatchBuilder::fill_sample(const Item& item, uint64_t global_index, uint64
     switch (spec.decode.kind) {
       case FieldDecode::Kind::kRaw:
         break;  // copied below, once nothing else about this sample can fail
+      case FieldDecode::Kind::kDeviceImage: {
+        if (field == nullptr) return field_error("is missing");
+        // An image decoded here lands where the row's bytes go (the room has space for it,
+        // row_bytes_room); a JPEG is copied below, like a raw field.
+        const ImageTransform& t = spec.decode.image;
+        const uint64_t pixel_bytes = uint64_t(t.size) * t.size * 3;
+        auto* pixels = reinterpret_cast<uint8_t*>(column.data + raw_filled[f]);
+        Result<DeviceCrop> crop = decoder_.prepare_for_device(
+            field->bytes, t, augment_seed(epoch, global_index), {pixels, pixel_bytes});
+        if (!crop.is_ok()) return field_error(crop.status().message());
+        decoded_here_[f] = crop->decoded;
+        double row_values[kDeviceCropColumns];
+        row_values[kDeviceCropX0] = crop->area.x0;
+        row_values[kDeviceCropY0] = crop->area.y0;
+        row_values[kDeviceCropX1] = crop->area.x1;
+        row_values[kDeviceCropY1] = crop->area.y1;
+        row_values[kDeviceCropFlip] = crop->area.flip ? 1.0 : 0.0;
+        row_values[kDeviceCropWidth] = crop->width;
+        row_values[kDeviceCropHeight] = crop->height;
+        row_values[kDeviceCropDecoded] = crop->decoded ? 1.0 : 0.0;
+        std::memcpy(columns[column_of_field_[f] + 2].data + row * sizeof row_values, row_values,
+                    sizeof row_values);
+        break;
+      }
       case FieldDecode::Kind::kInt: {
         if (field == nullptr) return field_error("is missing");
         Result<int64_t> label = parse_label(field->bytes);
@@ -395,13 +442,20 @@ Status BatchBuilder::fill_sample(const Item& item, uint64_t global_index, uint64
       }
     }
   }
-  // Raw fields: append the bytes, record the end offset of this row.
+  // Raw and kDeviceImage fields: append the bytes, record the end offset of this row.
   for (size_t f = 0; f < fields_.size(); ++f) {
-    if (fields_[f].decode.kind != FieldDecode::Kind::kRaw) continue;
+    const FieldDecode& decode = fields_[f].decode;
+    if (decode.kind != FieldDecode::Kind::kRaw && decode.kind != FieldDecode::Kind::kDeviceImage) {
+      continue;
+    }
     const FieldView* field = view.field(fields_[f].name);
-    const uint64_t size = field == nullptr ? 0 : field->bytes.size();
     const size_t column = column_of_field_[f];
-    if (size > 0) std::memcpy(columns[column].data + raw_filled[f], field->bytes.data(), size);
+    uint64_t size = field == nullptr ? 0 : field->bytes.size();
+    if (decode.kind == FieldDecode::Kind::kDeviceImage && decoded_here_[f]) {
+      size = uint64_t(decode.image.size) * decode.image.size * 3;  // already in place
+    } else if (size > 0) {
+      std::memcpy(columns[column].data + raw_filled[f], field->bytes.data(), size);
+    }
     raw_filled[f] += size;
     const auto end = static_cast<int64_t>(raw_filled[f]);
     std::memcpy(columns[column + 1].data + (row + 1) * 8, &end, 8);
@@ -428,7 +482,8 @@ Status BatchBuilder::build(const std::vector<uint64_t>& indices, uint64_t epoch,
   lay_out(fields_, room, room, arena->out.data(), &batch->columns);
   std::vector<uint64_t> raw_filled(fields_.size(), 0);
   for (size_t f = 0; f < fields_.size(); ++f) {
-    if (fields_[f].decode.kind == FieldDecode::Kind::kRaw) {
+    const FieldDecode::Kind kind = fields_[f].decode.kind;
+    if (kind == FieldDecode::Kind::kRaw || kind == FieldDecode::Kind::kDeviceImage) {
       std::memset(batch->columns[column_of_field_[f] + 1].data, 0, 8);  // offsets[0] = 0
     }
   }

@@ -113,9 +113,18 @@ class BatchBuilder {
   const BlockReads* blocks_;
   std::vector<BlockWindow::Want> wants_;
   std::vector<std::shared_ptr<const WindowBlock>> held_blocks_;  // wants_' bytes, while building
-  std::vector<uint64_t> raw_bytes_;  // per field: bytes of all samples (raw fields)
+  // Per field: room for all samples' bytes (raw and kDeviceImage fields, row_bytes_room()).
+  std::vector<uint64_t> raw_bytes_;
+  // Per field, for the sample being filled: a kDeviceImage field's output pixels are already in
+  // place (decoded on the CPU) rather than its JPEG still to be copied.
+  std::vector<bool> decoded_here_;
   ImageDecoder decoder_;
 };
+
+// The room a sample's `field_bytes` of a field take in its batch's bytes column: the bytes
+// themselves for a raw field; for a kDeviceImage field at least its decoded size, since an image
+// the GPU decoder would not take is decoded into that room instead (prepare_for_device).
+uint64_t row_bytes_room(const FieldDecode& decode, uint64_t field_bytes);
 
 // Column layout of a batch of `samples` rows, shared by plan() and build().
 uint64_t batch_out_bytes(const std::vector<FieldSpec>& fields, uint64_t samples,

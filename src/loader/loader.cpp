@@ -37,7 +37,9 @@ Status LoaderOptions::validate() const {
   if (prefetch == 0) return invalid_argument("prefetch must be at least 1");
   if (read_timeout.count() <= 0) return invalid_argument("read_timeout must be positive");
   for (const auto& [name, decode] : decode) {
-    Status status = decode.kind == FieldDecode::Kind::kImage    ? decode.image.validate()
+    const bool image =
+        decode.kind == FieldDecode::Kind::kImage || decode.kind == FieldDecode::Kind::kDeviceImage;
+    Status status = image                                       ? decode.image.validate()
                     : decode.kind == FieldDecode::Kind::kTokens ? decode.tokens.validate()
                     : decode.kind == FieldDecode::Kind::kArray  ? decode.array.validate()
                     : decode.kind == FieldDecode::Kind::kAudio  ? decode.audio.validate()
@@ -88,7 +90,9 @@ Result<SizeEstimate> estimate_sizes(const Dataset& dataset, const std::vector<Fi
       sample_bytes += index.samples[i].size;
       for (const format::FieldEntry& f : index.fields_of(i)) {
         for (size_t k = 0; k < fields.size(); ++k) {
-          if (fields[k].name == index.names[f.name_id]) field_bytes[k] += f.size;
+          if (fields[k].name == index.names[f.name_id]) {
+            field_bytes[k] += row_bytes_room(fields[k].decode, f.size);
+          }
         }
       }
     }

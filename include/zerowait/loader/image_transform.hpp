@@ -53,6 +53,26 @@ struct CropBox {
 CropBox random_resized_crop_box(int width, int height, const ImageTransform& t,
                                 uint64_t random_seed);
 
+// The area of a width x height image that ImageDecoder::decode shows for `random_seed`, in pixels
+// of the full-resolution image: random_resized_crop_box's for kRandomResizedCrop; for
+// kResizeCenterCrop the centre crop of the resized image mapped back (fractional edges).
+// Needs width, height > 0 and a valid `t`; returns an empty area otherwise.
+struct CropArea {
+  double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+  bool flip = false;
+};
+CropArea crop_area(int width, int height, const ImageTransform& t, uint64_t random_seed);
+
+// What a decoder elsewhere (the loader's GPU stage, python/zerowait/gpu_decode.py) needs to make
+// decode()'s output from a JPEG: the image's size and the area to show.
+struct DeviceCrop {
+  int width = 0, height = 0;  // of the full-resolution JPEG, from its header (0 for PNG, WebP)
+  CropArea area;
+  // The image was decoded here instead (into prepare_for_device's `pixels`): it is not a JPEG
+  // that the device decodes like libjpeg (see prepare_for_device).
+  bool decoded = false;
+};
+
 // Decodes images into transformed images, reusing its buffers and its libjpeg state from call to
 // call, so a worker that decodes image after image does not allocate once the buffers have grown
 // to the largest image seen (the libraries' own per-image allocations aside). Not thread-safe: one
@@ -80,6 +100,17 @@ class ImageDecoder {
   // than 1 GiB.
   Status decode(std::span<const std::byte> jpeg, const ImageTransform& t, uint64_t random_seed,
                 std::span<uint8_t> out);
+
+  // For a decode on a GPU: reads only the header of a JPEG and returns its size and the area
+  // decode() would show. Images a GPU decoder would not decode as libjpeg does are decoded here
+  // instead, exactly as decode() does, into `pixels` (t.size * t.size * 3 bytes; untouched
+  // otherwise) and come back with `decoded` set: PNG and WebP, and JPEGs that are not 8-bit
+  // 3-component YCbCr with Huffman coding (grayscale, CMYK, RGB, arithmetic-coded, 12-bit) or
+  // whose data does not end with an EOI marker (truncated, or with trailing bytes; libjpeg then
+  // says whether it decodes). Errors: decode()'s, for a header that does not parse, an image
+  // over the pixel limit, and every image decoded here.
+  Result<DeviceCrop> prepare_for_device(std::span<const std::byte> bytes, const ImageTransform& t,
+                                        uint64_t random_seed, std::span<uint8_t> pixels);
 
  private:
   class Impl;

@@ -43,13 +43,38 @@ struct FieldDecode {
     // "<field>": float32 [n, channels, length], an audio file's clip (audio_clip.hpp);
     // "<field>.lengths": int64 [n], the frames of each row before its zero padding
     kAudio,
+    // An image for a GPU decoder (python/zerowait/gpu_decode.py): "<field>": uint8 [total bytes]
+    // and "<field>.offsets": int64 [n + 1], each row a JPEG or, where
+    // ImageDecoder::prepare_for_device decoded the image here, its size * size * 3 output pixels;
+    // "<field>.crop": float64 [n, kDeviceCropColumns], each row's DeviceCrop (see kDeviceCrop*).
+    kDeviceImage,
   };
   Kind kind = Kind::kRaw;
-  ImageTransform image;  // kImage only
+  ImageTransform image;  // kImage and kDeviceImage only
   TokenWindow tokens;    // kTokens only
   ArrayField array;      // kArray only
   AudioClip audio;       // kAudio only
 };
+
+// The columns of a kDeviceImage field's "<field>.crop" rows: the area shown (x0, y0, x1, y1, in
+// pixels of the full-resolution image), flip (0 or 1), the JPEG's width and height, and decoded
+// (1: the row's bytes are the output pixels, decoded on the CPU).
+enum DeviceCropColumn : int {
+  kDeviceCropX0,
+  kDeviceCropY0,
+  kDeviceCropX1,
+  kDeviceCropY1,
+  kDeviceCropFlip,
+  kDeviceCropWidth,
+  kDeviceCropHeight,
+  kDeviceCropDecoded,
+  kDeviceCropColumns,
+};
+
+// The seed of sample `index`'s random augmentations in `epoch` (crops, flips, token and audio
+// offsets) for a loader whose shuffle seed is `seed`: a function of these three alone, so the
+// same after an exact resume and whatever the threads.
+uint64_t augment_seed(uint64_t seed, uint64_t epoch, uint64_t index);
 
 enum class CorruptPolicy {
   kRaise,  // next() returns the error first (see Loader::next), then the batch without the sample

@@ -12,27 +12,18 @@
 #include <string>
 #include <vector>
 
-#include "common/random.hpp"
+#include "loader/image/crop_geometry.hpp"
 #include "loader/image/resample.hpp"
 #include "loader/image/rgb_decode.hpp"
-
-// The crop box must come out the same on every machine, so its floating-point expressions are
-// evaluated as written: no fused multiply-adds (GCC contracts by default in C++, Clang within
-// expressions; either differs from x86-64 without FMA). Scoped to the crop geometry below.
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC push_options
-#pragma GCC optimize("fp-contract=off")
-#endif
 
 namespace zerowait {
 namespace {
 
 using internal::Box;
+using internal::crop_geometry;
+using internal::CropGeometry;
+using internal::dct_scale_for;
 
-constexpr int kMaxSize = 16384;
-constexpr int kRandomResizedCropAttempts = 10;  // torchvision's
 // libjpeg memory and intermediate rows beyond this are refused rather than attempted: a worker
 // decodes many images at once across threads.
 constexpr uint64_t kMaxDecodeBytes = 1ull << 30;
@@ -41,213 +32,6 @@ constexpr uint64_t kMaxDecodeBytes = 1ull << 30;
 constexpr uint64_t kMaxPixels = 2 * 89478485ull;
 // More scans than this in a progressive JPEG is an attack, not data (TurboJPEG's limit too).
 constexpr int kMaxScans = 500;
-
-// ---- Portable randomness and arithmetic --------------------------------------------------------
-
-using internal::Rng;  // the loader's portable xoshiro256** (internal/random.hpp)
-
-// Uniform in [lo, hi), computed here rather than with Rng::between so that the expression is
-// evaluated under this file's no-contraction rule.
-double uniform(Rng& rng, double lo, double hi) {
-  const double u = rng.unit();
-  return lo + (hi - lo) * u;
-}
-
-// The flip has its own stream so that it is independent of how many crop attempts were drawn.
-constexpr uint64_t kFlipStream = 0x6A09E667F3BCC909ull;
-
-bool draw_flip(const ImageTransform& t, uint64_t seed) {
-  return t.random_flip && Rng(seed ^ kFlipStream).unit() < 0.5;
-}
-
-// Python's round(): halves go to the even neighbour, whatever the FPU rounding mode is.
-double round_half_even(double v) {
-  const double down = std::floor(v);
-  const double diff = v - down;
-  if (diff > 0.5) return down + 1;
-  if (diff < 0.5) return down;
-  return std::fmod(down, 2.0) == 0.0 ? down : down + 1;
-}
-
-constexpr double kLn2 = 0.6931471805599453094;
-
-// exp and log from basic IEEE operations only: libm implementations differ in the last bit
-// between platforms, and a last bit can move a rounded crop edge.
-double portable_exp(double x) {
-  // x = k ln2 + r with |r| <= ln2 / 2; ln2 split so that k * kLn2Hi is exact.
-  constexpr double kLn2Hi = 6.93147180369123816490e-01;
-  constexpr double kLn2Lo = 1.90821492927058770002e-10;
-  const double k = round_half_even(x / kLn2);
-  const double hi = x - k * kLn2Hi;
-  const double r = hi - k * kLn2Lo;
-  double term = 1.0, sum = 1.0;  // Taylor series; 0.35^18 / 18! < 1e-24
-  for (int n = 1; n <= 17; ++n) {
-    term = term * r / n;
-    sum = sum + term;
-  }
-  return std::ldexp(sum, int(k));
-}
-
-// log(x) for finite x > 0.
-double portable_log(double x) {
-  int e = 0;
-  double m = std::frexp(x, &e);  // x = m 2^e, m in [0.5, 1)
-  if (m < 0.70710678118654752440) {
-    m = m * 2;
-    e = e - 1;
-  }
-  // log(m) = 2 atanh(s), s = (m - 1) / (m + 1), |s| <= 0.172: the odd series to s^25.
-  const double s = (m - 1) / (m + 1);
-  const double s2 = s * s;
-  double term = s, sum = 0.0;
-  for (int n = 1; n <= 25; n += 2) {
-    sum = sum + term / n;
-    term = term * s2;
-  }
-  const double log_m = 2 * sum;
-  const double log_2e = e * kLn2;
-  return log_m + log_2e;
-}
-
-// ---- Crop geometry ----------------------------------------------------------------------------
-
-// Resize(resize) then CenterCrop(size), as torchvision computes them for a PIL image, expressed
-// as one box in the source image: output pixel i of the resized image is centred on
-// (i + 0.5) * width / resized_width, so cropping the resized image is resampling this box.
-Box center_crop_box(int width, int height, const ImageTransform& t) {
-  const int64_t target = t.resize_or_default();
-  const int64_t short_side = std::min(width, height), long_side = std::max(width, height);
-  // torchvision: int(requested_new_short * long / short)
-  const int64_t new_long = int64_t(double(target * long_side) / double(short_side));
-  const int64_t new_width = width <= height ? target : new_long;
-  const int64_t new_height = width <= height ? new_long : target;
-  // CenterCrop: int(round((image_size - crop_size) / 2.0))
-  const double left = round_half_even(double(new_width - t.size) / 2.0);
-  const double top = round_half_even(double(new_height - t.size) / 2.0);
-  const double sx = double(width) / double(new_width), sy = double(height) / double(new_height);
-  return {left * sx, top * sy, (left + t.size) * sx, (top + t.size) * sy};
-}
-
-// The smallest DCT scale M/8 at which `box` still covers at least size x size pixels:
-// libjpeg-turbo then does the coarse part of the downscale almost for free. Only M = 1, 2, 4 and 8
-// have SIMD inverse DCTs in libjpeg-turbo; the others run in C and, measured here, made decoding
-// slower than the next of these (a 300x300 centre crop: 670 us at 7/8, 550 us at 8/8).
-int dct_scale_for(const Box& box, int size) {
-  constexpr double kSlack = 1e-9;  // a box of exactly size pixels must not miss M by rounding
-  const double w = box.x1 - box.x0, h = box.y1 - box.y0;
-  for (const int m : {1, 2, 4}) {
-    if (w * m >= 8.0 * size * (1 - kSlack) && h * m >= 8.0 * size * (1 - kSlack)) return m;
-  }
-  return 8;
-}
-
-// The crop in full-resolution pixels: `box` is what the output shows, `domain` where the
-// filter's edge clamps (the crop itself for RandomResizedCrop, which crops before resizing;
-// the whole image for Resize + CenterCrop, which resizes first).
-struct CropGeometry {
-  Box box, domain;
-  bool flip = false;
-};
-
-CropGeometry crop_geometry(int width, int height, const ImageTransform& t, uint64_t seed) {
-  if (t.mode == ImageTransform::Mode::kRandomResizedCrop) {
-    const CropBox c = random_resized_crop_box(width, height, t, seed);
-    const Box box{double(c.x), double(c.y), double(c.x + c.width), double(c.y + c.height)};
-    return {box, box, c.flip};
-  }
-  return {center_crop_box(width, height, t), {0, 0, double(width), double(height)},
-          draw_flip(t, seed)};
-}
-
-}  // namespace
-
-// ---- ImageTransform ---------------------------------------------------------------------------
-
-int ImageTransform::resize_or_default() const {
-  return resize != 0 ? resize : int(round_half_even(size * 256.0 / 224.0));
-}
-
-Status ImageTransform::validate() const {
-  auto bad = [](const std::string& field, const std::string& why) {
-    return invalid_argument("ImageTransform." + field + " " + why);
-  };
-  auto num = [](double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", v);
-    return std::string(buf);
-  };
-  if (mode != Mode::kRandomResizedCrop && mode != Mode::kResizeCenterCrop) {
-    return bad("mode", "is not a known mode (" + std::to_string(int(mode)) + ")");
-  }
-  if (size < 1 || size > kMaxSize) {
-    return bad("size",
-               "must be in [1, " + std::to_string(kMaxSize) + "], got " + std::to_string(size));
-  }
-  if (resize != 0 && (resize < size || resize > 4 * kMaxSize)) {
-    return bad("resize", "must be 0 (default) or in [size, " + std::to_string(4 * kMaxSize) +
-                             "], got " + std::to_string(resize) + " with size " +
-                             std::to_string(size));
-  }
-  if (!(scale_min > 0 && scale_min <= 1)) {
-    return bad("scale_min", "must be in (0, 1], got " + num(scale_min));
-  }
-  if (!(scale_max >= scale_min && scale_max <= 1)) {
-    return bad("scale_max", "must be in [scale_min, 1], got " + num(scale_max) +
-                                " with scale_min " + num(scale_min));
-  }
-  if (!(ratio_min > 0 && std::isfinite(ratio_min))) {
-    return bad("ratio_min", "must be positive and finite, got " + num(ratio_min));
-  }
-  if (!(ratio_max >= ratio_min && std::isfinite(ratio_max))) {
-    return bad("ratio_max", "must be finite and >= ratio_min, got " + num(ratio_max) +
-                                " with ratio_min " + num(ratio_min));
-  }
-  return Status::ok();
-}
-
-// torchvision.transforms.RandomResizedCrop.get_params, step by step.
-CropBox random_resized_crop_box(int width, int height, const ImageTransform& t,
-                                uint64_t random_seed) {
-  if (width <= 0 || height <= 0 || !t.validate().is_ok()) return {};
-  const bool flip = draw_flip(t, random_seed);
-  Rng rng(random_seed);
-  const double area = double(width) * double(height);
-  const double log_ratio_min = portable_log(t.ratio_min);
-  const double log_ratio_max = portable_log(t.ratio_max);
-  for (int attempt = 0; attempt < kRandomResizedCropAttempts; ++attempt) {
-    const double target_area = area * uniform(rng, t.scale_min, t.scale_max);
-    const double aspect_ratio = portable_exp(uniform(rng, log_ratio_min, log_ratio_max));
-    const double w = round_half_even(std::sqrt(target_area * aspect_ratio));
-    const double h = round_half_even(std::sqrt(target_area / aspect_ratio));
-    if (w > 0 && w <= width && h > 0 && h <= height) {
-      const int crop_w = int(w), crop_h = int(h);
-      const int y = int(rng.below(uint64_t(height - crop_h) + 1));
-      const int x = int(rng.below(uint64_t(width - crop_w) + 1));
-      return {x, y, crop_w, crop_h, flip};
-    }
-  }
-  // Fallback: the whole image, cut to the nearest allowed aspect ratio, centred.
-  const double in_ratio = double(width) / double(height);
-  int crop_w = width, crop_h = height;
-  if (in_ratio < t.ratio_min) {
-    crop_h = int(round_half_even(width / t.ratio_min));
-  } else if (in_ratio > t.ratio_max) {
-    crop_w = int(round_half_even(height * t.ratio_max));
-  }
-  crop_w = std::clamp(crop_w, 1, width);  // ratios far from 1 can round a side of 1 pixel to 0
-  crop_h = std::clamp(crop_h, 1, height);
-  return {(width - crop_w) / 2, (height - crop_h) / 2, crop_w, crop_h, flip};
-}
-
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT ON
-#elif defined(__GNUC__)
-#pragma GCC pop_options
-#endif
-
-// ---- The libjpeg side -------------------------------------------------------------------------
-
-namespace {
 
 // libjpeg reports errors through callbacks that must not return; ours longjmp back into the
 // ImageDecoder::Impl method that called libjpeg. Those methods keep nothing with a destructor
@@ -323,6 +107,16 @@ std::string signature_text(std::span<const std::byte> bytes) {
   return text;
 }
 
+// Aborts the decompression in progress when it goes out of scope, whatever happened: libjpeg is
+// then ready for the next image.
+struct AbortOnExit {
+  j_decompress_ptr cinfo;
+  const bool* created;
+  ~AbortOnExit() {
+    if (*created) jpeg_abort_decompress(cinfo);
+  }
+};
+
 }  // namespace
 
 class ImageDecoder::Impl {
@@ -343,6 +137,8 @@ class ImageDecoder::Impl {
 
   Status decode(std::span<const std::byte> jpeg, const ImageTransform& t, uint64_t random_seed,
                 std::span<uint8_t> out);
+  Result<DeviceCrop> prepare_for_device(std::span<const std::byte> bytes, const ImageTransform& t,
+                                        uint64_t random_seed, std::span<uint8_t> pixels);
 
  private:
   // Each of these calls libjpeg under a setjmp and returns false, with err_ filled in, when
@@ -354,12 +150,18 @@ class ImageDecoder::Impl {
 
   Status failure(const char* stage) const;
 
+  // Gives the next JPEG a fresh decompress object and reads `jpeg`'s header into cinfo_; the
+  // caller's AbortOnExit leaves libjpeg ready for the image after. Errors: decode()'s for the
+  // header and for an image over the pixel limit.
+  Status open_jpeg(std::span<const std::byte> jpeg);
+  // Whether the JPEG whose header cinfo_ holds goes to a GPU decoder (prepare_for_device).
+  bool device_decodes(std::span<const std::byte> jpeg) const;
+
   // Plans the resampler for `crop` in an image scaled by `f` to scaled_w x scaled_h pixels and
   // returns the region of the scaled image its input rows and columns are relative to.
   // kUnsupported (naming the `format` and width x height) for a plan too large.
   Result<Region> plan_resample(const CropGeometry& crop, double f, int scaled_w, int scaled_h,
-                               const ImageTransform& t, const char* format, int width,
-                               int height);
+                               const ImageTransform& t, const char* format, int width, int height);
   // PNG and WebP: decoded (whole, or a PNG's rows down to the last one the crop needs), then
   // resampled like a JPEG at full scale.
   Status decode_whole(std::span<const std::byte> bytes, internal::ImageFormat format,
@@ -473,30 +275,10 @@ Status ImageDecoder::Impl::decode(std::span<const std::byte> jpeg, const ImageTr
   if (format == internal::ImageFormat::kUnknown) {
     return corrupt("not a JPEG, PNG or WebP image (" + signature_text(jpeg) + ")");
   }
-  // A decompress object keeps the Huffman and quantization tables of every JPEG it has read,
-  // and a JPEG that lacks one (abbreviated, or damaged) would be decoded with an earlier file's
-  // instead of the standard one: the pixels would depend on which images the worker decoded
-  // before (found by fuzz_image). Each JPEG gets a fresh object, as a new decoder would; making
-  // one costs microseconds.
-  if (used_ && created_) jpeg_destroy_decompress(&cinfo_);
-  if (used_) created_ = create();
-  used_ = true;
-  if (!created_) return Status(ErrorCode::kInternal, std::string("libjpeg init: ") + err_.message);
-
   // Whatever happens below, libjpeg is left ready for the next image.
-  struct AbortOnExit {
-    j_decompress_ptr cinfo;
-    ~AbortOnExit() { jpeg_abort_decompress(cinfo); }
-  } abort_on_exit{&cinfo_};
-
-  if (!read_header(reinterpret_cast<const unsigned char*>(jpeg.data()), jpeg.size())) {
-    return failure("header");
-  }
+  AbortOnExit abort_on_exit{&cinfo_, &created_};
+  ZW_RETURN_IF_ERROR(open_jpeg(jpeg));
   const int width = int(cinfo_.image_width), height = int(cinfo_.image_height);
-  if (uint64_t(width) * uint64_t(height) > kMaxPixels) {
-    return unsupported("JPEG of " + std::to_string(width) + "x" + std::to_string(height) +
-                       " pixels is over the limit of " + std::to_string(kMaxPixels) + " pixels");
-  }
 
   const CropGeometry crop = crop_geometry(width, height, t, random_seed);
   const int scale_num = t.dct_downscale ? dct_scale_for(crop.box, t.size) : 8;
@@ -512,6 +294,66 @@ Status ImageDecoder::Impl::decode(std::span<const std::byte> jpeg, const ImageTr
   if (!read_rows(needed)) return failure("scan data");
   resampler_.finish(out);
   return Status::ok();
+}
+
+Status ImageDecoder::Impl::open_jpeg(std::span<const std::byte> jpeg) {
+  // A decompress object keeps the Huffman and quantization tables of every JPEG it has read,
+  // and a JPEG that lacks one (abbreviated, or damaged) would be decoded with an earlier file's
+  // instead of the standard one: the pixels would depend on which images the worker decoded
+  // before (found by fuzz_image). Each JPEG gets a fresh object, as a new decoder would; making
+  // one costs microseconds.
+  if (used_ && created_) jpeg_destroy_decompress(&cinfo_);
+  if (used_) created_ = create();
+  used_ = true;
+  if (!created_) return Status(ErrorCode::kInternal, std::string("libjpeg init: ") + err_.message);
+  if (!read_header(reinterpret_cast<const unsigned char*>(jpeg.data()), jpeg.size())) {
+    return failure("header");
+  }
+  const uint64_t width = cinfo_.image_width, height = cinfo_.image_height;
+  if (width * height > kMaxPixels) {
+    return unsupported("JPEG of " + std::to_string(width) + "x" + std::to_string(height) +
+                       " pixels is over the limit of " + std::to_string(kMaxPixels) + " pixels");
+  }
+  return Status::ok();
+}
+
+// What nvJPEG decodes as libjpeg does (within decoder tolerance): 8-bit, Huffman-coded, 3-component
+// YCbCr with full-resolution chroma planes subsampled in one of the ways nvJPEG knows (4:4:4,
+// 4:2:2, 4:4:0, 4:2:0, 4:1:1, 4:1:0), and complete: data that ends in anything but EOI goes to
+// libjpeg, which tells a truncated file (kCorrupt) from trailing bytes after the image.
+bool ImageDecoder::Impl::device_decodes(std::span<const std::byte> jpeg) const {
+  if (cinfo_.jpeg_color_space != JCS_YCbCr || cinfo_.num_components != 3 ||
+      cinfo_.data_precision != 8 || cinfo_.arith_code) {
+    return false;
+  }
+  const jpeg_component_info* c = cinfo_.comp_info;
+  for (int i = 1; i < 3; ++i) {
+    if (c[i].h_samp_factor != 1 || c[i].v_samp_factor != 1) return false;
+  }
+  const int h = c[0].h_samp_factor, v = c[0].v_samp_factor;
+  if (!((h == 1 || h == 2 || h == 4) && (v == 1 || v == 2))) return false;
+  const size_t n = jpeg.size();
+  return n >= 2 && jpeg[n - 2] == std::byte{0xFF} && jpeg[n - 1] == std::byte{0xD9};
+}
+
+Result<DeviceCrop> ImageDecoder::Impl::prepare_for_device(std::span<const std::byte> bytes,
+                                                          const ImageTransform& t,
+                                                          uint64_t random_seed,
+                                                          std::span<uint8_t> pixels) {
+  ZW_RETURN_IF_ERROR(t.validate());
+  DeviceCrop crop;
+  if (internal::sniff_image_format(bytes) == internal::ImageFormat::kJpeg) {
+    AbortOnExit abort_on_exit{&cinfo_, &created_};
+    ZW_RETURN_IF_ERROR(open_jpeg(bytes));
+    crop.width = int(cinfo_.image_width);
+    crop.height = int(cinfo_.image_height);
+    crop.area = crop_area(crop.width, crop.height, t, random_seed);
+    if (device_decodes(bytes)) return crop;
+  }
+  // Decoded here, as decode() does (PNG and WebP keep width and height 0: their pixels are final).
+  ZW_RETURN_IF_ERROR(decode(bytes, t, random_seed, pixels));
+  crop.decoded = true;
+  return crop;
 }
 
 Result<Region> ImageDecoder::Impl::plan_resample(const CropGeometry& crop, double f, int scaled_w,
@@ -566,6 +408,13 @@ Status ImageDecoder::decode(std::span<const std::byte> jpeg, const ImageTransfor
                             uint64_t random_seed, std::span<uint8_t> out) {
   if (!impl_) impl_ = std::make_unique<Impl>();  // moved from: start afresh
   return impl_->decode(jpeg, t, random_seed, out);
+}
+
+Result<DeviceCrop> ImageDecoder::prepare_for_device(std::span<const std::byte> bytes,
+                                                    const ImageTransform& t, uint64_t random_seed,
+                                                    std::span<uint8_t> pixels) {
+  if (!impl_) impl_ = std::make_unique<Impl>();
+  return impl_->prepare_for_device(bytes, t, random_seed, pixels);
 }
 
 }  // namespace zerowait

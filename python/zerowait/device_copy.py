@@ -67,8 +67,11 @@ class DeviceCopy:
                 if not isinstance(value, torch.Tensor):
                     out[name] = value
                     continue
-                nbytes += value.numel() * value.element_size()
                 target = self._out.get(name)
+                if value.is_cuda and target is None:  # made on the GPU (GPU image decode)
+                    out[name] = value
+                    continue
+                nbytes += value.numel() * value.element_size()
                 if target is not None:
                     out[name] = _copy_into(name, target, value)
                 else:
@@ -80,7 +83,8 @@ class DeviceCopy:
         reached.record(consumer)
         consumer.wait_event(end)
         for name, tensor in out.items():
-            if isinstance(tensor, torch.Tensor) and name not in self._out:
+            if (isinstance(tensor, torch.Tensor) and name not in self._out
+                    and tensor is not batch[name]):
                 tensor.record_stream(consumer)
         self._in_flight.append((end, batch))
         self._timing.append((start, end, reached, nbytes))

@@ -101,8 +101,7 @@ class DeviceCopy:
         while self._timing and all(e.query() for e in self._timing[0][:3]):
             start, end, reached, nbytes = self._timing.pop(0)
             self.copy_s += start.elapsed_time(end) / 1000.0
-            # Negative when the copy had finished before the consumer got there: no wait.
-            self.wait_s += max(reached.elapsed_time(end), 0.0) / 1000.0
+            self.wait_s += _stall_ms(reached, end) / 1000.0
             self.bytes += nbytes
             self.batches += 1
 
@@ -113,6 +112,18 @@ class DeviceCopy:
         return {"copy_s": self.copy_s, "wait_s": self.wait_s, "bytes": self.bytes,
                 "batches": self.batches, "pending": len(self._timing),
                 "gb_per_s": self.bytes / self.copy_s / 1e9 if self.copy_s > 0 else None}
+
+
+def _stall_ms(reached: Any, end: Any) -> float:
+    """How long after `reached` (the consumer's stream got to the batch) the copy ended (`end`):
+    the consumer's stall, 0 when the copy had ended first. Both events have completed."""
+    try:
+        return max(reached.elapsed_time(end), 0.0)
+    except RuntimeError:
+        # A runtime that refuses a negative interval: the copy ended before the consumer got
+        # there (the other order is then a valid interval, which this checks).
+        end.elapsed_time(reached)
+        return 0.0
 
 
 def _copy_into(name: str, target: Any, value: Any) -> Any:

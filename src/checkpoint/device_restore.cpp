@@ -67,12 +67,12 @@ Status copy_to_destination(const TensorRead& read, const StoredTensor& tensor,
 // `untracked` is set when a copy may be running that no event tracks.
 Status copy_batch(std::span<const TensorRead> reads, const RankManifest& manifest, Batch& batch,
                   const std::vector<std::byte*>& staged, bool& untracked) {
-  std::set<std::pair<int, void*>> streams;
+  std::set<std::pair<int, void*>> streams;  // those a copy was queued on
   Status status;
   for (size_t i = 0; i < batch.reads.size() && status.is_ok(); ++i) {
     const TensorRead& read = reads[batch.reads[i]];
     status = copy_to_destination(read, manifest.tensors[read.index], staged[i]);
-    if (read.device >= 0) streams.emplace(read.device, read.stream);
+    if (status.is_ok() && read.device >= 0) streams.emplace(read.device, read.stream);
   }
   for (const auto& [device, stream] : streams) {
     auto event = CudaEvent::record(device, stream);
@@ -129,7 +129,8 @@ Status read_through_staging(StorageTarget& target, const RankManifest& manifest,
     }
   }
   std::vector<Batch> batches = plan_batches(reads, manifest, options.staging_batch_bytes);
-  uint64_t half = std::max<uint64_t>(options.staging_batch_bytes, kStagedAlignment);
+  // Each half holds the largest batch: staging_batch_bytes, or one tensor larger than that.
+  uint64_t half = kStagedAlignment;
   for (const Batch& b : batches) half = std::max(half, b.bytes);
   const bool to_device =
       std::any_of(reads.begin(), reads.end(), [](const TensorRead& r) { return r.device >= 0; });

@@ -127,6 +127,16 @@ TEST(DoctorUnreadable, PlantedUnreadableDevicesAndNetwork) {
   const DoctorReport report = fx.run(options);
   // Was "FAIL: NVIDIA driver not loaded".
   expect_not_readable(only_finding(report, "devices.gpus"), "/proc/driver/nvidia/version");
+
+  // A PCI function whose vendor cannot be read is not "no NVIDIA GPU".
+  DoctorFixture hidden;
+  hidden.dir("/empty");
+  hidden.file("/sys/devices/pci0000:00/0000:00:05.0/vendor", "0x10de\n");
+  hidden.file("/sys/devices/pci0000:00/0000:00:05.0/class", "0x030200\n");
+  hidden.link("/sys/bus/pci/devices/0000:00:05.0", "../../../devices/pci0000:00/0000:00:05.0");
+  hidden.facts()["unreadable"] = {"/sys/devices/pci0000:00/0000:00:05.0/vendor"};
+  expect_not_readable(only_finding(hidden.run(options), "devices.gpus"),
+                      "/sys/devices/pci0000:00/0000:00:05.0/vendor");
   // Was "WARN: state unreadable".
   expect_not_readable(only_finding(report, "network.rdma"),
                       "/sys/class/infiniband/mlx5_0/ports/1/state");

@@ -161,7 +161,22 @@ void check_gpus(const System& system, const std::vector<PciAttached>& gpus, Find
     f.evidence = std::string(kPciDevices) + ": " +
                  std::to_string(system.list(kPciDevices).size()) +
                  " PCI functions, none with vendor 0x10de and class 0x0300xx or 0x0302xx";
-    if (system.denied(kPciDevices)) not_readable(f, "NVIDIA GPUs", kPciDevices);
+    if (system.denied(kPciDevices)) {
+      not_readable(f, "NVIDIA GPUs", kPciDevices);
+      return;
+    }
+    // A function whose vendor or class cannot be read may be a GPU.
+    for (const std::string& address : system.list(kPciDevices)) {
+      const std::optional<std::string> dir =
+          resolve_path(system, std::string(kPciDevices) + "/" + address);
+      for (const char* name : {"/vendor", "/class"}) {
+        const std::string file = dir.value_or(std::string(kPciDevices) + "/" + address) + name;
+        if (system.denied(file)) {
+          not_readable(f, "NVIDIA GPUs", file);
+          return;
+        }
+      }
+    }
     return;
   }
   const std::optional<std::string> version_line = system.read_line(kNvidiaVersion);

@@ -38,6 +38,11 @@ def run_with_small_shm(tmp_path: Path, *args: str) -> dict:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("SKIPPED LOUDLY: mounting a small /dev/shm needs root and unshare(1) "
                     "(CI runs as root)")
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "mount", "-t", "tmpfs",
+                            "-o", "size=1m", "tmpfs", "/dev/shm"], capture_output=True, text=True)
+    if probe.returncode != 0:  # a container without CAP_SYS_ADMIN
+        pytest.skip(f"SKIPPED LOUDLY: cannot mount a tmpfs in a private mount namespace here: "
+                    f"{probe.stderr.strip()}")
     tmpdir = tmp_path / "tmpdir"
     tmpdir.mkdir()
     command = ["unshare", "-m", "--propagation", "private", "sh", "-c",

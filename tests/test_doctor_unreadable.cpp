@@ -109,14 +109,20 @@ TEST(DoctorUnreadable, ReadableFixtureGivesVerdicts) {
   EXPECT_EQ(only_finding(report, "storage.small_files").summary, "2 files, median 1 B");
 }
 
+// An NVIDIA GPU on PCI at 0000:00:05.0, and an empty path for the storage checks.
+constexpr const char* kGpuDir = "/sys/devices/pci0000:00/0000:00:05.0";
+void plant_gpu(DoctorFixture& fx) {
+  fx.dir("/empty");
+  fx.file(std::string(kGpuDir) + "/vendor", "0x10de\n");
+  fx.file(std::string(kGpuDir) + "/class", "0x030200\n");
+  fx.link("/sys/bus/pci/devices/0000:00:05.0", "../../../devices/pci0000:00/0000:00:05.0");
+}
+
 TEST(DoctorUnreadable, PlantedUnreadableDevicesAndNetwork) {
   DoctorFixture fx;
-  fx.dir("/empty");
+  plant_gpu(fx);
   fx.file("/proc/driver/nvidia/version",
           "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15\n");
-  fx.file("/sys/devices/pci0000:00/0000:00:05.0/vendor", "0x10de\n");
-  fx.file("/sys/devices/pci0000:00/0000:00:05.0/class", "0x030200\n");
-  fx.link("/sys/bus/pci/devices/0000:00:05.0", "../../../devices/pci0000:00/0000:00:05.0");
   fx.file("/sys/class/infiniband/mlx5_0/ports/1/state", "4: ACTIVE\n");
   fx.file("/sys/class/net/eth0/operstate", "up\n");
   fx.facts()["env"] = {{"NCCL_SOCKET_IFNAME", "eth0"}};
@@ -127,16 +133,6 @@ TEST(DoctorUnreadable, PlantedUnreadableDevicesAndNetwork) {
   const DoctorReport report = fx.run(options);
   // Was "FAIL: NVIDIA driver not loaded".
   expect_not_readable(only_finding(report, "devices.gpus"), "/proc/driver/nvidia/version");
-
-  // A PCI function whose vendor cannot be read is not "no NVIDIA GPU".
-  DoctorFixture hidden;
-  hidden.dir("/empty");
-  hidden.file("/sys/devices/pci0000:00/0000:00:05.0/vendor", "0x10de\n");
-  hidden.file("/sys/devices/pci0000:00/0000:00:05.0/class", "0x030200\n");
-  hidden.link("/sys/bus/pci/devices/0000:00:05.0", "../../../devices/pci0000:00/0000:00:05.0");
-  hidden.facts()["unreadable"] = {"/sys/devices/pci0000:00/0000:00:05.0/vendor"};
-  expect_not_readable(only_finding(hidden.run(options), "devices.gpus"),
-                      "/sys/devices/pci0000:00/0000:00:05.0/vendor");
   // Was "WARN: state unreadable".
   expect_not_readable(only_finding(report, "network.rdma"),
                       "/sys/class/infiniband/mlx5_0/ports/1/state");
@@ -144,6 +140,16 @@ TEST(DoctorUnreadable, PlantedUnreadableDevicesAndNetwork) {
   const std::vector<Finding> ifname = findings_of(report, "network.nccl_socket_ifname");
   ASSERT_EQ(ifname.size(), 2u);
   expect_not_readable(ifname[0], "/sys/class/net");
+}
+
+TEST(DoctorUnreadable, APciFunctionWhoseVendorCannotBeReadIsNotNoGpu) {
+  DoctorFixture fx;
+  plant_gpu(fx);
+  fx.facts()["unreadable"] = {std::string(kGpuDir) + "/vendor"};
+  DoctorOptions options;
+  options.paths = {"/empty"};
+  expect_not_readable(only_finding(fx.run(options), "devices.gpus"),
+                      std::string(kGpuDir) + "/vendor");
 }
 
 // ---- real permissions --------------------------------------------------------------------------

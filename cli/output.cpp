@@ -9,6 +9,7 @@
 #include <iterator>
 
 #include "common/text.hpp"
+#include "zerowait/diagnose/page_cache.hpp"
 
 namespace zerowait::cli {
 
@@ -114,6 +115,18 @@ void print_key_values(std::ostream& out,
 void print_json(const nlohmann::ordered_json& value) {
   // Replace invalid UTF-8 (keys come from file names) instead of throwing mid-output.
   std::cout << value.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << '\n';
+}
+
+nlohmann::ordered_json cold_cache_json(const ColdCacheMethod& method) {
+  return {{"method", method.method},
+          {"needs_root", false},
+          {"what", method.what},
+          {"stays_warm", method.stays_warm}};
+}
+
+void print_cold_cache(std::ostream& out, const ColdCacheMethod& method) {
+  out << "cold cache: " << method.method << ", no root needed: " << method.what << ".\n"
+      << "  not evicted: " << method.stays_warm << ".\n";
 }
 
 }  // namespace zerowait::cli

@@ -19,6 +19,10 @@
 #include "zerowait/common/status.hpp"
 #include "zerowait/shard/dataset.hpp"
 
+namespace zerowait {
+struct ColdCacheMethod;  // zerowait/diagnose/page_cache.hpp
+}  // namespace zerowait
+
 namespace zerowait::cli {
 
 using internal::seconds_since;
@@ -89,5 +93,10 @@ void print_key_values(std::ostream& out,
 
 // Prints `value` to stdout, indented, with a trailing newline.
 void print_json(const nlohmann::ordered_json& value);
+
+// How a bench kept the page cache out of its cold numbers: the "cold_cache" object of its
+// --json ({"method", "needs_root": false, "what", "stays_warm"}) and the lines of its table.
+nlohmann::ordered_json cold_cache_json(const ColdCacheMethod& method);
+void print_cold_cache(std::ostream& out, const ColdCacheMethod& method);
 
 }  // namespace zerowait::cli

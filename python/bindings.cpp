@@ -15,6 +15,7 @@
 #include "common.hpp"
 #include "zerowait/common/status.hpp"
 #include "zerowait/io/byte_source.hpp"
+#include "zerowait/io/cache_directory.hpp"
 #include "zerowait/shard/dataset.hpp"
 #include "zerowait/shard/pack.hpp"
 #include "zerowait/shard/reader.hpp"
@@ -485,6 +486,13 @@ py::dict merge_py(py::handle out_dir, py::object parts, bool overwrite, bool syn
 void bind_functions(py::module_& m) {
   // Defaults come from the C++ option structs: one source of truth.
   const PackOptions pack_defaults;
+  m.def(
+      "default_cache_dir",
+      [] { return fs_str(value_or_throw(default_cache_directory(kBlockCacheSubdirectory))); },
+      R"(The directory a cache of remote data takes when you name none:
+``$XDG_CACHE_HOME/zerowait/blocks``, else ``~/.cache/zerowait/blocks``. Yours, writable
+without root; not created until used. ``Loader(..., cache_dir=zerowait.default_cache_dir())``
+reads remote shards through it (docs/cache.md, "Where caches live").)");
   m.def("pack", &pack_py, py::arg("sources"), py::arg("out_dir"), py::kw_only(),
         py::arg("imagefolder") = pack_defaults.imagefolder,
         py::arg("shard_size") = pack_defaults.shard_size,

@@ -3,8 +3,11 @@
 // POSIX_FADV_DONTNEED first; where the file system keeps them anyway (tmpfs), the tests skip.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -90,6 +93,30 @@ TEST_F(PageCacheTest, WarmReadsWhatIsMissingWithinItsBudget) {
   Result<WarmReport> again = warm_page_cache(paths_, {});
   ASSERT_TRUE(again.is_ok());
   EXPECT_EQ(again->bytes_read, 0u);
+}
+
+TEST(PageCache, AUserWhomMincoreDoesNotAnswerIsToldSoAndWarmsEverything) {
+  // A file this user neither owns nor may write: root's, read by nobody; /etc/passwd for a
+  // user who is not root.
+  testing::TempDir dir;
+  const bool root = ::geteuid() == 0;
+  const std::string path = root ? dir.path() + "/shard" : "/etc/passwd";
+  if (root) {
+    write_file(path, 12 * kMiB);
+    ::chmod(dir.path().c_str(), 0755);
+    ::chmod(path.c_str(), 0644);
+  }
+  ASSERT_TRUE(warm_page_cache({path}, {}).is_ok());  // resident, as far as anyone can tell
+  const std::string seen = testing::run_unprivileged([&] {
+    const Result<Residency> r = residency({path});
+    const Result<WarmReport> warm = warm_page_cache({path}, {});
+    if (!r.is_ok() || !warm.is_ok()) return std::string("error");
+    return std::to_string(r->files[0].measured) + " " + std::to_string(r->unmeasured_bytes) + " " +
+           std::to_string(std::isnan(r->share())) + " " + std::to_string(warm->bytes_read);
+  });
+  const uint64_t size = std::filesystem::file_size(path);
+  // Not measured, all of it, share unknown; the warm-up read the whole file (it cannot know).
+  EXPECT_EQ(seen, "0 " + std::to_string(size) + " 1 " + std::to_string(size));
 }
 
 TEST(PageCache, MissingFilesAreNamedAndEmptyOnesResident) {

@@ -408,6 +408,29 @@ TEST(BenchStorageCli, TablePrintsEveryJob) {
   EXPECT_NE(r.err.find("job 1/8"), std::string::npos) << "progress on stderr: " << r.err;
 }
 
+TEST(BenchStorageCli, AnUnprivilegedUserIsToldThePageCacheIsBypassed) {
+  TempDir dir;
+  fs::permissions(dir.path(), fs::perms::all);  // the unprivileged user writes the test file
+  const testing::CommandResult json =
+      testing::run_cli_unprivileged({"bench", "storage", dir.path(), "--size", "16M", "--runtime",
+                                     "0.1", "--depths", "1", "--no-fio", "--json"});
+  const nlohmann::json out = parse_output(json);
+  EXPECT_EQ(out["cold_cache"]["method"], "O_DIRECT");
+  EXPECT_EQ(out["cold_cache"]["needs_root"], false);
+  EXPECT_NE(out["cold_cache"]["stays_warm"].get<std::string>().find("storage's own caches"),
+            std::string::npos)
+      << out["cold_cache"];
+  ASSERT_EQ(out["jobs"].size(), 8u);
+  for (const nlohmann::json& job : out["jobs"]) expect_sane_json(job["zerowait"], job["name"]);
+
+  const testing::CommandResult text =
+      testing::run_cli_unprivileged({"bench", "storage", dir.path(), "--size", "16M", "--runtime",
+                                     "0.1", "--depths", "1", "--no-fio"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("cold cache: O_DIRECT, no root needed"), std::string::npos) << text.out;
+  EXPECT_TRUE(leftovers(dir.path()).empty());
+}
+
 TEST(BenchStorageCli, RefusesMoreThanTheFreeSpace) {
   TempDir dir;
   const testing::CommandResult r =

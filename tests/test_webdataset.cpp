@@ -264,15 +264,6 @@ TEST(WebDataset, SidecarIsCreatedReusedAndRebuilt) {
   EXPECT_NE(testing::read_file(sidecar), bytes);
 }
 
-TEST(WebDataset, UnwritableSidecarOnlyCostsTheCache) {
-  TempDir dir;
-  make_tar(dir, "x.tar", {{"a.jpg", "11"}});
-  fs::create_directory(dir / "x.tar.zwidx");  // neither readable as a file nor replaceable
-  EXPECT_EQ(open_and_read(dir / "x.tar"), (Samples{{"a", {{"jpg", "11"}}}}));
-  EXPECT_EQ(open_and_read(dir / "x.tar"), (Samples{{"a", {{"jpg", "11"}}}}));
-  EXPECT_TRUE(fs::is_directory(dir / "x.tar.zwidx"));
-}
-
 // The members of the archive at `path`, and where its end-of-archive blocks start.
 std::vector<internal::TarMember> list_members(const std::string& path, uint64_t* end) {
   std::vector<internal::TarMember> members;

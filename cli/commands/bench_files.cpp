@@ -1,6 +1,7 @@
 // `zerowait bench files DIR [--dataset SHARDS]`: what one open/fstat/read/close per small file
 // costs, cold and warm, beside the same samples read from the packed dataset
 // (src/diagnose/files_bench.cpp).
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -9,6 +10,7 @@
 #include "commands.hpp"
 #include "output.hpp"
 #include "zerowait/diagnose/files_bench.hpp"
+#include "zerowait/diagnose/page_cache.hpp"
 
 namespace zerowait::cli {
 namespace {
@@ -54,12 +56,12 @@ void print_json_report(const FilesBenchReport& report) {
               {"threads", report.threads},
               {"files_listed", report.files_listed},
               {"list_seconds", report.list_seconds},
-              {"list_files_per_s", report.list_seconds > 0
-                                       ? double(report.files_listed) / report.list_seconds
-                                       : 0.0},
+              {"list_files_per_s",
+               report.list_seconds > 0 ? double(report.files_listed) / report.list_seconds : 0.0},
               {"files_read", report.files_read},
               {"files", {{"cold", pass_json(report.cold)}, {"warm", pass_json(report.warm)}}},
               {"packed", std::move(packed)},
+              {"cold_cache", cold_cache_json(kColdByFadvise)},
               {"notes", report.notes}});
 }
 
@@ -101,6 +103,20 @@ void print_table(const FilesBenchReport& report) {
   std::cout << "\nper file: open + fstat + read to the end + close. packed: zerowait's Loader, "
                "raw bytes of every field,\nshuffle \"random\", checksums verified. speed-up = "
                "samples/s over files/s, cold against cold, warm against warm.\n";
+  print_cold_cache(std::cout, kColdByFadvise);
+  // What the eviction left: the evidence that "cold" was cold.
+  const auto share = [](double resident) {
+    return std::isnan(resident) ? std::string("unknown") : fixed(resident * 100, 1) + " %";
+  };
+  std::cout << "  in the page cache when the cold pass began: "
+            << share(report.cold.resident_before) << " of the files' bytes"
+            << (packed ? ", " + share(packed->cold.resident_before) + " of the shards'"
+                       : std::string())
+            << ".\n";
+  if (std::isnan(report.cold.resident_before) ||
+      (packed && std::isnan(packed->cold.resident_before))) {
+    std::cout << "  unknown: " << kUnmeasuredResidency << ".\n";
+  }
   for (const std::string& note : report.notes) std::cout << "note: " << note << '\n';
 }
 
@@ -154,8 +170,10 @@ Command add_bench_files_command(CLI::App& bench) {
       "Lists DIR (files/s), then reads every file (or --max-files of them) in a shuffled order\n"
       "as a Dataset over loose files does: open, fstat, read to the end, close. Cold first, then\n"
       "warm (the second pass). Before the cold pass each file is evicted from the page cache\n"
-      "(fdatasync, then posix_fadvise(POSIX_FADV_DONTNEED)): this drops those files' cached\n"
-      "pages for everyone on the machine. The kernel's dentry and inode caches stay warm.\n"
+      "(fdatasync, then posix_fadvise(POSIX_FADV_DONTNEED)), which needs no root: this drops\n"
+      "those files' cached pages for everyone on the machine. The kernel's dentry and inode\n"
+      "caches stay warm. The output says so (\"cold cache\", and the share of the bytes still\n"
+      "cached when the cold pass began).\n"
       "\n"
       "With --dataset, the same number of samples is read from the packed dataset the way\n"
       "training reads it: through zerowait's Loader (shuffle \"random\", raw bytes of every\n"
@@ -169,7 +187,8 @@ Command add_bench_files_command(CLI::App& bench) {
       "--json prints {\"dir\", \"threads\", \"files_listed\", \"list_seconds\",\n"
       "\"list_files_per_s\", \"files_read\", \"files\": {\"cold\", \"warm\"}, \"packed\":\n"
       "{\"dataset\", \"samples\", \"open_seconds\", \"loader_start_seconds\", \"cold\", \"warm\",\n"
-      "\"speedup_cold\", \"speedup_warm\"} or null, \"notes\"}, each pass {\"items\", \"bytes\",\n"
+      "\"speedup_cold\", \"speedup_warm\"} or null, \"cold_cache\": {\"method\", \"needs_root\",\n"
+      "\"what\", \"stays_warm\"}, \"notes\"}, each pass {\"items\", \"bytes\",\n"
       "\"seconds\", \"items_per_s\", \"mb_s\", \"resident_before\"}.\n"
       "\n"
       "Example:\n"

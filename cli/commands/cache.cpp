@@ -1,5 +1,6 @@
 // `zerowait cache status|warm DATASET`: how much of a dataset's shards the page cache holds, and
 // reading the rest in before training starts.
+#include <cmath>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -40,11 +41,15 @@ std::vector<std::string> shard_files(const std::string& path) {
 nlohmann::ordered_json residency_json(const Residency& r, bool files) {
   nlohmann::ordered_json out = {{"bytes", r.bytes},
                                 {"resident_bytes", r.resident_bytes},
+                                {"unmeasured_bytes", r.unmeasured_bytes},
                                 {"resident_share", r.share()}};
   if (files) {
     nlohmann::ordered_json list = nlohmann::ordered_json::array();
     for (const FileResidency& f : r.files) {
-      list.push_back({{"path", f.path}, {"bytes", f.bytes}, {"resident_bytes", f.resident_bytes}});
+      list.push_back({{"path", f.path},
+                      {"bytes", f.bytes},
+                      {"resident_bytes", f.resident_bytes},
+                      {"measured", f.measured}});
     }
     out["files"] = std::move(list);
   }
@@ -52,12 +57,16 @@ nlohmann::ordered_json residency_json(const Residency& r, bool files) {
 }
 
 std::string percent(double share) {
+  if (std::isnan(share)) return "unknown";
   return std::to_string(int(share * 100.0 + 0.5)) + " %";
 }
 
 std::string residency_text(const Residency& r) {
   return format_bytes(r.resident_bytes) + " of " + format_bytes(r.bytes) + " resident (" +
-         percent(r.share()) + ") in " + count_noun(r.files.size(), "shard", "shards");
+         percent(r.share()) + ") in " + count_noun(r.files.size(), "shard", "shards") +
+         (r.unmeasured_bytes == 0 ? ""
+                                  : "; " + format_bytes(r.unmeasured_bytes) + " " +
+                                        kUnmeasuredResidency + " (counted as not resident)");
 }
 
 int run_status(const CacheArgs& args) {

@@ -140,7 +140,11 @@ class Loader:
     exception in ``fn`` follows ``on_corrupt`` and names the sample (MapError); a worker that
     dies is reported and replaced and its batches run again, or with
     ``map_on_worker_death="raise"`` MapWorkerError is raised and the loader stands before that
-    batch (docs/loader.md, "Per-sample Python").
+    batch (docs/loader.md, "Per-sample Python"). Process mode's files live in /dev/shm; where it
+    is too small for them (a container's is 64 MiB by default) the batches that do not fit pass
+    through a folder under $TMPDIR instead, said once (RuntimeWarning) and counted in
+    ``stats()["map"]["shared_fallbacks"]``. ``map_dir`` names the folder to use instead of
+    /dev/shm; a full one is a MapError naming the fix.
 
     ``numa`` places the loader on one NUMA node: its threads run on that node's CPUs and its
     batch arenas live in that node's memory. ``"auto"``: the node the CUDA device is attached to
@@ -209,6 +213,7 @@ class Loader:
         map_prefetch: int = 2,
         map_on_worker_death: str = "retry",
         map_start_method: Optional[str] = None,
+        map_dir: Optional[str] = None,
         numa: Any = None,
         out: Optional[Dict[str, Any]] = None,
         poison_released: bool = False,
@@ -281,7 +286,7 @@ class Loader:
         self._map = (MapStage(map, workers=map_workers, mode=map_mode, seed=seed,
                               on_corrupt=on_corrupt, on_worker_death=map_on_worker_death,
                               prefetch=map_prefetch, start_method=map_start_method, keys=keys,
-                              as_torch=output == "torch", text=self._text)
+                              as_torch=output == "torch", text=self._text, shared_dir=map_dir)
                      if map is not None else None)
         try:
             self._loader = _core._Loader(data, options)

@@ -27,14 +27,12 @@ Guarantees (docs/loader.md, "Per-sample Python"):
 from __future__ import annotations
 
 import collections
-import mmap
+import errno
 import multiprocessing
 import os
 import queue
 import random
-import shutil
 import signal
-import tempfile
 import threading
 import time
 import traceback
@@ -46,6 +44,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from zerowait import _core
+from zerowait._map_shared import Folders, NoSpace, SharedFile, Slots, Status
 from zerowait.text_fields import parse_value
 
 MAP_MODES = ("process", "thread")
@@ -53,9 +52,6 @@ WORKER_DEATH_POLICIES = ("retry", "raise")
 _MASK64 = (1 << 64) - 1
 # A sample that was running in a worker at this many deaths is treated as corrupt.
 _DEATHS_BEFORE_POISON = 2
-# Status file: word 0 is the cancel watermark (batches with an id at or below it are dropped);
-# worker w writes the batch id and the row it is running into words 1 + 2w and 2 + 2w.
-_WORD = 8
 
 
 class MapError(_core.ZerowaitError, RuntimeError):
@@ -302,60 +298,6 @@ def _run_fn(fn: Callable, layout: _Layout, arrays: Dict[str, Any], keys: Optiona
     return kept, results, errors, fn_s
 
 
-# ---------------------------------------------------------------------------------------------
-# Shared-memory files.
-
-class _SharedFile:
-    """A file in the stage's shared-memory folder, mapped read-write; grow() enlarges it."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        self.map: Optional[mmap.mmap] = None
-        self.size = 0
-        self.remap()
-
-    def remap(self) -> None:
-        size = os.fstat(self.fd).st_size
-        if size != self.size or self.map is None:
-            if self.map is not None:
-                try:
-                    self.map.close()
-                except BufferError:  # fn kept a view of a sample: the old mapping lives on
-                    pass
-            self.map = mmap.mmap(self.fd, size) if size else None
-            self.size = size
-
-    def grow(self, nbytes: int) -> None:
-        if nbytes > self.size:
-            os.ftruncate(self.fd, max(nbytes, self.size * 3 // 2, 1 << 20))
-            self.remap()
-
-    def buffer(self) -> Any:
-        return self.map if self.map is not None else bytearray()
-
-    def close(self) -> None:
-        if self.map is not None:
-            try:
-                self.map.close()
-            except BufferError:  # a view still points in; the mapping goes with the process
-                pass
-        os.close(self.fd)
-
-
-class _Status:
-    """The status words (see _WORD above), shared by the parent and every worker."""
-
-    def __init__(self, path: str, workers: int, create: bool) -> None:
-        self.file = _SharedFile(path)
-        if create:
-            self.file.grow(max(_WORD * (1 + 2 * workers), 1))
-        self.words = np.frombuffer(self.file.buffer(), np.int64, 1 + 2 * workers)
-
-    def running(self, worker: int) -> Tuple[int, int]:
-        return int(self.words[1 + 2 * worker]), int(self.words[2 + 2 * worker])
-
-
 def _worker_main(worker: int, fn: Callable, conn: Any, folder: str, workers: int,
                  as_torch: bool) -> None:
     """A map worker process: runs batches from ``conn`` until told to stop or the parent goes."""
@@ -363,13 +305,13 @@ def _worker_main(worker: int, fn: Callable, conn: Any, folder: str, workers: int
     torch = _torch()
     if torch is not None:
         torch.set_num_threads(1)  # the workers are the parallelism; torch's own pool oversubscribes
-    status = _Status(os.path.join(folder, "status"), workers, create=False)
+    status = Status(os.path.join(folder, "status"), workers, create=False)
     words = status.words
-    files: Dict[str, _SharedFile] = {}
+    files: Dict[str, SharedFile] = {}
 
-    def shared(name: str) -> _SharedFile:
+    def shared(name: str) -> SharedFile:  # a slot's name, or its path in a fallback folder
         if name not in files:
-            files[name] = _SharedFile(os.path.join(folder, name))
+            files[name] = SharedFile(os.path.join(folder, name))
         return files[name]
 
     while True:
@@ -405,7 +347,14 @@ def _worker_main(worker: int, fn: Callable, conn: Any, folder: str, workers: int
             if results:
                 writer = _OutputWriter(_collate(results))
                 target = shared(task["slot"] + ".out")
-                target.grow(writer.nbytes)
+                try:
+                    target.grow(writer.nbytes)
+                except OSError as e:
+                    if e.errno != errno.ENOSPC:
+                        raise
+                    # The parent moves the batch to a folder with room and deals it again.
+                    conn.send(("nospace", batch_id, writer.nbytes, e.strerror))
+                    continue
                 meta = writer.write(target.buffer())
             conn.send(("done", batch_id, kept, meta, errors, fn_s))
         except Exception as e:  # noqa: BLE001 - a batch that cannot be collated
@@ -439,7 +388,8 @@ class MapStage:
 
     def __init__(self, fn: Callable, *, workers: int, mode: str, seed: int, on_corrupt: str,
                  on_worker_death: str, prefetch: int, start_method: Optional[str],
-                 keys: bool, as_torch: bool, text: Dict[str, str]) -> None:
+                 keys: bool, as_torch: bool, text: Dict[str, str],
+                 shared_dir: Optional[str] = None) -> None:
         if not callable(fn):
             raise TypeError(f"map must be callable, not {type(fn).__name__}")
         if mode not in MAP_MODES:
@@ -470,14 +420,12 @@ class MapStage:
         self._ready: Optional[Tuple[Dict[str, Any], Dict[str, Any]]] = None
         self._epoch_ended = False
         self._errors: List[Exception] = []
-        self._free_slots: List[str] = []
-        self._slots = 0
         self._closed = False
         self._stats: Dict[str, Any] = dict(
             mode=self._mode, workers=workers, batches=0, samples=0, fn_s=0.0, wait_s=0.0,
             errors=0, worker_deaths=0, deaths=[])
         if self._mode == "process":
-            self._start_processes(start_method)
+            self._start_processes(start_method, shared_dir)
         elif self._mode == "thread":
             self._tasks: "queue.Queue" = queue.Queue()
             self._results: "queue.Queue" = queue.Queue()
@@ -495,33 +443,41 @@ class MapStage:
 
     # -- process workers ----------------------------------------------------------------------
 
-    def _start_processes(self, start_method: Optional[str]) -> None:
-        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        self._folder = tempfile.mkdtemp(prefix="zerowait-map-", dir=shm)
-        self._status = _Status(os.path.join(self._folder, "status"), self._workers, create=True)
+    def _start_processes(self, start_method: Optional[str], shared_dir: Optional[str]) -> None:
+        self._slots = Slots(shared_dir)
+        self._status = Status(os.path.join(self._slots.folder, "status"), self._workers,
+                              create=True)
         self._context = multiprocessing.get_context(start_method or "fork")
-        self._files: Dict[str, _SharedFile] = {}
         self._procs: List[Any] = [None] * self._workers
         self._conns: List[Any] = [None] * self._workers
         for w in range(self._workers):
             self._spawn(w)
         # A loader dropped without close() still stops its workers and frees the shared memory.
         self._finalizer = weakref.finalize(self, _stop_workers, self._procs, self._conns,
-                                           self._folder)
+                                           self._slots.folders)
 
     def _spawn(self, w: int) -> None:
         parent, child = self._context.Pipe()
         proc = self._context.Process(
             target=_worker_main, name=f"zerowait-map-{w}", daemon=True,
-            args=(w, self._fn, child, self._folder, self._workers, self._as_torch))
+            args=(w, self._fn, child, self._slots.folder, self._workers, self._as_torch))
         proc.start()
         child.close()
         self._procs[w], self._conns[w] = proc, parent
 
-    def _shared(self, name: str) -> _SharedFile:
-        if name not in self._files:
-            self._files[name] = _SharedFile(os.path.join(self._folder, name))
-        return self._files[name]
+    def _move(self, batch: _Batch, nbytes: int, reason: str) -> None:
+        """A worker found no room for ``nbytes`` of fn's results beside ``batch``'s slot: the
+        batch moves to the fallback folder and is dealt again, or fails naming the fix."""
+        try:
+            if self._slots.in_current_folder(batch.slot):
+                self._slots.leave_full_folder(nbytes)
+            slot = self._slots.place(batch.layout.nbytes, copy_from=batch.slot)
+        except NoSpace as e:
+            batch.outcome = ("nospace", batch.id, f"{e} ({reason})")
+            return
+        self._slots.discard(batch.slot)
+        batch.slot = slot
+        self._deal(batch)
 
     # -- thread workers -----------------------------------------------------------------------
 
@@ -577,22 +533,21 @@ class MapStage:
         batch.index = np.array(arrays["__index__"])
         batch.keys = arrays.get("__key__")
         batch.layout = _Layout(arrays)
-        self._inflight[batch.id] = batch
         if self._mode == "process":
-            batch.slot = self._free_slots.pop() if self._free_slots else self._new_slot()
-            source = self._shared(batch.slot)
-            source.grow(batch.layout.nbytes)
-            batch.layout.write(arrays, source.buffer())
+            try:
+                batch.slot = self._slots.place(batch.layout.nbytes)
+            except NoSpace as e:
+                self._core.load_state_dict(state)  # the loader stands before this batch again
+                raise MapError(str(e)) from None
+            batch.layout.write(arrays, self._slots.shared(batch.slot).buffer())
+            self._inflight[batch.id] = batch
             self._deal(batch)
-        else:
-            batch.arrays = arrays  # threads read the loader's own arrays
-            if self._mode == "thread":
-                self._tasks.put(batch)
+            return True
+        self._inflight[batch.id] = batch
+        batch.arrays = arrays  # threads read the loader's own arrays
+        if self._mode == "thread":
+            self._tasks.put(batch)
         return True
-
-    def _new_slot(self) -> str:
-        self._slots += 1
-        return f"slot{self._slots}"
 
     def _deal(self, batch: _Batch) -> None:
         """Sends a batch to the process worker with the fewest batches."""
@@ -629,12 +584,15 @@ class MapStage:
         if reply[0] == "cancelled":  # cannot happen to a live batch; deal it again if it does
             self._deal(batch)
             return
+        if reply[0] == "nospace":
+            self._move(batch, reply[2], reply[3])
+            return
         batch.outcome = reply
 
     def _release(self, batch: _Batch) -> None:
         self._inflight.pop(batch.id, None)
         if batch.slot is not None:
-            self._free_slots.append(batch.slot)
+            self._slots.release(batch.slot)
             batch.slot = None
         batch.arrays = {}
 
@@ -719,6 +677,8 @@ class MapStage:
         reply = batch.outcome
         self._stats["batches"] += 1
         try:
+            if reply[0] == "nospace":
+                raise MapError(reply[2])
             if reply[0] == "failed":
                 self._stats["fn_s"] += reply[3]
                 raise MapError(f"map fn's results for the batch starting at sample "
@@ -731,7 +691,7 @@ class MapStage:
             if payload is None:
                 columns: Dict[str, Any] = {}
             elif self._mode == "process":
-                output = self._shared(batch.slot + ".out")
+                output = self._slots.shared(batch.slot + ".out")
                 output.remap()
                 columns = _read_output(payload, output.buffer(), self._as_torch)
             else:
@@ -843,6 +803,8 @@ class MapStage:
             memory = [process_memory(p.pid) for p in self._procs]
             stats["worker_rss_bytes"] = [m["rss"] for m in memory]
             stats["worker_unique_bytes"] = [m["unique"] for m in memory]
+            stats["shared_dir"] = self._slots.folders.current
+            stats["shared_fallbacks"] = self._slots.folders.fallbacks
         return stats
 
     def close(self) -> None:
@@ -859,14 +821,13 @@ class MapStage:
         elif self._mode == "process":
             self._status.words[0] = 1 << 62  # workers stop at their next sample
             self._finalizer()
-            for f in self._files.values():
-                f.close()
+            self._slots.close()
             self._status.file.close()
         self._inflight.clear()
         self._cancelled.clear()
 
 
-def _stop_workers(procs: List[Any], conns: List[Any], folder: str) -> None:
+def _stop_workers(procs: List[Any], conns: List[Any], folders: Folders) -> None:
     for conn in conns:
         try:
             conn.send(None)
@@ -879,7 +840,7 @@ def _stop_workers(procs: List[Any], conns: List[Any], folder: str) -> None:
             proc.join()
     for conn in conns:
         conn.close()
-    shutil.rmtree(folder, ignore_errors=True)
+    folders.remove()
 
 
 def sample_name(where: Dict[str, Any]) -> str:

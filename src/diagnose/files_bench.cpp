@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -24,11 +25,12 @@ namespace {
 namespace fs = std::filesystem;
 using internal::seconds_since;
 
-// The share of `paths`' bytes in the page cache now; 0 when it cannot be told (it is only
-// evidence that "cold" was cold, never a reason to fail the benchmark).
+// The share of `paths`' bytes in the page cache now; NaN when it cannot be told (a failure, or
+// files this user cannot measure: page_cache.hpp). It is only evidence that "cold" was cold,
+// never a reason to fail the benchmark.
 double resident_share(const std::vector<std::string>& paths) {
   Result<Residency> r = residency(paths);
-  return r.is_ok() ? r->share() : 0;
+  return r.is_ok() ? r->share() : std::nan("");
 }
 
 // One file read as `open(path, "rb").read()` does it: open, fstat (for the size), read until
@@ -235,9 +237,7 @@ Result<FilesBenchReport> run_files_bench(const FilesBenchOptions& options) {
     packed.speedup_cold = speedup(packed.cold, report.cold);
     packed.speedup_warm = speedup(packed.warm, report.warm);
   }
-  report.notes.push_back(
-      "cold = pages evicted with posix_fadvise(DONTNEED); the dentry and inode caches stay "
-      "warm, which flatters the per-file reads");
+  // How "cold" was made is said by the command with the numbers (kColdByFadvise).
   return report;
 }
 

@@ -1,11 +1,14 @@
 #include "zerowait/diagnose/page_cache.hpp"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <vector>
 
 #include "common/file.hpp"
@@ -41,9 +44,22 @@ Status for_each_page(const internal::File& file, uint64_t size,
   return Status::ok();
 }
 
+// Whether mincore() tells this process the truth about `file` (the kernel's can_do_mincore():
+// the owner, a writer, or CAP_FOWNER, which root holds).
+bool mincore_answers(const internal::File& file) {
+  struct stat info {};
+  if (::fstat(file.fd(), &info) != 0) return true;  // the mapping's own error comes next
+  return info.st_uid == ::geteuid() || ::geteuid() == 0 ||
+         ::faccessat(AT_FDCWD, file.path().c_str(), W_OK, AT_EACCESS) == 0;
+}
+
 Result<FileResidency> residency_of(const internal::File& file) {
   ZW_ASSIGN_OR_RETURN(const uint64_t size, file.size());
   FileResidency r{file.path(), size, 0};
+  if (!mincore_answers(file)) {
+    r.measured = false;
+    return r;
+  }
   const uint64_t page = page_size();
   ZW_RETURN_IF_ERROR(for_each_page(file, size, [&](uint64_t offset, bool resident) {
     if (resident) r.resident_bytes += std::min(page, size - offset);
@@ -52,6 +68,17 @@ Result<FileResidency> residency_of(const internal::File& file) {
 }
 
 }  // namespace
+
+double FileResidency::share() const {
+  if (!measured) return std::nan("");
+  return bytes == 0 ? 1.0 : double(resident_bytes) / double(bytes);
+}
+
+double Residency::share() const {
+  const uint64_t measured = bytes - unmeasured_bytes;
+  if (measured == 0) return unmeasured_bytes == 0 ? 1.0 : std::nan("");
+  return double(resident_bytes) / double(measured);
+}
 
 Result<FileResidency> file_residency(const std::string& path) {
   ZW_ASSIGN_OR_RETURN(const internal::File file, internal::File::open_read(path));
@@ -64,6 +91,7 @@ Result<Residency> residency(const std::vector<std::string>& paths) {
     ZW_ASSIGN_OR_RETURN(FileResidency r, file_residency(path));
     total.bytes += r.bytes;
     total.resident_bytes += r.resident_bytes;
+    if (!r.measured) total.unmeasured_bytes += r.bytes;
     total.files.push_back(std::move(r));
   }
   return total;
@@ -73,7 +101,7 @@ Result<WarmReport> warm_page_cache(const std::vector<std::string>& paths,
                                    const WarmOptions& options) {
   WarmReport report;
   ZW_ASSIGN_OR_RETURN(report.before, residency(paths));
-  const uint64_t missing = report.before.bytes - report.before.resident_bytes;
+  const uint64_t missing = report.before.bytes - report.before.resident_bytes;  // unknown: all
   const uint64_t total = options.max_bytes == 0 ? missing : std::min(missing, options.max_bytes);
   std::vector<std::byte> buffer(kChunkBytes);
   const auto start = std::chrono::steady_clock::now();
@@ -81,11 +109,15 @@ Result<WarmReport> warm_page_cache(const std::vector<std::string>& paths,
     if (report.capped) break;
     ZW_ASSIGN_OR_RETURN(const internal::File file, internal::File::open_read(path));
     ZW_ASSIGN_OR_RETURN(const uint64_t size, file.size());
-    // The chunks holding a page that is not resident, read whole.
-    std::vector<bool> wanted((size + kChunkBytes - 1) / kChunkBytes, false);
-    ZW_RETURN_IF_ERROR(for_each_page(file, size, [&](uint64_t offset, bool resident) {
-      if (!resident) wanted[offset / kChunkBytes] = true;
-    }));
+    // The chunks holding a page that is not resident, read whole; all of a file whose
+    // residency this user cannot learn.
+    const bool known = mincore_answers(file);
+    std::vector<bool> wanted((size + kChunkBytes - 1) / kChunkBytes, !known);
+    if (known) {
+      ZW_RETURN_IF_ERROR(for_each_page(file, size, [&](uint64_t offset, bool resident) {
+        if (!resident) wanted[offset / kChunkBytes] = true;
+      }));
+    }
     for (size_t c = 0; c < wanted.size(); ++c) {
       if (!wanted[c]) continue;
       const uint64_t offset = c * kChunkBytes;

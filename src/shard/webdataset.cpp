@@ -5,13 +5,16 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 
 #include "common/endian.hpp"
 #include "common/file.hpp"
 #include "common/log.hpp"
+#include "io/cache/block_store.hpp"
 #include "io/remote/remote_object.hpp"
 #include "shard/tar/tar_header.hpp"
+#include "zerowait/io/cache_directory.hpp"
 
 namespace zerowait {
 namespace {
@@ -258,6 +261,15 @@ Result<format::ShardIndex> build_tar_index(ByteSource& tar) {
 
 std::string tar_index_sidecar_path(const std::string& tar_path) { return tar_path + ".zwidx"; }
 
+Result<std::string> tar_index_user_cache_path(const std::string& tar_path) {
+  ZW_ASSIGN_OR_RETURN(const std::string dir, default_cache_directory(kTarIndexSubdirectory));
+  // Named by the tar's absolute path: the sidecar's own header says whether it still matches.
+  std::error_code error;
+  const std::filesystem::path absolute = std::filesystem::absolute(tar_path, error);
+  const std::string name = error ? tar_path : absolute.lexically_normal().string();
+  return dir + "/" + internal::cache_object_id(name, 0, "tar-index") + ".zwidx";
+}
+
 Result<std::shared_ptr<ShardReader>> open_tar_shard(const std::string& tar_path, IoBackend backend,
                                                     const SourceWrapper& wrap) {
   if (internal::is_remote_url(tar_path)) {
@@ -276,17 +288,31 @@ Result<std::shared_ptr<ShardReader>> open_tar_shard(const std::string& tar_path,
   // A tar that changes while it is opened is indexed, but its index is not cached.
   const bool cacheable = before == after && after.size == source->size();
 
+  // Beside the tar first; where this user may not write there (a shared dataset), in the
+  // user's cache directory.
   const std::string sidecar = tar_index_sidecar_path(tar_path);
+  const Result<std::string> user_sidecar = tar_index_user_cache_path(tar_path);
   std::optional<format::ShardIndex> index;
   if (cacheable) index = load_sidecar(sidecar, after, source->name());
+  if (cacheable && !index && user_sidecar.is_ok()) {
+    index = load_sidecar(*user_sidecar, after, source->name());
+  }
   if (!index) {
     ZW_ASSIGN_OR_RETURN(index, build_tar_index(*source));
-    // A read-only directory (or a full disk) only costs the cache: the index stays in memory.
+    // Neither place writable (or a full disk) only costs the cache: the index stays in memory.
     if (cacheable) {
-      Status written = internal::write_file_atomic(sidecar, encode_sidecar(after, *index), false);
+      const std::string bytes = encode_sidecar(after, *index);
+      Status written = internal::write_file_atomic(sidecar, bytes, false);
       if (!written.is_ok()) {
-        internal::note_fallback("tar_index_not_cached",
-                                "tar indexes are kept in memory only (" + written.message() + ")");
+        const std::string beside = written.message();
+        written = user_sidecar.status();
+        if (written.is_ok()) written = make_default_cache_directory(kTarIndexSubdirectory).status();
+        if (written.is_ok()) written = internal::write_file_atomic(*user_sidecar, bytes, false);
+        if (!written.is_ok()) {
+          internal::note_fallback(
+              "tar_index_not_cached",
+              "tar indexes are kept in memory only (" + beside + "; " + written.message() + ")");
+        }
       }
     }
   }

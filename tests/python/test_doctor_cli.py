@@ -5,7 +5,12 @@ checks themselves are tested one by one in tests/test_doctor_*.cpp."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 FINDING_KEYS = ["check", "area", "subject", "status", "summary", "evidence", "why", "fix"]
@@ -110,3 +115,77 @@ def test_bad_flags_are_usage_errors(cli):
     done = subprocess.run([str(cli), "doctor", "--workers", "0"], capture_output=True, text=True)
     assert done.returncode == 2
     assert "--workers" in done.stderr
+
+
+# Tests run as root in CI: an unprivileged user is nobody, through setpriv (util-linux).
+UNPRIVILEGED = (["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
+                 "--"] if os.geteuid() == 0 else [])
+# Absolute paths in a finding's evidence ("/proc/meminfo: ...", "statvfs(/data): ...").
+EVIDENCE_PATH = re.compile(r"(?<![\w.])/(?:proc|sys|dev|tmp|data|home|var|run)[^\s:;,()'\"]*")
+
+
+def unreadable_as_user(paths: list[str]) -> set[str]:
+    """Which of `paths` the unprivileged user may not read (or list, for a directory)."""
+    probe = ("import os, sys\n"
+             "for p in sys.stdin.read().split('\\n'):\n"
+             "    if not p: continue\n"
+             "    try:\n"
+             "        os.listdir(p) if os.path.isdir(p) else open(p, 'rb').read(1)\n"
+             "    except PermissionError:\n"
+             "        print(p)\n"
+             "    except OSError:\n"
+             "        pass\n")
+    done = subprocess.run(UNPRIVILEGED + [sys.executable, "-c", probe], input="\n".join(paths),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return set(done.stdout.split())
+
+
+def test_an_unprivileged_user_never_gets_ok_for_what_it_could_not_read(cli):
+    # In /tmp itself: pytest's tmp_path lies under a directory only its owner may enter.
+    base = Path(tempfile.mkdtemp(prefix="zerowait-doctor-"))
+    try:
+        base.chmod(0o755)
+        open_dir, private = base / "open", base / "private"
+        for directory in (open_dir, private):
+            directory.mkdir()
+            for i in range(3):
+                (directory / f"{i}.jpg").write_bytes(b"x" * 100)
+                (directory / f"{i}.jpg").chmod(0o644)
+            directory.chmod(0o755)
+        private.chmod(0o700 if os.geteuid() == 0 else 0)  # root's own: nobody may list it
+        done = subprocess.run(UNPRIVILEGED + [str(cli), "doctor", str(open_dir), str(private),
+                                              "--json"],
+                              capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, HOME="/nonexistent"))
+        assert done.returncode in (0, 3), done.stderr
+        report = json.loads(done.stdout)
+        check_schema(report)
+        findings = report["findings"]
+
+        # The private directory is reported as unreadable, with the fix, and not judged.
+        about_private = {f["check"]: f for f in findings if f["subject"] == str(private)}
+        for check in ("storage.small_files", "storage.o_direct"):
+            f = about_private[check]
+            assert f["status"] == "info", f
+            assert "not readable as this user" in f["summary"] and str(private) in f["summary"]
+            assert "root" in f["fix"], f
+        assert about_private["storage.mount"]["status"] == "info"
+        about_open = {f["check"]: f for f in findings if f["subject"] == str(open_dir)}
+        assert about_open["storage.small_files"]["status"] == "ok", about_open
+
+        # No "ok" rests on a path this user could not read. statvfs(PATH) reads no file: it
+        # needs only to reach PATH, so the free space of a private directory is known.
+        ok_paths = {p for f in findings if f["status"] == "ok"
+                    for p in EVIDENCE_PATH.findall(re.sub(r"statvfs\([^)]*\)", "", f["evidence"]))
+                    if "*" not in p}
+        assert ok_paths, "no ok finding names its evidence"
+        assert unreadable_as_user(sorted(ok_paths)) == set()
+        # And every finding that says it could not read names a path the user indeed cannot.
+        said = [f for f in findings if "not readable as this user" in f["summary"]]
+        assert said and all(f["status"] == "info" for f in said)
+        denied = {p for f in said for p in EVIDENCE_PATH.findall(f["evidence"])}
+        assert str(private) in denied
+        assert unreadable_as_user(sorted(denied)) == denied
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

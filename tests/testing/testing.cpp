@@ -1,12 +1,14 @@
 #include "testing/testing.hpp"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <turbojpeg.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -137,6 +139,58 @@ CommandResult run_cli(const std::vector<std::string>& args,
   std::vector<std::string> argv{ZEROWAIT_CLI_PATH};
   argv.insert(argv.end(), args.begin(), args.end());
   return run_command(argv, extra_env);
+}
+
+std::vector<std::string> unprivileged(std::vector<std::string> argv) {
+  if (::geteuid() != 0) return argv;
+  const std::string id = std::to_string(kUnprivilegedId);
+  std::vector<std::string> command = {"/usr/bin/setpriv", "--reuid=" + id,   "--regid=" + id,
+                                      "--clear-groups",   "--inh-caps=-all", "--"};
+  command.insert(command.end(), argv.begin(), argv.end());
+  return command;
+}
+
+std::string run_unprivileged(const std::function<std::string()>& body) {
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) {
+    ADD_FAILURE() << "pipe: " << std::strerror(errno);
+    return "";
+  }
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(pipe_fds[0]);
+    if (::geteuid() == 0 && (::setgroups(0, nullptr) != 0 || ::setgid(kUnprivilegedId) != 0 ||
+                             ::setuid(kUnprivilegedId) != 0)) {
+      _exit(2);
+    }
+    const std::string text = body();
+    const char* at = text.data();
+    for (size_t left = text.size(); left > 0;) {
+      const ssize_t wrote = ::write(pipe_fds[1], at, left);
+      if (wrote <= 0) _exit(3);
+      at += wrote;
+      left -= size_t(wrote);
+    }
+    _exit(0);
+  }
+  ::close(pipe_fds[1]);
+  std::string text;
+  char buffer[4096];
+  for (ssize_t got; (got = ::read(pipe_fds[0], buffer, sizeof buffer)) > 0;) {
+    text.append(buffer, size_t(got));
+  }
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  return text;
+}
+
+CommandResult run_cli_unprivileged(const std::vector<std::string>& args,
+                                   const std::vector<std::string>& extra_env) {
+  std::vector<std::string> argv{ZEROWAIT_CLI_PATH};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(unprivileged(std::move(argv)), extra_env);
 }
 
 }  // namespace zerowait::testing

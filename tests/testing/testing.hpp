@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,5 +50,19 @@ CommandResult run_command(const std::vector<std::string>& argv,
 // Runs the zerowait CLI built alongside the tests.
 CommandResult run_cli(const std::vector<std::string>& args,
                       const std::vector<std::string>& extra_env = {});
+
+// The user id unprivileged runs take when the tests run as root (CI does): nobody.
+inline constexpr unsigned kUnprivilegedId = 65534;
+// `argv` run as an unprivileged user: through setpriv as kUnprivilegedId (no groups, no
+// capabilities) when this process is root, unchanged otherwise. What it reads must be open to
+// that user (a TempDir is 0700: chmod it).
+std::vector<std::string> unprivileged(std::vector<std::string> argv);
+// The CLI run that way.
+CommandResult run_cli_unprivileged(const std::vector<std::string>& args,
+                                   const std::vector<std::string>& extra_env = {});
+// Runs `body` in a forked child as an unprivileged user (kUnprivilegedId when this process is
+// root, this user otherwise) and returns what it returned. "" and a test failure when the child
+// fails. The child shares nothing back but that text: no gtest assertions inside `body`.
+std::string run_unprivileged(const std::function<std::string()>& body);
 
 }  // namespace zerowait::testing

@@ -30,7 +30,9 @@ struct ReadPass {
   uint64_t items = 0;  // files or samples read
   uint64_t bytes = 0;  // their bytes (a sample's: every field's)
   double seconds = 0;
-  double resident_before = 0;  // share of the bytes the page cache held when the pass began
+  // The share of the bytes the page cache held when the pass began; NaN when this user cannot
+  // tell (files it neither owns nor may write: page_cache.hpp), null in JSON.
+  double resident_before = 0;
 
   double items_per_s() const { return seconds > 0 ? double(items) / seconds : 0; }
   double mb_s() const { return seconds > 0 ? double(bytes) / seconds / 1e6 : 0; }  // decimal

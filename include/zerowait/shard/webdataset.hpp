@@ -30,10 +30,16 @@ Result<format::ShardIndex> build_tar_index(ByteSource& tar);
 
 // Path of the sidecar index cached beside `tar_path` ("<tar_path>.zwidx").
 std::string tar_index_sidecar_path(const std::string& tar_path);
+// Where the sidecar goes when this user may not write beside the tar: the user's cache
+// directory (zerowait/io/cache_directory.hpp), "tar-index/<32 hex digits of a hash of the tar's
+// absolute path>.zwidx". Errors when no cache directory is known.
+Result<std::string> tar_index_user_cache_path(const std::string& tar_path);
 
 // Opens a WebDataset .tar for reading in place. The index is loaded from the sidecar when it
 // matches the tar (same size and modification time), otherwise rebuilt and the sidecar
-// rewritten atomically; a directory that cannot be written only costs the cache. Reads of the
+// rewritten atomically; where the tar's directory cannot be written the sidecar lives in the
+// user's cache directory (tar_index_user_cache_path), and where neither can be written it only
+// costs the cache (noted once). Reads of the
 // tar go through `wrap(file)` when `wrap` is set.
 // An http(s):// or s3:// tar is indexed by scanning it at every open, in ranged GETs of 8 MiB
 // (each with kRemoteOpenTimeout), the next few announced to `wrap`'s source; there is no sidecar.

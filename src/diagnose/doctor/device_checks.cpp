@@ -161,9 +161,30 @@ void check_gpus(const System& system, const std::vector<PciAttached>& gpus, Find
     f.evidence = std::string(kPciDevices) + ": " +
                  std::to_string(system.list(kPciDevices).size()) +
                  " PCI functions, none with vendor 0x10de and class 0x0300xx or 0x0302xx";
+    if (system.denied(kPciDevices)) {
+      not_readable(f, "NVIDIA GPUs", kPciDevices);
+      return;
+    }
+    // A function whose vendor or class cannot be read may be a GPU.
+    for (const std::string& address : system.list(kPciDevices)) {
+      const std::optional<std::string> dir =
+          resolve_path(system, std::string(kPciDevices) + "/" + address);
+      for (const char* name : {"/vendor", "/class"}) {
+        const std::string file = dir.value_or(std::string(kPciDevices) + "/" + address) + name;
+        if (system.denied(file)) {
+          not_readable(f, "NVIDIA GPUs", file);
+          return;
+        }
+      }
+    }
     return;
   }
   const std::optional<std::string> version_line = system.read_line(kNvidiaVersion);
+  // An unreadable version file is not a missing driver.
+  if (!version_line && system.denied(kNvidiaVersion)) {
+    not_readable(list.add("gpus", Severity::kInfo, ""), "NVIDIA driver", kNvidiaVersion);
+    return;
+  }
   if (!version_line) {
     std::vector<std::string> addresses;
     std::string drivers;
@@ -196,8 +217,10 @@ void check_gpus(const System& system, const std::vector<PciAttached>& gpus, Find
     } else {
       const std::string device_id = system.read_line(gpu.pci.dir + "/device").value_or("?");
       model = "device " + device_id;
-      evidence = std::string(kPciDevices) + "/" + gpu.name + "/device: " + device_id + " (no " +
-                 kNvidiaGpus + "/" + gpu.name + "/information)";
+      const std::string information = std::string(kNvidiaGpus) + "/" + gpu.name + "/information";
+      evidence = std::string(kPciDevices) + "/" + gpu.name + "/device: " + device_id + " (" +
+                 information + ": " +
+                 (system.denied(info_path.value_or(information)) ? kNotReadable : "absent") + ")";
     }
     Finding& f = list.add("gpus", Severity::kInfo,
                           "GPU " + gpu.name + ": " + model + ", driver " + version);
@@ -225,6 +248,10 @@ void check_gds(const System& system, const std::vector<PciAttached>& gpus, Findi
   if (gpus.empty()) {
     Finding& f = list.add("gds", Severity::kInfo, "GPUDirect Storage: not applicable (no GPU)");
     f.evidence = std::string(kNvidiaFsVersion) + ": " + version.value_or("absent") + library;
+    return;
+  }
+  if (!version && system.denied(kNvidiaFsVersion)) {
+    not_readable(list.add("gds", Severity::kInfo, ""), "GPUDirect Storage", kNvidiaFsVersion);
     return;
   }
   if (version) {
@@ -260,15 +287,26 @@ void check_numa(const System& system, const std::vector<PciAttached>& gpus,
   // Every device's node, as evidence and for the comparison.
   std::string evidence = nodes_evidence + "; " + kPciDevices + "/*/numa_node:";
   std::vector<std::pair<const PciAttached*, std::optional<int64_t>>> placed;
+  std::vector<std::string> unreadable_nodes;  // numa_node files this user may not read
   for (const auto* group : {&gpus, &nvmes, &nics}) {
     for (const PciAttached& device : *group) {
       const std::optional<int64_t> node = numa_node_of(system, device.pci);
       placed.emplace_back(&device, node);
-      evidence += " " + describe(device) + " " + (node ? std::to_string(*node) : "-1") + ",";
+      const bool unread = !node && system.denied(device.pci.dir + "/numa_node");
+      if (unread) unreadable_nodes.push_back(device.pci.dir + "/numa_node");
+      evidence += " " + describe(device) + " " +
+                  (node     ? std::to_string(*node)
+                   : unread ? kNotReadable
+                            : "-1") +
+                  ",";
     }
   }
   if (evidence.back() == ',') evidence.pop_back();
 
+  if (nodes.empty() && system.denied(kNodes)) {
+    not_readable(list.add("numa", Severity::kInfo, ""), "NUMA placement", kNodes);
+    return;
+  }
   if (nodes.size() <= 1) {
     Finding& f =
         list.add("numa", Severity::kInfo, "one NUMA node: every device is local to every CPU");
@@ -289,6 +327,11 @@ void check_numa(const System& system, const std::vector<PciAttached>& gpus,
                             "GPU " + gpu->name + ": NUMA node unknown (numa_node -1)");
       f.subject = gpu->name;
       f.evidence = evidence;
+      const std::string file = gpu->pci.dir + "/numa_node";
+      if (system.denied(file)) {
+        not_readable(f, "GPU " + gpu->name + " NUMA node", file);
+        f.evidence = evidence;
+      }
       continue;
     }
     // NVMe and NICs apart: of those with a known node, does one share the GPU's?
@@ -314,9 +357,14 @@ void check_numa(const System& system, const std::vector<PciAttached>& gpus,
     const std::string node = std::to_string(*gpu_node);
     const std::string where = "GPU " + gpu->name + " is on node " + node;
     if (remote_kinds.empty()) {
-      Finding& f = list.add("numa", Severity::kOk,
-                            where + (local.empty() ? " (no NVMe or NIC with a known node)"
-                                                   : " with " + join_and(local)));
+      // A device whose node could not be read may be the remote one: no "ok" then.
+      Finding& f = list.add(
+          "numa", unreadable_nodes.empty() ? Severity::kOk : Severity::kInfo,
+          where +
+              (local.empty() ? " (no NVMe or NIC with a known node)" : " with " + join_and(local)) +
+              (unreadable_nodes.empty() ? ""
+                                        : "; " + std::to_string(unreadable_nodes.size()) +
+                                              " devices' numa_node " + kNotReadable));
       f.subject = gpu->name;
       f.evidence = evidence;
       continue;
@@ -371,6 +419,12 @@ void check_pcie_links(const System& system, const std::vector<PciAttached>& devi
                             who + ": no PCIe link attributes (emulated or virtual function)");
       f.subject = first.name;
       f.evidence = first.pci.dir + ": no current_link_width / max_link_width";
+      for (const char* name : {"/current_link_width", "/max_link_width"}) {
+        if (system.denied(first.pci.dir + name)) {
+          not_readable(f, who + " PCIe link", first.pci.dir + name);
+          break;
+        }
+      }
       continue;
     }
     const std::string evidence = std::string(kPciDevices) + "/" + address +
@@ -380,10 +434,15 @@ void check_pcie_links(const System& system, const std::vector<PciAttached>& devi
                                  ", max_link_speed: " + link->max_speed;
     const bool narrow = link->width < link->max_width;
     const bool slow = link->speed_gts > 0 && link->speed_gts < link->max_speed_gts;
+    // Widths read but a speed this user may not read: the width is judged, the speed is not.
+    const bool speed_denied = (link->speed.empty() || link->max_speed.empty()) &&
+                              (system.denied(first.pci.dir + "/current_link_speed") ||
+                               system.denied(first.pci.dir + "/max_link_speed"));
     if (!narrow && !slow) {
-      Finding& f = list.add("pcie_link", Severity::kOk,
+      Finding& f = list.add("pcie_link", speed_denied ? Severity::kInfo : Severity::kOk,
                             who + ": x" + std::to_string(link->width) + " at " + link->speed +
-                                ", the most it can");
+                                (speed_denied ? std::string(", link speed ") + kNotReadable
+                                              : std::string(", the most it can")));
       f.subject = first.name;
       f.evidence = evidence;
       continue;

@@ -30,6 +30,7 @@ struct RdmaPort {
   std::string device;  // "mlx5_0"
   int port = 0;
   std::string state;       // "ACTIVE", "DOWN", "INIT"...; "" when unreadable
+  bool state_denied = false;  // the state file is there but this user may not read it
   std::string state_line;  // as read: "4: ACTIVE"
   std::string link_layer;  // "InfiniBand", "Ethernet"
   std::string rate;        // "200 Gb/sec (4X HDR)"
@@ -70,6 +71,7 @@ std::vector<RdmaPort> read_rdma_ports(const System& system) {
       p.device = device;
       p.port = std::atoi(port.c_str());
       p.state_line = system.read_line(dir + port + "/state").value_or("");
+      p.state_denied = p.state_line.empty() && system.denied(dir + port + "/state");
       const size_t colon = p.state_line.find(':');
       p.state = colon == std::string::npos ? p.state_line : p.state_line.substr(colon + 1);
       p.state.erase(0, p.state.find_first_not_of(' '));
@@ -121,7 +123,8 @@ struct NcclList {
   }
 };
 
-void check_interfaces(const std::vector<Interface>& interfaces, FindingList& list) {
+void check_interfaces(const System& system, const std::vector<Interface>& interfaces,
+                      FindingList& list) {
   std::vector<std::string> all_names;
   for (const Interface& i : interfaces) {
     all_names.push_back(i.name);
@@ -142,6 +145,7 @@ void check_interfaces(const std::vector<Interface>& interfaces, FindingList& lis
   if (all_names.size() == size_t(std::count(all_names.begin(), all_names.end(), "lo"))) {
     Finding& f = list.add("interfaces", Severity::kInfo, "no network interface but lo");
     f.evidence = std::string(kNetClass) + ": " + (all_names.empty() ? "empty" : join(all_names));
+    if (system.denied(kNetClass)) not_readable(f, "network interfaces", kNetClass);
     return;
   }
   // MTUs compared among up physical interfaces of one link type: IPoIB's 2044/4092 next to
@@ -186,16 +190,23 @@ void check_interfaces(const std::vector<Interface>& interfaces, FindingList& lis
   }
 }
 
-void check_rdma(const std::vector<RdmaPort>& ports, FindingList& list) {
+void check_rdma(const System& system, const std::vector<RdmaPort>& ports, FindingList& list) {
   if (ports.empty()) {
     Finding& f =
         list.add("rdma", Severity::kInfo, "no RDMA devices: NCCL uses TCP sockets between nodes");
     f.evidence = std::string(kRdmaClass) + ": absent or no ports";
+    if (system.denied(kRdmaClass)) not_readable(f, "RDMA devices", kRdmaClass);
     return;
   }
   for (const RdmaPort& p : ports) {
     const std::string path =
         std::string(kRdmaClass) + "/" + p.device + "/ports/" + std::to_string(p.port);
+    if (p.state_denied) {
+      Finding& f = not_readable(list.add("rdma", Severity::kInfo, ""),
+                                p.device + " port " + std::to_string(p.port), path + "/state");
+      f.subject = p.device + ":" + std::to_string(p.port);
+      continue;
+    }
     const bool active = p.state == "ACTIVE";
     Finding& f = list.add("rdma", active ? Severity::kInfo : Severity::kWarn,
                           p.device + " port " + std::to_string(p.port) + ": " +
@@ -217,8 +228,10 @@ void check_rdma(const std::vector<RdmaPort>& ports, FindingList& list) {
 
 // NCCL_SOCKET_IFNAME (NCCL's list syntax) and GLOO_SOCKET_IFNAME (exact names: Gloo opens a
 // device for each and fails on any that is missing).
-void check_socket_ifname(const std::map<std::string, std::string>& env,
+void check_socket_ifname(const System& system, const std::map<std::string, std::string>& env,
                          const std::vector<Interface>& interfaces, FindingList& list) {
+  // Without the interface list no setting can be judged (every name would look missing).
+  const bool interfaces_denied = interfaces.empty() && system.denied(kNetClass);
   std::vector<std::string> all_names;
   std::vector<std::string> states;  // "eth0 up", as evidence
   std::vector<std::string> usable;  // what a fix can suggest: up, and not a bridge
@@ -249,6 +262,12 @@ void check_socket_ifname(const std::map<std::string, std::string>& env,
       continue;
     }
     const std::string setting = std::string(variable) + "=" + it->second;
+    if (interfaces_denied) {
+      Finding& f = not_readable(list.add("nccl_socket_ifname", Severity::kInfo, ""),
+                                setting + ": the interfaces", kNetClass);
+      f.subject = variable;
+      continue;
+    }
     const NcclList selection(nccl ? it->second : "=" + it->second);
     std::vector<std::string> selected;
     for (const Interface& i : interfaces) {
@@ -301,7 +320,7 @@ void check_socket_ifname(const std::map<std::string, std::string>& env,
   }
 }
 
-void check_ib_hca(const std::map<std::string, std::string>& env,
+void check_ib_hca(const System& system, const std::map<std::string, std::string>& env,
                   const std::vector<RdmaPort>& ports, FindingList& list) {
   const auto it = env.find("NCCL_IB_HCA");
   std::vector<std::string> all_ports;
@@ -317,6 +336,12 @@ void check_ib_hca(const std::map<std::string, std::string>& env,
     return;
   }
   const std::string setting = "NCCL_IB_HCA=" + it->second;
+  if (ports.empty() && system.denied(kRdmaClass)) {
+    not_readable(list.add("nccl_ib_hca", Severity::kInfo, ""), setting + ": the RDMA ports",
+                 kRdmaClass)
+        .subject = "NCCL_IB_HCA";
+    return;
+  }
   const NcclList selection(it->second);
   std::vector<std::string> selected;
   bool any_active = false;
@@ -440,10 +465,10 @@ void check_network(const System& system, std::vector<Finding>& out) {
   const std::vector<Interface> interfaces = read_interfaces(system);
   const std::vector<RdmaPort> ports = read_rdma_ports(system);
   const std::map<std::string, std::string> env = system.environment();
-  check_interfaces(interfaces, list);
-  check_rdma(ports, list);
-  check_socket_ifname(env, interfaces, list);
-  check_ib_hca(env, ports, list);
+  check_interfaces(system, interfaces, list);
+  check_rdma(system, ports, list);
+  check_socket_ifname(system, env, interfaces, list);
+  check_ib_hca(system, env, ports, list);
   check_debug_variables(env, !ports.empty(), list);
 }
 

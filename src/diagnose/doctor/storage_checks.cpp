@@ -9,9 +9,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <vector>
@@ -65,10 +66,12 @@ std::string nfs_remount(const Mount& mount, const std::string& options) {
          mount.source + " " + mount.mount_point + " (and the same options in /etc/fstab)";
 }
 
-void check_mount_entry(PathFindings& findings, const Mount* mount, const std::string& path) {
+void check_mount_entry(PathFindings& findings, const Mount* mount, const std::string& path,
+                       bool mountinfo_denied) {
   if (mount == nullptr) {
-    findings.add("mount", Severity::kInfo, "not found in /proc/self/mountinfo").evidence =
-        std::string(kMountinfo) + ": no mount point holds " + path;
+    Finding& f = findings.add("mount", Severity::kInfo, "not found in /proc/self/mountinfo");
+    f.evidence = std::string(kMountinfo) + ": no mount point holds " + path;
+    if (mountinfo_denied) not_readable(f, "the mount of " + path, kMountinfo);
     return;
   }
   findings
@@ -218,8 +221,10 @@ void check_read_ahead(PathFindings& findings, const System& system, const Mount&
   const std::optional<int64_t> kib = system.read_int(file);
   const bool network = is_network_filesystem(mount);
   if (!kib) {
-    findings.add("read_ahead", Severity::kInfo, "no read-ahead setting for " + mount.fstype)
-        .evidence = file + ": absent";
+    Finding& f =
+        findings.add("read_ahead", Severity::kInfo, "no read-ahead setting for " + mount.fstype);
+    f.evidence = file + ": absent";
+    if (system.denied(file)) not_readable(f, "read-ahead", file);
     return;
   }
   const int64_t minimum = network ? 1024 : 128;
@@ -256,8 +261,11 @@ void check_scheduler(PathFindings& findings, const System& system, const Mount& 
   const std::optional<std::string> line =
       queue ? system.read_line(*queue + "/scheduler") : std::nullopt;
   if (!line) {
-    findings.add("scheduler", Severity::kInfo, "could not read the I/O scheduler")
-        .evidence = "/sys/dev/block/" + *device + "/queue/scheduler: absent";
+    Finding& f = findings.add("scheduler", Severity::kInfo, "could not read the I/O scheduler");
+    f.evidence = "/sys/dev/block/" + *device + "/queue/scheduler: absent";
+    if (queue && system.denied(*queue + "/scheduler")) {
+      not_readable(f, "I/O scheduler", *queue + "/scheduler");
+    }
     return;
   }
   const std::string active = bracketed_choice(*line);
@@ -283,8 +291,9 @@ void check_space(PathFindings& findings, const System& system, const std::string
                  const std::string& mount_point) {
   const std::optional<SpaceInfo> space = system.space(path);
   if (!space || space->bytes_total == 0) {
-    findings.add("free_space", Severity::kInfo, "free space not measured").evidence =
-        "statvfs(" + path + "): " + (space ? "no size reported" : "not available");
+    Finding& f = findings.add("free_space", Severity::kInfo, "free space not measured");
+    f.evidence = "statvfs(" + path + "): " + (space ? "no size reported" : "not available");
+    if (!space && system.denied(path)) not_readable(f, "free space", path);
     return;
   }
   const double share = double(space->bytes_available) / double(space->bytes_total);
@@ -330,8 +339,17 @@ void check_space(PathFindings& findings, const System& system, const std::string
 void check_o_direct(PathFindings& findings, const System& system, const std::string& path) {
   const std::optional<ProbeResult> probe = system.o_direct(path);
   if (!probe) {
-    findings.add("o_direct", Severity::kInfo, "O_DIRECT not measured").evidence =
+    Finding& f = findings.add("o_direct", Severity::kInfo, "O_DIRECT not measured");
+    f.evidence =
         "the O_DIRECT probe gave no answer for " + path + " (nothing to open, or no fixture fact)";
+    if (system.denied(path)) not_readable(f, "O_DIRECT", path);
+    return;
+  }
+  // Refused by permissions, not by the filesystem: nothing is known about O_DIRECT.
+  if (!probe->ok &&
+      (probe->detail.rfind("EACCES", 0) == 0 || probe->detail.rfind("EPERM", 0) == 0)) {
+    Finding& f = not_readable(findings.add("o_direct", Severity::kInfo, ""), "O_DIRECT", path);
+    f.evidence = probe->detail;
     return;
   }
   if (probe->ok) {
@@ -350,6 +368,7 @@ struct TreeSample {
   std::vector<std::string> files;  // host paths
   std::vector<uint64_t> sizes;
   size_t directories = 0;
+  std::vector<std::string> denied;  // directories this user may not list (EACCES/EPERM)
   bool bounded = false;      // stopped by the file or time bound with more left to see
   bool out_of_time = false;  // by the time bound
 };
@@ -367,7 +386,10 @@ TreeSample sample_tree(const std::string& host_dir, uint64_t max_files, double m
     const std::string dir = std::move(pending.front());
     pending.pop_front();
     DIR* stream = ::opendir(dir.c_str());
-    if (stream == nullptr) continue;  // unreadable: part of the tree we cannot judge
+    if (stream == nullptr) {
+      if (errno == EACCES || errno == EPERM) sample.denied.push_back(dir);
+      continue;  // part of the tree we cannot judge, said in the finding
+    }
     ++sample.directories;
     const int dir_fd = ::dirfd(stream);
     while (const dirent* entry = ::readdir(stream)) {
@@ -448,11 +470,22 @@ void check_small_files(PathFindings& findings, const System& system, const std::
     dir = std::filesystem::path(path).parent_path().string();
   }
   const std::string host = system.host_path(dir);
+  if (system.denied(dir)) {
+    not_readable(findings.add("small_files", Severity::kInfo, ""), "the files under " + dir, dir);
+    return;
+  }
   const TreeSample sample = sample_tree(host, options.sample_files, options.sample_seconds);
   const size_t count = sample.files.size();
+  // Directories left out of the walk: an "ok" would judge files nobody looked at.
+  const std::string unread = sample.denied.empty()
+                                 ? std::string()
+                                 : "; " + directories(sample.denied.size()) + " " + kNotReadable +
+                                       " (" + sample.denied.front() +
+                                       (sample.denied.size() > 1 ? ", ..." : "") + ")";
+  const Severity fine = sample.denied.empty() ? Severity::kOk : Severity::kInfo;
   if (count == 0) {
-    findings.add("small_files", Severity::kOk, "no files under " + dir).evidence =
-        "walked " + directories(sample.directories) + " under " + host;
+    findings.add("small_files", fine, "no files under " + dir + unread).evidence =
+        "walked " + directories(sample.directories) + " under " + host + unread;
     return;
   }
   std::vector<uint64_t> sizes = sample.sizes;
@@ -472,9 +505,10 @@ void check_small_files(PathFindings& findings, const System& system, const std::
       ", median " + format_bytes(median) + ", " + format_percent(small_share) + " % under 1 MiB";
   const std::string seen =
       format_number(count) + (sample.bounded ? "+" : "") + (count == 1 ? " file" : " files");
+  evidence += unread;
   if ((count < 1000 && !sample.bounded) || median >= kMiB) {
-    findings.add("small_files", Severity::kOk, seen + ", median " + format_bytes(median))
-        .evidence = evidence;
+    findings.add("small_files", fine, seen + ", median " + format_bytes(median) + unread).evidence =
+        evidence;
     return;
   }
   std::string summary = seen + " with a median of " + format_bytes(median);
@@ -504,11 +538,12 @@ void check_storage(const System& system, const DoctorOptions& options,
       options.paths.empty() ? std::vector<std::string>{"."} : options.paths;
   const std::optional<std::string> mountinfo = system.read(kMountinfo);
   const std::vector<Mount> mounts = parse_mountinfo(mountinfo.value_or(""));
+  const bool mountinfo_denied = !mountinfo && system.denied(kMountinfo);
   for (const std::string& user_path : paths) {
     PathFindings findings(out, user_path);
     const std::string path = system.machine_path(user_path);
     const Mount* mount = find_mount(mounts, path);
-    check_mount_entry(findings, mount, path);
+    check_mount_entry(findings, mount, path, mountinfo_denied);
     if (mount != nullptr) {
       check_atime(findings, *mount);
       if (is_nfs(*mount)) check_nfs(findings, *mount);
@@ -517,7 +552,13 @@ void check_storage(const System& system, const DoctorOptions& options,
     }
     check_space(findings, system, path, mount != nullptr ? mount->mount_point : path);
     std::error_code error;
-    if (std::filesystem::exists(system.host_path(path), error)) {
+    const bool exists = std::filesystem::exists(system.host_path(path), error);
+    // A path under a directory this user may not search is there, just not to this user.
+    if (system.denied(path)) {
+      not_readable(findings.add("o_direct", Severity::kInfo, ""), "O_DIRECT", path);
+      not_readable(findings.add("small_files", Severity::kInfo, ""), "the files under " + path,
+                   path);
+    } else if (exists) {
       check_o_direct(findings, system, path);
       check_small_files(findings, system, path, options);
     } else {

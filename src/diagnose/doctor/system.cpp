@@ -75,12 +75,40 @@ System::System(std::string root) : root_(std::move(root)) {
     std::stringstream text;
     text << in.rdbuf();
     facts_ = text.str();
+    const nlohmann::json facts = parse_facts(facts_);
+    const auto it = facts.find("unreadable");
+    if (it != facts.end() && it->is_array()) {
+      for (const nlohmann::json& path : *it) {
+        if (path.is_string()) unreadable_.push_back(path.get<std::string>());
+      }
+    }
   }
+}
+
+bool System::planted_denied(const std::string& path) const {
+  return std::any_of(unreadable_.begin(), unreadable_.end(), [&](const std::string& entry) {
+    return path.compare(0, entry.size(), entry) == 0 &&
+           (path.size() == entry.size() || path[entry.size()] == '/');
+  });
+}
+
+bool System::denied(const std::string& path) const {
+  if (planted_denied(path)) return true;
+  const auto refused = [](int error) { return error == EACCES || error == EPERM; };
+  const int fd = ::open(host_path(path).c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return refused(errno);
+  // Some files open and refuse the read instead (a few /proc and /sys files do).
+  char byte = 0;
+  const ssize_t got = ::read(fd, &byte, 1);
+  const int error = errno;
+  ::close(fd);
+  return got < 0 && refused(error);
 }
 
 std::string System::host_path(const std::string& path) const { return root_ + path; }
 
 std::optional<std::string> System::read(const std::string& path) const {
+  if (planted_denied(path)) return std::nullopt;
   std::ifstream in(host_path(path), std::ios::binary);
   if (!in) return std::nullopt;
   std::stringstream text;
@@ -108,6 +136,7 @@ std::optional<int64_t> System::read_int(const std::string& path) const {
 
 std::vector<std::string> System::list(const std::string& dir) const {
   std::vector<std::string> names;
+  if (planted_denied(dir)) return names;
   std::error_code error;
   for (fs::directory_iterator it(host_path(dir), error), end; !error && it != end;
        it.increment(error)) {
@@ -248,6 +277,16 @@ std::map<std::string, std::string> System::environment() const {
     if (equals != std::string::npos) env[text.substr(0, equals)] = text.substr(equals + 1);
   }
   return env;
+}
+
+Finding& not_readable(Finding& finding, const std::string& what, const std::string& path) {
+  finding.severity = Severity::kInfo;
+  finding.summary = what + ": " + path + " " + kNotReadable;
+  finding.evidence = path + ": permission denied (EACCES/EPERM) to this user";
+  finding.why = "the check could not read what it judges by, so it gives no verdict";
+  finding.fix = "run zerowait doctor as root (sudo), or give this user read access to " + path +
+                " (chmod o+rX, or setfacl -m u:$USER:rX)";
+  return finding;
 }
 
 Finding& FindingList::add(std::string check, Severity severity, std::string summary) {

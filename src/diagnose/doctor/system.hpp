@@ -40,14 +40,20 @@ class System {
   const std::string& root() const { return root_; }
 
   // Files, by their absolute path on the machine ("/proc/meminfo"); read under the root.
-  // nullopt when absent or unreadable.
+  // nullopt when absent or unreadable (denied() tells the two apart).
   std::optional<std::string> read(const std::string& path) const;
   // The first line, without surrounding whitespace.
   std::optional<std::string> read_line(const std::string& path) const;
   // A file holding one integer ("/sys/block/vda/queue/read_ahead_kb").
   std::optional<int64_t> read_int(const std::string& path) const;
-  // Entry names of a directory, sorted; empty when absent.
+  // Entry names of a directory, sorted; empty when absent or unreadable.
   std::vector<std::string> list(const std::string& dir) const;
+  // Whether `path` is there but this user may not read it (or list it, for a directory): open()
+  // or read() fail with EACCES or EPERM. Under a root, also a path the facts file's
+  // "unreadable" list names, or one inside a directory it names (so that tests running as root,
+  // whom no mode bit stops, can plant one). A check whose evidence is denied says so
+  // (not_readable below) instead of reporting "ok" or "absent".
+  bool denied(const std::string& path) const;
   bool exists(const std::string& path) const;
   // The target of a symbolic link, as stored ("../../devices/pci0000:00/0000:00:04.0").
   std::optional<std::string> link_target(const std::string& path) const;
@@ -71,8 +77,12 @@ class System {
   std::map<std::string, std::string> environment() const;
 
  private:
+  // The facts file's "unreadable" list names `path` or a directory above it.
+  bool planted_denied(const std::string& path) const;
+
   std::string root_;
   std::string facts_;  // the fixture's facts file, unparsed ("" live or absent)
+  std::vector<std::string> unreadable_;  // the facts file's "unreadable" paths
 };
 
 // Appends findings to one report, with the area filled in.
@@ -86,6 +96,13 @@ class FindingList {
   std::vector<Finding>& out_;
   std::string area_;
 };
+
+// Turns `finding` into the report of evidence this user may not read (System::denied): kInfo,
+// never a verdict, with `path` in the summary and evidence and the fix (run as root, or grant
+// read). `what` names what could not be checked ("transparent huge pages").
+Finding& not_readable(Finding& finding, const std::string& what, const std::string& path);
+// The words every such finding's summary ends with, for tests and readers of --json.
+inline constexpr const char* kNotReadable = "not readable as this user";
 
 // The check groups, one per file under src/diagnose/doctor/. Each appends its findings.
 void check_storage(const System& system, const DoctorOptions& options,

@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include "diagnose/doctor/mounts.hpp"
 #include "diagnose/doctor/system.hpp"
@@ -37,11 +38,15 @@ std::map<std::string, uint64_t> parse_counters(const std::string& text) {
   return counters;
 }
 
-void check_available(FindingList& findings, const std::map<std::string, uint64_t>& meminfo) {
+constexpr const char* kMeminfo = "/proc/meminfo";
+
+void check_available(const System& system, FindingList& findings,
+                     const std::map<std::string, uint64_t>& meminfo) {
   const auto total = meminfo.find("MemTotal"), available = meminfo.find("MemAvailable");
   if (total == meminfo.end() || available == meminfo.end() || total->second == 0) {
-    findings.add("available", Severity::kInfo, "could not read MemTotal/MemAvailable").evidence =
-        "/proc/meminfo: absent or without those lines";
+    Finding& f = findings.add("available", Severity::kInfo, "could not read MemTotal/MemAvailable");
+    f.evidence = "/proc/meminfo: absent or without those lines";
+    if (system.denied(kMeminfo)) not_readable(f, "available memory", kMeminfo);
     return;
   }
   const double share = double(available->second) / double(total->second);
@@ -56,22 +61,26 @@ void check_available(FindingList& findings, const std::map<std::string, uint64_t
   f.fix = "find what holds memory: ps aux --sort=-rss | head; lower Loader(memory_budget=...)";
 }
 
-void check_swap(FindingList& findings, const std::map<std::string, uint64_t>& meminfo,
-                const std::optional<std::string>& vmstat_text) {
+void check_swap(const System& system, FindingList& findings,
+                const std::map<std::string, uint64_t>& meminfo) {
   const auto total = meminfo.find("SwapTotal"), free = meminfo.find("SwapFree");
   if (total == meminfo.end() || free == meminfo.end()) {
-    findings.add("swap", Severity::kInfo, "could not read SwapTotal/SwapFree").evidence =
-        "/proc/meminfo: absent or without those lines";
+    Finding& f = findings.add("swap", Severity::kInfo, "could not read SwapTotal/SwapFree");
+    f.evidence = "/proc/meminfo: absent or without those lines";
+    if (system.denied(kMeminfo)) not_readable(f, "swap", kMeminfo);
     return;
   }
+  const std::optional<std::string> vmstat_text = system.read("/proc/vmstat");
   const uint64_t used = total->second - std::min(free->second, total->second);
   const std::map<std::string, uint64_t> vmstat = parse_counters(vmstat_text.value_or(""));
   const auto swapped_out = vmstat.find("pswpout");
   const uint64_t pages_out = swapped_out == vmstat.end() ? 0 : swapped_out->second;
-  const std::string evidence =
-      "/proc/meminfo: SwapTotal " + std::to_string(total->second / 1024) + " kB, SwapFree " +
-      std::to_string(free->second / 1024) + " kB; /proc/vmstat: pswpout " +
-      (swapped_out == vmstat.end() ? std::string("absent") : std::to_string(pages_out));
+  const std::string evidence = "/proc/meminfo: SwapTotal " + std::to_string(total->second / 1024) +
+                               " kB, SwapFree " + std::to_string(free->second / 1024) +
+                               " kB; /proc/vmstat: pswpout " +
+                               (swapped_out != vmstat.end()     ? std::to_string(pages_out)
+                                : system.denied("/proc/vmstat") ? std::string(kNotReadable)
+                                                                : std::string("absent"));
   if (total->second == 0 || used == 0) {
     findings.add("swap", Severity::kOk, total->second == 0 ? "no swap" : "swap unused").evidence =
         evidence;
@@ -110,8 +119,9 @@ void check_transparent_huge_pages(const System& system, FindingList& findings) {
   for (const Knob& knob : kKnobs) {
     const std::optional<std::string> line = system.read_line(knob.file);
     if (!line) {
-      findings.add(knob.check, Severity::kInfo, "no transparent huge page setting").evidence =
-          std::string(knob.file) + ": absent";
+      Finding& f = findings.add(knob.check, Severity::kInfo, "no transparent huge page setting");
+      f.evidence = std::string(knob.file) + ": absent";
+      if (system.denied(knob.file)) not_readable(f, knob.label, knob.file);
       continue;
     }
     const std::string active = bracketed_choice(*line);
@@ -125,9 +135,10 @@ void check_transparent_huge_pages(const System& system, FindingList& findings) {
 }
 
 // The dirty page limit in bytes: *_bytes when set, else *_ratio % of MemTotal (the kernel takes
-// the ratio of reclaimable memory, a little less). The text says which file gave it.
+// the ratio of reclaimable memory, a little less). The text says which file gave it; `denied`
+// is set to a file this user may not read (then the limit is not known).
 std::optional<uint64_t> dirty_limit(const System& system, const std::string& prefix,
-                                    uint64_t mem_total, std::string& text) {
+                                    uint64_t mem_total, std::string& text, std::string& denied) {
   const std::string bytes_file = "/proc/sys/vm/" + prefix + "_bytes";
   const std::string ratio_file = "/proc/sys/vm/" + prefix + "_ratio";
   const std::optional<int64_t> bytes = system.read_int(bytes_file);
@@ -135,7 +146,13 @@ std::optional<uint64_t> dirty_limit(const System& system, const std::string& pre
     text = bytes_file + ": " + std::to_string(*bytes);
     return uint64_t(*bytes);
   }
+  // An unreadable *_bytes may hold the limit that overrides the ratio.
+  if (!bytes && system.denied(bytes_file)) {
+    denied = bytes_file;
+    return std::nullopt;
+  }
   const std::optional<int64_t> ratio = system.read_int(ratio_file);
+  if (!ratio && system.denied(ratio_file)) denied = ratio_file;
   if (!ratio || mem_total == 0) return std::nullopt;
   text = ratio_file + ": " + std::to_string(*ratio) + " (" + prefix + "_bytes 0)";
   return mem_total / 100 * uint64_t(std::max<int64_t>(*ratio, 0));
@@ -145,13 +162,18 @@ void check_dirty(const System& system, FindingList& findings,
                  const std::map<std::string, uint64_t>& meminfo) {
   const auto total_it = meminfo.find("MemTotal");
   const uint64_t mem_total = total_it == meminfo.end() ? 0 : total_it->second;
-  std::string limit_source, background_source;
-  const std::optional<uint64_t> limit = dirty_limit(system, "dirty", mem_total, limit_source);
+  std::string limit_source, background_source, denied, background_denied;
+  const std::optional<uint64_t> limit =
+      dirty_limit(system, "dirty", mem_total, limit_source, denied);
   const std::optional<uint64_t> background =
-      dirty_limit(system, "dirty_background", mem_total, background_source);
+      dirty_limit(system, "dirty_background", mem_total, background_source, background_denied);
   if (!limit) {
-    findings.add("dirty", Severity::kInfo, "dirty page limit not known").evidence =
-        "/proc/sys/vm/dirty_bytes, dirty_ratio or /proc/meminfo MemTotal: absent";
+    Finding& f = findings.add("dirty", Severity::kInfo, "dirty page limit not known");
+    f.evidence = "/proc/sys/vm/dirty_bytes, dirty_ratio or /proc/meminfo MemTotal: absent";
+    if (!denied.empty()) not_readable(f, "dirty page limit", denied);
+    if (denied.empty() && mem_total == 0 && system.denied(kMeminfo)) {
+      not_readable(f, "dirty page limit", kMeminfo);
+    }
     return;
   }
   const double share = mem_total == 0 ? 0 : double(*limit) / double(mem_total);
@@ -163,7 +185,8 @@ void check_dirty(const System& system, FindingList& findings,
                                 (mem_total ? " (" + format_percent(share) + " % of RAM)" : ""));
   f.evidence = limit_source + " -> " + format_bytes(*limit) + "; " +
                (background ? background_source + " -> " + format_bytes(*background)
-                           : "background limit not known") +
+                : !background_denied.empty() ? background_denied + ": " + kNotReadable
+                                             : "background limit not known") +
                "; /proc/meminfo MemTotal " + std::to_string(mem_total / 1024) + " kB";
   if (!too_large) return;
   f.why = "a checkpoint fills gigabytes of dirty pages before writeback starts; then its fsync "
@@ -174,8 +197,9 @@ void check_dirty(const System& system, FindingList& findings,
 void check_dev_shm(const System& system, FindingList& findings) {
   const std::optional<SpaceInfo> shm = system.space("/dev/shm");
   if (!shm) {
-    findings.add("dev_shm", Severity::kInfo, "/dev/shm not measured").evidence =
-        "statvfs(/dev/shm): not available";
+    Finding& f = findings.add("dev_shm", Severity::kInfo, "/dev/shm not measured");
+    f.evidence = "statvfs(/dev/shm): not available";
+    if (system.denied("/dev/shm")) not_readable(f, "shared memory", "/dev/shm");
     return;
   }
   const Severity severity = shm->bytes_available < 256 * kMiB ? Severity::kFail
@@ -250,8 +274,14 @@ void check_file_max(const System& system, FindingList& findings) {
   const std::optional<int64_t> max = system.read_int("/proc/sys/fs/file-max");
   const std::optional<int64_t> allocated = system.read_int("/proc/sys/fs/file-nr");
   if (!max || !allocated || *max <= 0) {
-    findings.add("file_max", Severity::kInfo, "system-wide open files not known").evidence =
-        "/proc/sys/fs/file-max, /proc/sys/fs/file-nr: absent";
+    Finding& f = findings.add("file_max", Severity::kInfo, "system-wide open files not known");
+    f.evidence = "/proc/sys/fs/file-max, /proc/sys/fs/file-nr: absent";
+    for (const char* file : {"/proc/sys/fs/file-max", "/proc/sys/fs/file-nr"}) {
+      if (system.denied(file)) {
+        not_readable(f, "system-wide open files", file);
+        break;
+      }
+    }
     return;
   }
   const double share = double(*allocated) / double(*max);
@@ -292,7 +322,8 @@ std::optional<unsigned> check_cpu_count(const System& system, FindingList& findi
   if (online_count) summary += " of " + std::to_string(*online_count) + " online";
   findings.add("count", Severity::kInfo, summary).evidence =
       "sched_getaffinity: " + (usable ? std::to_string(*usable) : std::string("not available")) +
-      "; /sys/devices/system/cpu/online: " + online.value_or("absent");
+      "; /sys/devices/system/cpu/online: " +
+      online.value_or(system.denied("/sys/devices/system/cpu/online") ? kNotReadable : "absent");
   return usable ? usable : online_count;
 }
 
@@ -319,8 +350,12 @@ std::pair<std::string, std::string> cgroup_location(const std::vector<Mount>& mo
 }
 
 // The tightest quota from `dir` up to the hierarchy's root: limits nest, the smallest wins.
+// Quota files this user may not read are added to `denied`.
 std::optional<CpuQuota> tightest_quota(const System& system, std::string base, std::string path,
-                                       bool v2) {
+                                       bool v2, std::vector<std::string>& denied) {
+  const auto note_denied = [&](const std::string& file) {
+    if (system.denied(file)) denied.push_back(file);
+  };
   std::optional<CpuQuota> tightest;
   while (true) {
     const std::string dir = base + (path == "/" ? "" : path);
@@ -328,6 +363,7 @@ std::optional<CpuQuota> tightest_quota(const System& system, std::string base, s
     std::string evidence;
     if (v2) {
       const std::optional<std::string> line = system.read_line(dir + "/cpu.max");
+      if (!line) note_denied(dir + "/cpu.max");
       std::istringstream fields(line.value_or(""));
       std::string max_text;
       double period_value = 0;
@@ -339,6 +375,7 @@ std::optional<CpuQuota> tightest_quota(const System& system, std::string base, s
     } else {
       const std::optional<int64_t> quota_us = system.read_int(dir + "/cpu.cfs_quota_us");
       const std::optional<int64_t> period_us = system.read_int(dir + "/cpu.cfs_period_us");
+      if (!quota_us) note_denied(dir + "/cpu.cfs_quota_us");
       if (quota_us && period_us && *quota_us > 0 && *period_us > 0) {
         quota = double(*quota_us);
         period = double(*period_us);
@@ -360,13 +397,15 @@ void check_cgroup_quota(const System& system, const std::vector<Mount>& mounts,
                         std::optional<unsigned> cpus, FindingList& findings) {
   const std::optional<std::string> cgroups = system.read("/proc/self/cgroup");
   if (!cgroups) {
-    findings.add("cgroup_quota", Severity::kInfo, "could not read /proc/self/cgroup").evidence =
-        "/proc/self/cgroup: absent";
+    Finding& f = findings.add("cgroup_quota", Severity::kInfo, "could not read /proc/self/cgroup");
+    f.evidence = "/proc/self/cgroup: absent";
+    if (system.denied("/proc/self/cgroup")) not_readable(f, "CPU quota", "/proc/self/cgroup");
     return;
   }
   // "hierarchy:controllers:path"; v2 is "0::/path", v1's CPU controller "4:cpu,cpuacct:/path".
   std::optional<CpuQuota> quota;
   std::string looked_at;
+  std::vector<std::string> denied;
   std::istringstream lines(*cgroups);
   for (std::string line; std::getline(lines, line);) {
     const size_t first = line.find(':'), second = line.find(':', first + 1);
@@ -381,10 +420,15 @@ void check_cgroup_quota(const System& system, const std::vector<Mount>& mounts,
                                      : "/sys/fs/cgroup/cpu";
     const auto [base, relative] = cgroup_location(mounts, v2 ? "cgroup2" : "cgroup",
                                                   v2 ? nullptr : "cpu", fallback, path);
-    const std::optional<CpuQuota> found = tightest_quota(system, base, relative, v2);
+    const std::optional<CpuQuota> found = tightest_quota(system, base, relative, v2, denied);
     looked_at += (looked_at.empty() ? "" : ", ") + base + (relative == "/" ? "" : relative) +
                  (v2 ? "/cpu.max" : "/cpu.cfs_quota_us");
     if (found && (!quota || found->cpus < quota->cpus)) quota = found;
+  }
+  // A quota file this user may not read could hold the tightest quota: no "ok" then.
+  if (!quota && !denied.empty()) {
+    not_readable(findings.add("cgroup_quota", Severity::kInfo, ""), "CPU quota", denied.front());
+    return;
   }
   if (!quota) {
     findings.add("cgroup_quota", Severity::kOk, "no CPU quota").evidence =
@@ -394,8 +438,13 @@ void check_cgroup_quota(const System& system, const std::vector<Mount>& mounts,
   }
   const std::string quota_text = format_fixed(quota->cpus, 1) + " CPUs";
   if (!cpus || quota->cpus >= double(*cpus)) {
-    findings.add("cgroup_quota", Severity::kOk, "CPU quota " + quota_text).evidence =
-        quota->evidence;
+    Finding& f = findings.add("cgroup_quota", denied.empty() ? Severity::kOk : Severity::kInfo,
+                              "CPU quota " + quota_text);
+    f.evidence = quota->evidence;
+    if (!denied.empty()) {
+      f.summary += " (" + denied.front() + " " + kNotReadable + ": a tighter one may be there)";
+      f.evidence += "; " + denied.front() + ": " + kNotReadable;
+    }
     return;
   }
   const unsigned threads = std::max(1u, unsigned(quota->cpus));
@@ -413,6 +462,7 @@ void check_governor(const System& system, FindingList& findings) {
   std::map<std::string, unsigned> governors;  // "powersave (acpi-cpufreq)" -> CPUs
   std::string slow_example;
   unsigned slow = 0, seen = 0;
+  std::vector<std::string> denied;  // governor files this user may not read
   for (const std::string& name : system.list("/sys/devices/system/cpu")) {
     const auto is_digit = [](unsigned char c) { return std::isdigit(c) != 0; };
     if (name.size() < 4 || name.compare(0, 3, "cpu") != 0 ||
@@ -421,7 +471,10 @@ void check_governor(const System& system, FindingList& findings) {
     }
     const std::string dir = "/sys/devices/system/cpu/" + name + "/cpufreq/";
     const std::optional<std::string> governor = system.read_line(dir + "scaling_governor");
-    if (!governor) continue;
+    if (!governor) {
+      if (system.denied(dir + "scaling_governor")) denied.push_back(dir + "scaling_governor");
+      continue;
+    }
     const std::string driver = system.read_line(dir + "scaling_driver").value_or("?");
     ++seen;
     ++governors[*governor + " (" + driver + ")"];
@@ -433,8 +486,12 @@ void check_governor(const System& system, FindingList& findings) {
     }
   }
   if (seen == 0) {
-    findings.add("governor", Severity::kInfo, "no cpufreq (virtual machine?)").evidence =
-        "/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor: absent";
+    Finding& f = findings.add("governor", Severity::kInfo, "no cpufreq (virtual machine?)");
+    f.evidence = "/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor: absent";
+    if (!denied.empty()) not_readable(f, "CPU frequency governor", denied.front());
+    if (denied.empty() && system.denied("/sys/devices/system/cpu")) {
+      not_readable(f, "CPU frequency governor", "/sys/devices/system/cpu");
+    }
     return;
   }
   std::string summary;
@@ -442,10 +499,16 @@ void check_governor(const System& system, FindingList& findings) {
     summary += (summary.empty() ? "" : ", ") + governor + " on " + std::to_string(count) +
                (count == 1 ? " CPU" : " CPUs");
   }
-  Finding& f = findings.add("governor", slow ? Severity::kWarn : Severity::kOk, summary);
+  // CPUs whose governor could not be read are not judged "ok".
+  const Severity fine = denied.empty() ? Severity::kOk : Severity::kInfo;
+  if (!denied.empty()) {
+    summary += "; " + std::to_string(denied.size()) + " CPUs' governor " + kNotReadable;
+  }
+  Finding& f = findings.add("governor", slow ? Severity::kWarn : fine, summary);
   f.evidence = slow ? slow_example + " (" + std::to_string(slow) + " of " + std::to_string(seen) +
                           " CPUs)"
                     : "/sys/devices/system/cpu/cpu*/cpufreq: " + summary;
+  if (!denied.empty()) f.evidence += "; " + denied.front() + ": " + kNotReadable;
   if (!slow) return;
   f.why = "the powersave governor keeps CPUs at their lowest frequency: decode and collation "
           "run slower than the GPU consumes";
@@ -457,9 +520,9 @@ void check_governor(const System& system, FindingList& findings) {
 void check_memory(const System& system, std::vector<Finding>& out) {
   FindingList findings(out, "memory");
   const std::map<std::string, uint64_t> meminfo =
-      parse_counters(system.read("/proc/meminfo").value_or(""));
-  check_available(findings, meminfo);
-  check_swap(findings, meminfo, system.read("/proc/vmstat"));
+      parse_counters(system.read(kMeminfo).value_or(""));
+  check_available(system, findings, meminfo);
+  check_swap(system, findings, meminfo);
   check_transparent_huge_pages(system, findings);
   check_dirty(system, findings, meminfo);
   check_dev_shm(system, findings);
@@ -488,7 +551,9 @@ void check_io_uring(const System& system, std::vector<Finding>& out) {
 
   constexpr const char* kSysctl = "/proc/sys/kernel/io_uring_disabled";
   const std::optional<int64_t> disabled = system.read_int(kSysctl);
-  if (!disabled) {
+  if (!disabled && system.denied(kSysctl)) {
+    not_readable(findings.add("sysctl", Severity::kInfo, ""), "io_uring_disabled", kSysctl);
+  } else if (!disabled) {
     findings.add("sysctl", Severity::kOk, "no io_uring_disabled sysctl (kernel without the knob)")
         .evidence = std::string(kSysctl) + ": absent";
   } else {
@@ -515,8 +580,11 @@ void check_io_uring(const System& system, std::vector<Finding>& out) {
     }
   }
   if (seccomp.empty()) {
-    findings.add("seccomp", Severity::kInfo, "seccomp mode not known").evidence =
-        "/proc/self/status: no Seccomp line";
+    Finding& f = findings.add("seccomp", Severity::kInfo, "seccomp mode not known");
+    f.evidence = "/proc/self/status: no Seccomp line";
+    if (!status && system.denied("/proc/self/status")) {
+      not_readable(f, "seccomp mode", "/proc/self/status");
+    }
   } else if (seccomp == "0") {
     findings.add("seccomp", Severity::kOk, "no seccomp filter").evidence =
         "/proc/self/status: Seccomp: 0";

@@ -42,8 +42,10 @@ bool is_executable(const std::string& path) {
          !std::filesystem::is_directory(path);
 }
 
-// $ZEROWAIT_PYTHON, else python3 beside this executable (the .venv/bin of a pip install), else
-// python3 on PATH. `tried` collects what was looked at, for the error message.
+// $ZEROWAIT_PYTHON, else the interpreter that launched this command (python -m zerowait, or the
+// `zerowait` script of a pip install: python/zerowait/__main__.py names it in
+// $ZEROWAIT_LAUNCHER_PYTHON), else python3 on PATH (a development build run by hand). `tried`
+// collects what was looked at, for the error message.
 std::optional<Interpreter> find_interpreter(std::vector<std::string>* tried) {
   if (const char* chosen = std::getenv("ZEROWAIT_PYTHON"); chosen != nullptr && *chosen != 0) {
     // An explicit choice is never replaced by a guess.
@@ -52,12 +54,13 @@ std::optional<Interpreter> find_interpreter(std::vector<std::string>* tried) {
     return std::nullopt;
   }
   tried->push_back("ZEROWAIT_PYTHON (not set)");
-  std::error_code error;
-  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
-  if (!error) {
-    const std::string beside = (self.parent_path() / "python3").string();
-    if (is_executable(beside)) return Interpreter{beside, "next to " + self.string()};
-    tried->push_back(beside + " (does not exist)");
+  if (const char* launcher = std::getenv("ZEROWAIT_LAUNCHER_PYTHON");
+      launcher != nullptr && *launcher != 0) {
+    if (is_executable(launcher)) {
+      return Interpreter{launcher, "the interpreter that launched zerowait"};
+    }
+    tried->push_back(std::string("ZEROWAIT_LAUNCHER_PYTHON=") + launcher +
+                     " (not an executable file)");
   }
   const char* path_env = std::getenv("PATH");
   std::string dirs = path_env != nullptr ? path_env : "";

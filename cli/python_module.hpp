@@ -15,7 +15,8 @@ namespace zerowait::cli {
 std::vector<std::string> forwarded_args(const CLI::App& cmd);
 
 // Replaces this process with `python -m module args...`. The interpreter is $ZEROWAIT_PYTHON,
-// else the python3 beside this executable, else python3 on PATH; it is probed first for torch
+// else the one that launched this command (`python -m zerowait` or the `zerowait` script of a
+// pip install), else python3 on PATH; it is probed first for torch
 // and `module`. `command` names the command in messages ("zerowait bench net") and `why` says
 // why it needs Python ("torch.distributed"). Returns only by throwing CliError: no interpreter,
 // torch or the module missing, or exec failed.

@@ -122,9 +122,14 @@ fuzz_tests() {
 }
 
 python_tests() {
-  # Incremental: pyproject.toml keeps the build directory under build/.
-  "$VPY" -m pip install --quiet --no-build-isolation .
-  "$VPY" -m pytest tests/python -q
+  # One build serves both: the wheel users install (incremental in build/cp*/, the directory
+  # setup.sh's `pip install .` uses) goes into .venv for the tests, and test_wheel.py installs it
+  # as a new user.
+  bash scripts/build-wheel.sh --python "$VPY" --no-show
+  local wheel
+  wheel="$(ls -t dist/zerowait-*-manylinux_*.whl | head -n 1)"
+  "$VPY" -m pip install --quiet --force-reinstall --no-deps "$wheel"
+  ZEROWAIT_WHEEL="$ROOT/$wheel" "$VPY" -m pytest tests/python -q
 }
 
 # --- run ---------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """A packed dataset served over HTTP by a real server in this process (the standard library's
 HTTP server, taught Range requests): zerowait.Dataset and zerowait.Loader read it by URL and see
 exactly the local copy; WebDataset tars named by a brace list of URLs read like the local tars; a
-server that ignores Range is refused with a clear error."""
+server that ignores Range is refused with a clear error; HTTPS verifies the server against the CA
+bundle the user names, or the one the system has wherever its distribution keeps it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ import http.server
 import io
 import pickle
 import random
+import os
 import re
+import ssl
+import subprocess
+import sys
 import tarfile
 import threading
 from pathlib import Path
@@ -57,13 +62,16 @@ class QuietServer(http.server.ThreadingHTTPServer):
         pass  # a client that hangs up mid-answer (as a refused read does) is not news here
 
 
-def serve(directory: Path, ignore_range: bool = False):
+def serve(directory: Path, ignore_range: bool = False, tls: ssl.SSLContext | None = None):
     handler = type("Handler", (RangeHandler,), {"ignore_range": ignore_range, "ranged_gets": []})
     server = QuietServer(
         ("127.0.0.1", 0), lambda *a: handler(*a, directory=str(directory)))
     server.ranged_gets = handler.ranged_gets  # the path of every ranged GET answered, in order
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}"
+    scheme = "https" if tls is not None else "http"
+    return server, f"{scheme}://127.0.0.1:{server.server_address[1]}"
 
 
 def batches(dataset) -> list:
@@ -185,3 +193,56 @@ def test_a_dataset_with_a_cache_dir_reads_through_the_cache_and_pickles_with_it(
         assert len(server.ranged_gets) == downloads
     finally:
         server.shutdown()
+
+
+# ---------------------------------------------------------------------------------------------
+# HTTPS: which CA bundle the server is verified against. Each read runs in its own process: the
+# bundle is chosen once per process.
+
+READ = "import sys, zerowait; d = zerowait.Dataset(sys.argv[1]); print(len(d), len(d[7]['jpg']))"
+
+
+@pytest.fixture()
+def https_dataset(image_dataset, tmp_path):
+    """image_dataset served over HTTPS with a self-signed certificate for 127.0.0.1: (URL of the
+    dataset, the certificate, which is its own CA, what READ prints for the local copy)."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", key, "-out", cert], check=True, capture_output=True, timeout=60)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    server, base = serve(image_dataset.parent, tls=tls)
+    local = zerowait.Dataset(image_dataset)
+    yield f"{base}/{image_dataset.name}/", cert, [str(len(local)), str(len(local[7]["jpg"]))]
+    server.shutdown()
+
+
+def read_in_a_process(url: str, prefix: tuple = (), **env) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in ("SSL_CERT_FILE", "CURL_CA_BUNDLE")}
+    return subprocess.run([*prefix, sys.executable, "-c", READ, url],
+                          env={**clean, **env}, capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_https_verifies_the_server_against_the_bundle_ssl_cert_file_names(https_dataset):
+    url, cert, expected = https_dataset
+    trusted = read_in_a_process(url, SSL_CERT_FILE=str(cert))
+    assert trusted.returncode == 0 and trusted.stdout.split() == expected, trusted.stderr
+    # The system's bundle does not hold this certificate: refused, saying what to set.
+    refused = read_in_a_process(url)
+    assert refused.returncode != 0
+    assert "CA bundle: " in refused.stderr and "SSL_CERT_FILE=PATH.pem" in refused.stderr
+
+
+def test_without_the_builtin_bundle_the_one_where_another_distribution_keeps_it_is_used(
+        https_dataset):
+    """libcurl's built-in bundle is Debian's /etc/ssl/certs/ca-certificates.crt; a private mount
+    of an empty /etc/ssl holding only /etc/ssl/cert.pem (Alpine's place) is a system without it."""
+    if os.geteuid() != 0:
+        pytest.skip("a private mount namespace needs root")
+    url, cert, expected = https_dataset
+    inside = ("unshare", "--mount", "sh", "-c",
+              f'mount -t tmpfs tmpfs /etc/ssl && cp "{cert}" /etc/ssl/cert.pem && exec "$@"', "-")
+    result = read_in_a_process(url, prefix=inside)
+    assert result.returncode == 0 and result.stdout.split() == expected, result.stderr

@@ -1,8 +1,10 @@
 #include "io/remote/http_client.hpp"
 
 #include <curl/curl.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -30,6 +32,34 @@ struct Attempt {
   bool overflow = false;  // the body did not fit `into`
   std::string curl_error;
 };
+
+// The CA bundle that TLS peers are verified against, chosen once: $SSL_CERT_FILE (OpenSSL's
+// variable) or $CURL_CA_BUNDLE (curl's), else libcurl's built-in bundle where that file exists,
+// else the first bundle found where the common distributions keep theirs. The wheel carries
+// Debian's libcurl, whose built-in /etc/ssl/certs/ca-certificates.crt is missing on RHEL, Fedora
+// and SUSE. Empty: libcurl's built-in one stays (and its error names the missing file).
+const std::string& ca_bundle(CURL* curl) {
+  static const std::string chosen = [curl] {
+    for (const char* name : {"SSL_CERT_FILE", "CURL_CA_BUNDLE"}) {
+      const char* value = std::getenv(name);
+      if (value != nullptr && *value != 0) return std::string(value);
+    }
+    char* builtin = nullptr;
+    if (curl_easy_getinfo(curl, CURLINFO_CAINFO, &builtin) == CURLE_OK && builtin != nullptr &&
+        ::access(builtin, R_OK) == 0) {
+      return std::string();
+    }
+    for (const char* path : {"/etc/ssl/certs/ca-certificates.crt",  // Debian, Ubuntu, Arch
+                             "/etc/pki/tls/certs/ca-bundle.crt",    // RHEL, Fedora
+                             "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+                             "/etc/ssl/ca-bundle.pem",  // SUSE
+                             "/etc/ssl/cert.pem"}) {    // Alpine
+      if (::access(path, R_OK) == 0) return std::string(path);
+    }
+    return std::string();
+  }();
+  return chosen;
+}
 
 bool transient_status(long status) {
   return status == 429 || status == 500 || status == 502 || status == 503 || status == 504;
@@ -225,6 +255,9 @@ Result<HttpResponse> HttpClient::send(const HttpRequest& request, Deadline deadl
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, options_.verify_tls ? 1L : 0L);
     curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, options_.verify_tls ? 2L : 0L);
+    if (const std::string& bundle = ca_bundle(curl); !bundle.empty()) {
+      curl_easy_setopt(curl, CURLOPT_CAINFO, bundle.c_str());
+    }
     curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
                      static_cast<long>(options_.connect_timeout.count()));
     if (deadline.at != Clock::time_point::max()) {
@@ -274,6 +307,11 @@ Result<HttpResponse> HttpClient::send(const HttpRequest& request, Deadline deadl
     } else {
       last_problem =
           std::string(curl_easy_strerror(code)) + (error[0] ? std::string(": ") + error : "");
+      if (code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE) {
+        const std::string& bundle = ca_bundle(curl);
+        last_problem += " (CA bundle: " + (bundle.empty() ? "libcurl's built-in one" : bundle) +
+                        "; name the one to trust with SSL_CERT_FILE=PATH.pem)";
+      }
     }
     if (code != CURLE_OK && !transient_code(code)) {
       return io_error(what + ": " + last_problem);

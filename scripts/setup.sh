@@ -98,8 +98,8 @@ pip_install() {
 
 # Build and test requirements. Debian 12's cmake (3.25) and ninja serve the build; the pip
 # versions are not required. The stamp skips pip entirely when nothing changed.
-PY_REQUIREMENTS=("scikit-build-core>=0.10" "pybind11>=2.12" numpy pytest safetensors fusepy pillow
-  datasets prometheus_client)
+PY_REQUIREMENTS=("scikit-build-core>=0.10" "pybind11>=2.12" numpy pytest pytest-xdist safetensors
+  fusepy pillow datasets prometheus_client)
 TORCH_REQUIREMENT="torch==2.13.0"  # a CPU build; later features and the benchmarks use it
 TORCHVISION_REQUIREMENT="torchvision==0.28.0"  # the release built against torch 2.13
 STAMP="$VENV/.zerowait-requirements"

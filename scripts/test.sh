@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Builds zerowait and runs every test suite: the one command CI runs.
 #
-#   bash scripts/test.sh          # dev build + ctest, ASan/UBSan build + ctest, fuzzers, pytest
-#   bash scripts/test.sh --quick  # dev build + ctest, pytest (skips the sanitizer and fuzz builds)
+#   bash scripts/test.sh          # the package + pytest; C++ tests and fuzzers under ASan+UBSan
+#   bash scripts/test.sh --quick  # one plain build: ctest, the package from it, pytest
+#
+# Two C++ builds serve CI: build/cp*/ (gcc, Release) is the wheel's (scripts/build-wheel.sh), which
+# the Python tests install into .venv; build-san/ (clang, ASan+UBSan, libFuzzer's coverage) runs
+# every C++ test and every fuzzer once, sanitized: a plain run would catch nothing more. --quick
+# skips build-san/ and runs the C++ tests in a plain build/ instead.
 #
 # Runs scripts/setup.sh --no-demo first when .venv is missing or older than that script. Every
-# step runs even when an earlier one failed; the exit status is non-zero if any step failed.
+# step runs even when an earlier one failed; the exit status is non-zero if any step failed. The
+# end prints each step's time and the ten slowest tests of each suite.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,7 +22,7 @@ for arg in "$@"; do
   case "$arg" in
     --quick) QUICK=1 ;;
     -h | --help)
-      sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+      sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
       exit 0
       ;;
     *)
@@ -32,6 +38,7 @@ VPY="$ROOT/.venv/bin/python"
 START=$SECONDS
 RESULTS=()
 FAILED=0
+SLOWEST="$ROOT/build/slowest-tests.txt"  # appended to by each suite, printed at the end
 
 step() { printf '\n==> %s\n' "$*"; }
 
@@ -77,43 +84,59 @@ cmake_build() {
   cmake --build "$dir" -j "$JOBS"
 }
 
-dev_tests() {
-  cmake_build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
-  ctest --test-dir build --output-on-failure -j "$JOBS"
+# ctest_slowest DIR LABEL: appends the suite's ten slowest tests (from its JUnit file).
+ctest_slowest() {
+  "$VPY" - "$1/ctest-junit.xml" "$2" >>"$SLOWEST" <<'EOF'
+import sys, xml.etree.ElementTree as ET
+cases = [(float(c.get("time") or 0), c.get("name")) for c in ET.parse(sys.argv[1]).iter("testcase")]
+for seconds, name in sorted(cases, reverse=True)[:10]:
+    print(f"  {seconds:7.2f} s  {sys.argv[2]}  {name}")
+EOF
 }
 
-sanitizer_tests() {
-  cmake_build build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZEROWAIT_SANITIZE=ON
+plain_cpp_tests() {
+  cmake_build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  ctest --test-dir build --output-on-failure -j "$JOBS" --output-junit ctest-junit.xml
+  ctest_slowest build ctest
+}
+
+sanitized_cpp_tests_and_fuzzers() {
+  CC=clang CXX=clang++ cmake_build build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DZEROWAIT_SANITIZE=ON -DZEROWAIT_FUZZ=ON -DZEROWAIT_BUILD_BENCH=OFF
+  local rc=0
   ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}" \
     UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" \
-    ctest --test-dir build-asan --output-on-failure -j "$JOBS"
+    ctest --test-dir build-san --output-on-failure -j "$JOBS" --output-junit ctest-junit.xml ||
+    rc=$?
+  ctest_slowest build-san "ctest (ASan+UBSan)"
+  run_fuzzers || rc=$?
+  return $rc
 }
 
-fuzz_tests() {
-  CC=clang CXX=clang++ cmake_build build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DZEROWAIT_FUZZ=ON -DZEROWAIT_BUILD_TESTS=OFF
+run_fuzzers() {
   local fuzzers=() fuzzer name corpus seeds log
-  mapfile -t fuzzers < <(find build-fuzz -type f -perm -u+x -name 'fuzz_*' | sort)
+  mapfile -t fuzzers < <(find build-san -type f -perm -u+x -name 'fuzz_*' | sort)
   ((${#fuzzers[@]} > 0)) || {
-    echo "no fuzz_* binaries were built in build-fuzz/" >&2
+    echo "no fuzz_* binaries were built in build-san/" >&2
     return 1
   }
+  echo "fuzzers: ${#fuzzers[@]}, ${FUZZ_SECONDS} s each"
   # Real shards and tars as seeds, written by this build's CLI (tests/fuzz/make_seeds.sh).
-  rm -rf build-fuzz/seeds
-  tests/fuzz/make_seeds.sh build-fuzz/zerowait build-fuzz/seeds
+  rm -rf build-san/seeds
+  tests/fuzz/make_seeds.sh build-san/zerowait build-san/seeds
   for fuzzer in "${fuzzers[@]}"; do
     name="$(basename "$fuzzer")"
-    corpus="build-fuzz/corpus/$name"
-    seeds="build-fuzz/seeds/$name"
-    log="build-fuzz/$name.log"
+    corpus="build-san/corpus/$name"
+    seeds="build-san/seeds/$name"
+    log="build-san/$name.log"
     mkdir -p "$corpus" "$seeds"
     echo "$name: ${FUZZ_SECONDS} s (log: $log)"
     # New inputs go into the first corpus directory; the seeds are read too. -max_len leaves room
     # for a seed shard or tar (a few KB) to grow: libFuzzer's default would be the largest seed.
     if ! "$fuzzer" -max_total_time="$FUZZ_SECONDS" -timeout=10 -rss_limit_mb=2048 \
-      -max_len=65536 -artifact_prefix="build-fuzz/$name-" "$corpus" "$seeds" >"$log" 2>&1; then
+      -max_len=65536 -artifact_prefix="build-san/$name-" "$corpus" "$seeds" >"$log" 2>&1; then
       tail -n 60 "$log" >&2
-      echo "$name found a crash; the input is saved as build-fuzz/$name-*" >&2
+      echo "$name found a crash; the input is saved as build-san/$name-*" >&2
       return 1
     fi
     # fuzz_shard also says how many inputs got past the checksums into ShardIndex::parse.
@@ -122,33 +145,44 @@ fuzz_tests() {
 }
 
 python_tests() {
-  # One build serves both: the wheel users install (incremental in build/cp*/, the directory
-  # setup.sh's `pip install .` uses) goes into .venv for the tests, and test_wheel.py installs it
-  # as a new user.
+  # The wheel users install (built incrementally in build/cp*/, the directory setup.sh's `pip
+  # install .` uses) goes into .venv for the tests, and test_wheel.py installs it as a new user.
   bash scripts/build-wheel.sh --python "$VPY" --no-show
   local wheel
   wheel="$(ls -t dist/zerowait-*-manylinux_*.whl | head -n 1)"
   "$VPY" -m pip install --quiet --force-reinstall --no-deps "$wheel"
-  ZEROWAIT_WHEEL="$ROOT/$wheel" "$VPY" -m pytest tests/python -q
+  # Two workers; the tests against the one S3 server share a worker (conftest.py groups them).
+  ZEROWAIT_WHEEL="$ROOT/$wheel" "$VPY" -m pytest tests/python -q -n "$JOBS" --dist loadgroup \
+    --junitxml=build/pytest-junit.xml
+  "$VPY" - build/pytest-junit.xml >>"$SLOWEST" <<'PYEOF'
+import sys, xml.etree.ElementTree as ET
+cases = [(float(c.get("time") or 0), f'{c.get("classname")}.{c.get("name")}')
+         for c in ET.parse(sys.argv[1]).iter("testcase")]
+for seconds, name in sorted(cases, reverse=True)[:10]:
+    print(f"  {seconds:7.2f} s  pytest  {name}")
+PYEOF
 }
 
 # --- run ---------------------------------------------------------------------------------------
 run_step "setup" ensure_setup
-run_step "C++ tests (build/)" dev_tests
-if ((QUICK == 0)); then
-  run_step "C++ tests under ASan+UBSan (build-asan/)" sanitizer_tests
-  if [[ -f tests/fuzz/CMakeLists.txt ]]; then
-    run_step "fuzzers, ${FUZZ_SECONDS} s each (build-fuzz/)" fuzz_tests
-  else
-    RESULTS+=("fuzzers: skipped (no tests/fuzz/CMakeLists.txt)")
-  fi
-else
+mkdir -p build
+: >"$SLOWEST"
+if ((QUICK)); then
+  run_step "C++ tests (build/)" plain_cpp_tests
+  run_step "Python tests (pytest)" python_tests
   RESULTS+=("ASan+UBSan and fuzzers: skipped (--quick)")
+else
+  run_step "Python tests (pytest)" python_tests
+  run_step "C++ tests under ASan+UBSan and fuzzers, ${FUZZ_SECONDS} s each (build-san/)" \
+    sanitized_cpp_tests_and_fuzzers
 fi
-run_step "Python tests (pytest)" python_tests
 
 step "summary"
 printf '  %s\n' "${RESULTS[@]}"
+if [[ -s "$SLOWEST" ]]; then
+  echo "slowest tests:"
+  cat "$SLOWEST"
+fi
 if ((FAILED > 0)); then
   echo "test.sh: FAILED: $FAILED step(s) failed, $((SECONDS - START)) s in all"
   exit 1

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Sets up a machine to build, test and use zerowait, then runs the quick-start demo.
+# Sets up a machine to build and use zerowait, then runs the quick-start demo.
 #
 #   bash scripts/setup.sh            # system packages, .venv, `pip install .`, demo on sample data
-#   bash scripts/setup.sh --no-demo  # everything but the demo (used by scripts/test.sh)
+#   bash scripts/setup.sh --no-demo  # everything but the demo
+#   bash scripts/setup.sh --tests    # also what only the tests need (scripts/test.sh passes it)
 #
+# Without --tests it installs what zerowait and its demo need: the compiler, the C++ libraries,
+# torch (a CPU build). --tests adds the tests' servers and tools (Ceph's RADOS Gateway, Chromium,
+# clang for the sanitizer and fuzz build, fio, FUSE), pytest and its helpers, and torch with a
+# torchvision built for it (a matching pair: the docs' torchvision recipes run in the suite).
 # For Debian 12; installs missing system packages with apt-get when run as root (or via sudo).
 # Safe to run again: what is already in place is checked, not redone.
 set -euo pipefail
@@ -12,11 +17,13 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 DEMO=1
+TESTS=0
 for arg in "$@"; do
   case "$arg" in
     --no-demo) DEMO=0 ;;
+    --tests) TESTS=1 ;;
     -h | --help)
-      sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+      sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
       exit 0
       ;;
     *)
@@ -33,95 +40,130 @@ die() {
 }
 START=$SECONDS
 
-# --- system packages ---------------------------------------------------------------------------
+# --- what to install ---------------------------------------------------------------------------
 # shellcheck source=scripts/build-packages.sh
 source "$ROOT/scripts/build-packages.sh"  # BUILD_LIBRARY_PACKAGES: the C++ libraries
 APT_PACKAGES=(
-  build-essential cmake ninja-build pkg-config python3-venv python3-dev
+  build-essential cmake ninja-build pkg-config python3-dev
   "${BUILD_LIBRARY_PACKAGES[@]}"
-  fio clang libclang-rt-14-dev curl
-  # A real S3 server for the tests: Ceph RADOS Gateway on loopback (tests/s3/rgw.sh).
+)
+TEST_APT_PACKAGES=(
+  # The sanitizer and fuzz build (clang, libFuzzer); fio beside `bench storage`; curl makes the
+  # test server's buckets.
+  clang libclang-rt-14-dev fio curl
+  # A real S3 server: Ceph RADOS Gateway on loopback (tests/s3/rgw.sh).
   radosgw ceph-mon ceph-osd ceph-common
-  # A stuck file system for the tests: FUSE through fusepy (tests/python/stuck_fs.py).
+  # A stuck file system: FUSE through fusepy (tests/python/stuck_fs.py).
   libfuse2
-  # Network namespaces joined by a veth pair for the MTU probe of `zerowait bench net`.
-  iproute2
-  # Headless rendering of `zerowait report` pages in the tests (and the docs' screenshot).
+  # Network namespaces joined by a veth pair for the MTU probe of `zerowait bench net`; the
+  # unprivileged user of the wheel and doctor tests (useradd, setpriv).
+  iproute2 passwd util-linux
+  # Headless rendering of `zerowait report` pages (and the docs' screenshot).
   chromium
 )
-step "system packages"
-missing=()
-for pkg in "${APT_PACKAGES[@]}"; do
-  status="$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)"
-  [[ "$status" == "install ok installed" ]] || missing+=("$pkg")
-done
-if ((${#missing[@]} == 0)); then
-  echo "all ${#APT_PACKAGES[@]} packages are installed"
-else
-  echo "installing: ${missing[*]}"
-  SUDO=()
-  if ((EUID != 0)); then
-    command -v sudo >/dev/null || die "not root and no sudo: install these first: ${missing[*]}"
-    SUDO=(sudo)
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  "${SUDO[@]}" apt-get update
-  "${SUDO[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
+# Build requirements (Debian 12's cmake and ninja serve the build) and a CPU build of torch:
+# zerowait needs no torchvision.
+PY_REQUIREMENTS=("scikit-build-core>=0.10" "pybind11>=2.12" numpy pillow)
+TORCH_REQUIREMENTS=("torch==2.13.0")
+# What only the tests need; torch with the torchvision built against it, a matching pair (the
+# CUDA builds of both, which run on the CPU too: PyPI's torchvision is built against them, and
+# beside the CPU torch it cannot register its operators).
+TEST_PY_REQUIREMENTS=(pytest pytest-xdist safetensors fusepy datasets prometheus_client)
+if ((TESTS)); then
+  APT_PACKAGES+=("${TEST_APT_PACKAGES[@]}")
+  PY_REQUIREMENTS+=("${TEST_PY_REQUIREMENTS[@]}")
+  TORCH_REQUIREMENTS=("torch==2.14.1" "torchvision==0.29.1")
 fi
 
-# --- Python virtual environment ----------------------------------------------------------------
 # The venv is made with the machine's python3 (a pyenv one or Debian's /usr/bin/python3).
 PYTHON="${PYTHON:-python3}"
 VENV="$ROOT/.venv"
 VPY="$VENV/bin/python"
-step "Python environment in .venv"
-command -v "$PYTHON" >/dev/null || die "'$PYTHON' not found; install python3 (>= 3.10)"
-"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
-  die "zerowait needs Python >= 3.10; '$PYTHON' is $("$PYTHON" --version 2>&1)"
-if [[ -x "$VPY" ]] && ! "$VPY" -c 'import sys' 2>/dev/null; then
-  echo "the existing .venv does not run (its base Python moved?); recreating it"
-  rm -rf "$VENV"
-fi
-if [[ ! -x "$VPY" ]]; then
-  "$PYTHON" -m venv "$VENV" ||
-    die "'$PYTHON -m venv' failed; on Debian: apt-get install python3-venv"
-  echo "created .venv with $("$VPY" --version)"
-else
-  echo "using .venv ($("$VPY" --version))"
-fi
 
+# --- system packages ---------------------------------------------------------------------------
+SUDO=()
+if ((EUID != 0)); then SUDO=(sudo); fi
+
+missing_packages() {
+  local pkg status
+  for pkg in "$@"; do
+    status="$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)"
+    [[ "$status" == "install ok installed" ]] || echo "$pkg"
+  done
+}
+
+# apt_install PACKAGE...: installs those not installed yet.
+apt_install() {
+  local missing
+  mapfile -t missing < <(missing_packages "$@")
+  if ((${#missing[@]} == 0)); then
+    echo "all $# packages are installed"
+    return 0
+  fi
+  echo "installing: ${missing[*]}"
+  if ((EUID != 0)) && ! command -v sudo >/dev/null; then
+    die "not root and no sudo: install these first: ${missing[*]}"
+  fi
+  if [[ -z "${APT_UPDATED:-}" ]]; then
+    DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get update
+    APT_UPDATED=1
+  fi
+  DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y --no-install-recommends \
+    "${missing[@]}"
+}
+
+# --- Python virtual environment ----------------------------------------------------------------
 # pip, minus the warnings this machine's pip configuration prints for every package that one of
 # its configured local indexes does not hold (harmless: the package comes from another index).
 pip_install() {
   "$VPY" -m pip install "$@" 2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
 }
 
-# Build and test requirements. Debian 12's cmake (3.25) and ninja serve the build; the pip
-# versions are not required. The stamp skips pip entirely when nothing changed.
-PY_REQUIREMENTS=("scikit-build-core>=0.10" "pybind11>=2.12" numpy pytest pytest-xdist safetensors
-  fusepy pillow datasets prometheus_client)
-TORCH_REQUIREMENT="torch==2.13.0"  # a CPU build; later features and the benchmarks use it
-TORCHVISION_REQUIREMENT="torchvision==0.28.0"  # the release built against torch 2.13
-STAMP="$VENV/.zerowait-requirements"
-wanted="${PY_REQUIREMENTS[*]} $TORCH_REQUIREMENT $TORCHVISION_REQUIREMENT"
-if [[ "$(cat "$STAMP" 2>/dev/null || true)" != "$wanted" ]]; then
+python_environment() {
+  if [[ -x "$VPY" ]] && ! "$VPY" -c 'import sys' 2>/dev/null; then
+    echo "the existing .venv does not run (its base Python moved?); recreating it"
+    rm -rf "$VENV"
+  fi
+  if [[ ! -x "$VPY" ]]; then
+    "$PYTHON" -m venv "$VENV" ||
+      die "'$PYTHON -m venv' failed; on Debian: apt-get install python3-venv"
+    echo "created .venv with $("$VPY" --version)"
+  else
+    echo "using .venv ($("$VPY" --version))"
+  fi
+  # The stamp skips pip entirely when nothing changed.
+  local stamp="$VENV/.zerowait-requirements" wanted="${PY_REQUIREMENTS[*]} ${TORCH_REQUIREMENTS[*]}"
+  if [[ "$(cat "$stamp" 2>/dev/null || true)" == "$wanted" ]]; then
+    echo "Python requirements already installed"
+    return 0
+  fi
   echo "installing ${PY_REQUIREMENTS[*]}"
   pip_install --quiet "${PY_REQUIREMENTS[@]}" ||
     die "pip install of the build requirements failed"
-  echo "installing $TORCH_REQUIREMENT (large; takes a minute)"
-  # torchvision for the benchmarks' augmentation pipelines; --no-deps keeps pip from replacing
-  # the CPU torch with the CUDA build its wheel names.
-  if pip_install --quiet "$TORCH_REQUIREMENT" &&
-    pip_install --quiet --no-deps "$TORCHVISION_REQUIREMENT"; then
-    printf '%s' "$wanted" >"$STAMP"
-  else
-    echo "setup.sh: warning: '$TORCH_REQUIREMENT' or '$TORCHVISION_REQUIREMENT' could not be" \
-      "installed; zerowait itself works" \
-      "without it, but the PyTorch integration and benchmarks will not. Continuing." >&2
-  fi
-else
-  echo "Python requirements already installed"
-fi
+  echo "installing ${TORCH_REQUIREMENTS[*]} (large; a minute or two)"
+  pip_install --quiet "${TORCH_REQUIREMENTS[@]}" ||
+    die "pip install ${TORCH_REQUIREMENTS[*]} failed"
+  printf '%s' "$wanted" >"$stamp"
+}
+
+step "Python and its venv module"
+command -v "$PYTHON" >/dev/null || apt_install python3
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
+  die "zerowait needs Python >= 3.10; '$PYTHON' is $("$PYTHON" --version 2>&1)"
+"$PYTHON" -c 'import ensurepip, venv' 2>/dev/null || apt_install python3-venv
+
+# The Python environment (pip: torch is large) is made while apt installs the system packages:
+# neither needs the other until the build.
+step "system packages, and the Python environment in .venv beside them"
+PIP_LOG="$(mktemp)"
+python_environment >"$PIP_LOG" 2>&1 &
+PIP_PID=$!
+apt_install "${APT_PACKAGES[@]}" || { kill "$PIP_PID" 2>/dev/null; die "apt-get failed"; }
+pip_status=0
+wait "$PIP_PID" || pip_status=$?
+sed 's/^/  .venv: /' "$PIP_LOG"
+rm -f "$PIP_LOG"
+((pip_status == 0)) || die "the Python environment could not be made (above)"
 
 # --- the package and the `zerowait` command ----------------------------------------------------
 step "building and installing zerowait into .venv (pip install .)"
@@ -132,11 +174,18 @@ if [[ ! -d "$ROOT/build" ]] || ! ls "$ROOT"/build/cp*/CMakeCache.txt >/dev/null 
 fi
 pip_install --quiet --no-build-isolation "$ROOT" ||
   die "pip install . failed; rerun with: $VPY -m pip install -v --no-build-isolation ."
-"$VPY" -c 'import zerowait; print("zerowait", zerowait.__version__, "installed")'
 ZW="$VENV/bin/zerowait"
 [[ -x "$ZW" ]] || die "the zerowait command is missing from .venv/bin after pip install"
-# scripts/test.sh reruns this script when the script changed since the venv was set up.
-sha256sum "$ROOT/scripts/setup.sh" | cut -d' ' -f1 >"$VENV/.zerowait-setup"
+# Every import this setup promises, used once: a broken pair (torchvision beside a torch it was
+# not built for) fails here, not in the first script a user brings.
+step "checking the environment"
+"$VPY" "$ROOT/scripts/check_environment.py" $( ((TESTS)) && echo --tests) ||
+  die "the environment in .venv is broken (above); rerun scripts/setup.sh"
+"$ZW" --version >/dev/null || die "the zerowait command does not run"
+# scripts/test.sh reruns this script when the script changed since the venv was set up, or was
+# set up without the tests' requirements.
+printf '%s %s\n' "$(sha256sum "$ROOT/scripts/setup.sh" | cut -d' ' -f1)" \
+  "$( ((TESTS)) && echo tests || echo product)" >"$VENV/.zerowait-setup"
 
 if ((DEMO == 0)); then
   step "setup done in $((SECONDS - START)) s (demo skipped)"

@@ -9,7 +9,8 @@
 # every C++ test and every fuzzer once, sanitized: a plain run would catch nothing more. --quick
 # skips build-san/ and runs the C++ tests in a plain build/ instead.
 #
-# Runs scripts/setup.sh --no-demo first when .venv is missing or older than that script. Every
+# Runs scripts/setup.sh --tests --no-demo first when .venv is missing, older than that script or
+# set up without the tests' requirements. Every
 # step runs even when an earlier one failed; the exit status is non-zero if any step failed. The
 # end prints each step's time and the ten slowest tests of each suite.
 set -euo pipefail
@@ -66,13 +67,14 @@ run_step() {
 # --- steps -------------------------------------------------------------------------------------
 ensure_setup() {
   local want have
-  want="$(sha256sum scripts/setup.sh | cut -d' ' -f1)"
+  want="$(sha256sum scripts/setup.sh | cut -d' ' -f1) tests"
   have="$(cat .venv/.zerowait-setup 2>/dev/null || true)"
   if [[ -x "$VPY" ]] && "$VPY" -c 'import sys' 2>/dev/null && [[ "$want" == "$have" ]]; then
-    echo ".venv is set up"
+    echo ".venv is set up for the tests"
   else
-    echo ".venv is missing or older than scripts/setup.sh: running scripts/setup.sh --no-demo"
-    bash scripts/setup.sh --no-demo
+    echo ".venv is missing, older than scripts/setup.sh or without the tests' requirements:" \
+      "running scripts/setup.sh --tests --no-demo"
+    bash scripts/setup.sh --tests --no-demo
   fi
 }
 
@@ -84,11 +86,14 @@ cmake_build() {
   cmake --build "$dir" -j "$JOBS"
 }
 
-# ctest_slowest DIR LABEL: appends the suite's ten slowest tests (from its JUnit file).
-ctest_slowest() {
-  "$VPY" - "$1/ctest-junit.xml" "$2" >>"$SLOWEST" <<'EOF'
+# slowest_of JUNIT_XML LABEL: appends that suite's ten slowest tests to $SLOWEST.
+slowest_of() {
+  [[ -f "$1" ]] || return 0
+  "$VPY" - "$1" "$2" >>"$SLOWEST" <<'EOF'
 import sys, xml.etree.ElementTree as ET
-cases = [(float(c.get("time") or 0), c.get("name")) for c in ET.parse(sys.argv[1]).iter("testcase")]
+cases = [(float(c.get("time") or 0), ".".join(dict.fromkeys(
+    filter(None, (c.get("classname"), c.get("name"))))))
+         for c in ET.parse(sys.argv[1]).iter("testcase")]
 for seconds, name in sorted(cases, reverse=True)[:10]:
     print(f"  {seconds:7.2f} s  {sys.argv[2]}  {name}")
 EOF
@@ -96,8 +101,10 @@ EOF
 
 plain_cpp_tests() {
   cmake_build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
-  ctest --test-dir build --output-on-failure -j "$JOBS" --output-junit ctest-junit.xml
-  ctest_slowest build ctest
+  local rc=0
+  ctest --test-dir build --output-on-failure -j "$JOBS" --output-junit ctest-junit.xml || rc=$?
+  slowest_of build/ctest-junit.xml ctest
+  return $rc
 }
 
 sanitized_cpp_tests_and_fuzzers() {
@@ -108,40 +115,57 @@ sanitized_cpp_tests_and_fuzzers() {
     UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" \
     ctest --test-dir build-san --output-on-failure -j "$JOBS" --output-junit ctest-junit.xml ||
     rc=$?
-  ctest_slowest build-san "ctest (ASan+UBSan)"
+  slowest_of build-san/ctest-junit.xml "ctest (ASan+UBSan)"
   run_fuzzers || rc=$?
   return $rc
 }
 
 run_fuzzers() {
-  local fuzzers=() fuzzer name corpus seeds log
+  local fuzzers=() fuzzer failed=0
   mapfile -t fuzzers < <(find build-san -type f -perm -u+x -name 'fuzz_*' | sort)
   ((${#fuzzers[@]} > 0)) || {
     echo "no fuzz_* binaries were built in build-san/" >&2
     return 1
   }
-  echo "fuzzers: ${#fuzzers[@]}, ${FUZZ_SECONDS} s each"
+  echo "fuzzers: ${#fuzzers[@]}, ${FUZZ_SECONDS} s each, $JOBS at a time"
   # Real shards and tars as seeds, written by this build's CLI (tests/fuzz/make_seeds.sh).
   rm -rf build-san/seeds
   tests/fuzz/make_seeds.sh build-san/zerowait build-san/seeds
+  local running=0
   for fuzzer in "${fuzzers[@]}"; do
-    name="$(basename "$fuzzer")"
-    corpus="build-san/corpus/$name"
-    seeds="build-san/seeds/$name"
-    log="build-san/$name.log"
-    mkdir -p "$corpus" "$seeds"
-    echo "$name: ${FUZZ_SECONDS} s (log: $log)"
-    # New inputs go into the first corpus directory; the seeds are read too. -max_len leaves room
-    # for a seed shard or tar (a few KB) to grow: libFuzzer's default would be the largest seed.
-    if ! "$fuzzer" -max_total_time="$FUZZ_SECONDS" -timeout=10 -rss_limit_mb=2048 \
-      -max_len=65536 -artifact_prefix="build-san/$name-" "$corpus" "$seeds" >"$log" 2>&1; then
-      tail -n 60 "$log" >&2
-      echo "$name found a crash; the input is saved as build-san/$name-*" >&2
-      return 1
+    if ((running == JOBS)); then
+      wait -n || failed=1
+      running=$((running - 1))
     fi
-    # fuzz_shard also says how many inputs got past the checksums into ShardIndex::parse.
-    grep -E '^Done [0-9]+ runs|^fuzz_shard: ' "$log" || tail -n 1 "$log"
+    run_fuzzer "$fuzzer" &
+    running=$((running + 1))
   done
+  while ((running > 0)); do
+    wait -n || failed=1
+    running=$((running - 1))
+  done
+  return $failed
+}
+
+# run_fuzzer BINARY: FUZZ_SECONDS of it on its corpus and seeds; the crash input kept if any.
+run_fuzzer() {
+  local fuzzer="$1" name corpus seeds log
+  name="$(basename "$fuzzer")"
+  corpus="build-san/corpus/$name"
+  seeds="build-san/seeds/$name"
+  log="build-san/$name.log"
+  mkdir -p "$corpus" "$seeds"
+  # New inputs go into the first corpus directory; the seeds are read too. -max_len leaves room
+  # for a seed shard or tar (a few KB) to grow: libFuzzer's default would be the largest seed.
+  if ! "$fuzzer" -max_total_time="$FUZZ_SECONDS" -timeout=10 -rss_limit_mb=2048 \
+    -max_len=65536 -artifact_prefix="build-san/$name-" "$corpus" "$seeds" >"$log" 2>&1; then
+    tail -n 60 "$log" >&2
+    echo "$name found a crash; the input is saved as build-san/$name-* (log: $log)" >&2
+    return 1
+  fi
+  # fuzz_shard also says how many inputs got past the checksums into ShardIndex::parse.
+  echo "$name: $(grep -E '^Done [0-9]+ runs' "$log" || tail -n 1 "$log")" \
+    "$(grep -E '^fuzz_shard: ' "$log" || true)"
 }
 
 python_tests() {
@@ -152,15 +176,11 @@ python_tests() {
   wheel="$(ls -t dist/zerowait-*-manylinux_*.whl | head -n 1)"
   "$VPY" -m pip install --quiet --force-reinstall --no-deps "$wheel"
   # Two workers; the tests against the one S3 server share a worker (conftest.py groups them).
+  local rc=0
   ZEROWAIT_WHEEL="$ROOT/$wheel" "$VPY" -m pytest tests/python -q -n "$JOBS" --dist loadgroup \
-    --junitxml=build/pytest-junit.xml
-  "$VPY" - build/pytest-junit.xml >>"$SLOWEST" <<'PYEOF'
-import sys, xml.etree.ElementTree as ET
-cases = [(float(c.get("time") or 0), f'{c.get("classname")}.{c.get("name")}')
-         for c in ET.parse(sys.argv[1]).iter("testcase")]
-for seconds, name in sorted(cases, reverse=True)[:10]:
-    print(f"  {seconds:7.2f} s  pytest  {name}")
-PYEOF
+    --junitxml=build/pytest-junit.xml || rc=$?
+  slowest_of build/pytest-junit.xml pytest
+  return $rc
 }
 
 # --- run ---------------------------------------------------------------------------------------

@@ -449,12 +449,13 @@ TEST_F(LoaderTest, APoisonedArenaShowsAReadAfterItsBatchWasReleased) {
   const std::vector<int64_t> indices = int_column(*batch.value(), "__index__");
   const std::string first = bin_field(indices[0]);
   ASSERT_EQ(std::string(reinterpret_cast<const char*>(data), first.size()), first);
+  // Workers stopped first: none may take the arena back and fill it with the next batch. The
+  // pool (and so the arena's memory) lives on with the loader.
+  loader->close();
   batch = Result<std::shared_ptr<Batch>>(std::shared_ptr<Batch>());  // releases the arena
   for (uint64_t i = 0; i < bytes; ++i) {
     ASSERT_EQ(data[i], 0xA5) << "byte " << i << " of the released arena";
   }
-  // The loader goes on: later batches are whole again.
-  EXPECT_GT(epoch_indices(*loader).size(), 0u);
 }
 
 TEST_F(LoaderTest, EveryIoBackendDeliversTheSameBatches) {

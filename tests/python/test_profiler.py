@@ -179,10 +179,13 @@ def leaky_loop(keep: bool, steps: int = 24) -> zerowait.StepProfiler:
 
 
 def test_leak_flag_on_a_loop_that_keeps_tensors():
-    flags = leaky_loop(keep=True).summary()["flags"]
+    # One loop: a second one in this process may reuse the memory the first freed (glibc keeps
+    # it), and then its resident set does not grow.
+    prof = leaky_loop(keep=True)
+    flags = prof.summary()["flags"]
     assert [f["flag"] for f in flags] == ["rss_growth"], flags
     assert flags[0]["rss_last"] - flags[0]["rss_first"] >= 64 << 20
-    assert "rss_growth" in leaky_loop(keep=True).report()
+    assert "rss_growth" in prof.report()
 
 
 def test_no_leak_flag_on_a_loop_that_drops_them():

@@ -11,6 +11,7 @@
 
 #include "host/aligned_buffer.hpp"
 #include "host/cuda_runtime.hpp"
+#include "testing/cuda.hpp"
 #include "testing/testing.hpp"
 #include "zerowait/loader/loader.hpp"
 #include "zerowait/shard/dataset.hpp"
@@ -21,11 +22,6 @@ namespace {
 
 using internal::cuda_memory_type;
 using internal::cuda_runtime;
-
-#define SKIP_WITHOUT_CUDA()                                                       \
-  do {                                                                            \
-    if (!cuda_runtime().ok) GTEST_SKIP() << "no CUDA: " << cuda_runtime().reason; \
-  } while (0)
 
 // A dataset of `samples` samples whose "bin" field is 96 KiB (above kOwnedColumnMaxBytes for a
 // batch of one, so the column stays in the arena) of bytes that depend on the index.
@@ -46,13 +42,13 @@ std::shared_ptr<Dataset> write_dataset(const std::string& dir, int samples) {
 }
 
 TEST(GpuCuda, RuntimeLoadsAndCountsDevices) {
-  SKIP_WITHOUT_CUDA();
+  ZW_SKIP_WITHOUT_CUDA();
   EXPECT_GE(cuda_runtime().devices, 1);
   EXPECT_TRUE(cuda_runtime().reason.empty());
 }
 
 TEST(GpuCuda, PinnedBuffersArePageLockedUntilFreed) {
-  SKIP_WITHOUT_CUDA();
+  ZW_SKIP_WITHOUT_CUDA();
   internal::AlignedBuffer pinned, plain;
   ASSERT_TRUE(pinned.reserve(8 << 20, 8 << 20, /*pin=*/true).is_ok());
   ASSERT_TRUE(plain.reserve(8 << 20, 8 << 20, /*pin=*/false).is_ok());
@@ -64,7 +60,7 @@ TEST(GpuCuda, PinnedBuffersArePageLockedUntilFreed) {
 }
 
 TEST(GpuCuda, LoaderArenasArePinnedOnlyWhenAsked) {
-  SKIP_WITHOUT_CUDA();
+  ZW_SKIP_WITHOUT_CUDA();
   testing::TempDir dir;
   auto dataset = write_dataset(dir.path(), 16);
   for (const bool pin : {true, false}) {
@@ -85,7 +81,7 @@ TEST(GpuCuda, LoaderArenasArePinnedOnlyWhenAsked) {
 }
 
 TEST(GpuCuda, DeviceMemoryRoundTrip) {
-  SKIP_WITHOUT_CUDA();
+  ZW_SKIP_WITHOUT_CUDA();
   const auto& rt = cuda_runtime();
   auto device = internal::DeviceBuffer::allocate(64 << 20);
   ASSERT_TRUE(device.is_ok()) << device.status().to_string();

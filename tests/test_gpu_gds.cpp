@@ -15,6 +15,7 @@
 #include "host/cuda_runtime.hpp"
 #include "host/cufile.hpp"
 #include "io/file_sources.hpp"
+#include "testing/cuda.hpp"
 #include "testing/testing.hpp"
 #include "zerowait/io/device_reader.hpp"
 
@@ -24,11 +25,6 @@ namespace {
 using internal::cuda_runtime;
 using internal::DeviceBuffer;
 using testing::TempDir;
-
-#define SKIP_WITHOUT_CUDA()                                                       \
-  do {                                                                            \
-    if (!cuda_runtime().ok) GTEST_SKIP() << "no CUDA: " << cuda_runtime().reason; \
-  } while (0)
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -83,7 +79,7 @@ std::unique_ptr<DeviceReader> open_reader(const std::string& path, GdsMode mode)
 }
 
 TEST(GpuGds, EvidenceAndTheOnModeAgree) {
-  SKIP_WITHOUT_CUDA();
+  ZW_SKIP_WITHOUT_CUDA();
   const GdsEvidence evidence = gds_evidence();
   std::cout << "gds evidence: " << evidence.summary << "\n";
   for (const auto& [name, value] : evidence.facts)
@@ -115,7 +111,7 @@ TEST(GpuGds, EvidenceAndTheOnModeAgree) {
 }
 
 TEST(GpuGds, UnalignedRangesAndBatchesAreBitExactInEveryMode) {
-  SKIP_WITHOUT_CUDA();
+  ZW_SKIP_WITHOUT_CUDA();
   TempDir dir;
   const std::string content = testing::random_bytes((24 << 20) + 12345, 21);
   testing::write_file(dir / "data", content);
@@ -161,7 +157,7 @@ TEST(GpuGds, UnalignedRangesAndBatchesAreBitExactInEveryMode) {
 }
 
 TEST(GpuGds, AGibibyteAndMoreInOneRead) {
-  SKIP_WITHOUT_CUDA();
+  ZW_SKIP_WITHOUT_CUDA();
   TempDir dir;
   const size_t size = (size_t{1} << 30) + 4097;
   const std::string content = testing::random_bytes(size, 22);
@@ -181,7 +177,7 @@ TEST(GpuGds, AGibibyteAndMoreInOneRead) {
 }
 
 TEST(GpuGds, AFileSystemWithoutODirectIsReadBufferedAndCounted) {
-  SKIP_WITHOUT_CUDA();
+  ZW_SKIP_WITHOUT_CUDA();
   // /dev/shm (tmpfs) refuses O_DIRECT before Linux 6.6; the hook makes every kernel refuse it.
   const std::string path = "/dev/shm/zerowait-gds-test-" + std::to_string(::getpid());
   const std::string content = testing::random_bytes((3 << 20) + 5, 23);
@@ -208,7 +204,7 @@ TEST(GpuGds, AFileSystemWithoutODirectIsReadBufferedAndCounted) {
 }
 
 TEST(GpuGds, HostMemoryIsRefusedAndTheCallersDeviceIsKept) {
-  SKIP_WITHOUT_CUDA();
+  ZW_SKIP_WITHOUT_CUDA();
   TempDir dir;
   testing::write_file(dir / "data", testing::random_bytes(100000, 24));
   auto reader = open_reader(dir / "data", GdsMode::kOff);
@@ -226,7 +222,7 @@ TEST(GpuGds, HostMemoryIsRefusedAndTheCallersDeviceIsKept) {
 }
 
 TEST(GpuGds, ARegisteredBufferIsReadIntoThroughCufile) {
-  SKIP_WITHOUT_CUDA();
+  ZW_SKIP_WITHOUT_CUDA();
   TempDir dir;
   const std::string content = testing::random_bytes(4 << 20, 25);
   testing::write_file(dir / "data", content);

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/log.hpp"
+#include "host/dynamic_library.hpp"
 
 namespace zerowait::internal {
 
@@ -22,28 +23,14 @@ struct PointerAttributes {
   long reserved[8] = {};
 };
 
-void* open_cudart() {
-  // A copy the process already holds (torch's) first, so that both share one runtime.
-  static constexpr const char* kNames[] = {"libcudart.so.13", "libcudart.so.12",
-                                           "libcudart.so.11.0", "libcudart.so"};
-  for (const char* name : kNames) {
-    if (void* lib = dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD)) return lib;
-  }
-  for (const char* name : kNames) {
-    if (void* lib = dlopen(name, RTLD_NOW | RTLD_LOCAL)) return lib;
-  }
-  return nullptr;
-}
-
-template <typename Function>
-bool resolve(void* lib, const char* name, Function& out) {
-  out = reinterpret_cast<Function>(dlsym(lib, name));
-  return out != nullptr;
-}
 
 CudaRuntime load() {
   CudaRuntime rt;
-  void* lib = open_cudart();
+  // A copy the process already holds (torch's) first, so that both share one runtime.
+  std::string opened, errors;
+  void* lib = open_first_library(
+      {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"}, &opened,
+      &errors);
   if (lib == nullptr) {
     rt.reason = "the CUDA runtime (libcudart.so) was not found";
     return rt;
@@ -69,7 +56,7 @@ CudaRuntime load() {
       resolve(lib, "cudaEventQuery", rt.event_query) &&
       resolve(lib, "cudaEventElapsedTime", rt.event_elapsed_time);
   if (!complete) {
-    rt.reason = std::string("libcudart.so lacks an entry point zerowait uses: ") + dlerror();
+    rt.reason = opened + " lacks an entry point zerowait uses: " + dl_error();
     return rt;
   }
   if (const int error = rt.get_device_count(&rt.devices); error != 0 || rt.devices == 0) {

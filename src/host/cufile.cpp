@@ -17,6 +17,7 @@
 
 #include "common/file.hpp"
 #include "host/cuda_runtime.hpp"
+#include "host/dynamic_library.hpp"
 
 namespace zerowait::internal {
 namespace {
@@ -26,17 +27,6 @@ constexpr const char* kNvidiaFsVersion = "/proc/driver/nvidia-fs/version";
 // One cuFileRead call reads at most this much, so that a long read of a huge range still
 // returns to its caller's loop (and an error names an offset near where it happened).
 constexpr uint64_t kMaxCufileReadBytes = uint64_t{1} << 30;
-
-std::string dl_error() {
-  const char* error = dlerror();
-  return error != nullptr ? error : "unknown dynamic linker error";
-}
-
-template <typename Function>
-bool resolve(void* lib, const char* name, Function& out) {
-  out = reinterpret_cast<Function>(dlsym(lib, name));
-  return out != nullptr;
-}
 
 std::string loaded_file(void* lib, const std::string& fallback) {
   link_map* map = nullptr;
@@ -56,20 +46,9 @@ void* open_library(const std::string& override_path, std::string* name, std::str
       *why = "$" + std::string(kOverrideVariable) + "=" + override_path + ": " + dl_error();
     return lib;
   }
-  static constexpr const char* kNames[] = {"libcufile.so.0", "libcufile.so"};
-  for (const char* candidate : kNames) {
-    if (void* lib = dlopen(candidate, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD)) {
-      *name = candidate;
-      return lib;
-    }
-  }
   std::string errors;
-  for (const char* candidate : kNames) {
-    if (void* lib = dlopen(candidate, RTLD_NOW | RTLD_LOCAL)) {
-      *name = candidate;
-      return lib;
-    }
-    errors += std::string(errors.empty() ? "" : "; ") + dl_error();
+  if (void* lib = open_first_library({"libcufile.so.0", "libcufile.so"}, name, &errors)) {
+    return lib;
   }
   *why = "libcufile.so.0 was not found (" + errors +
          "); `pip install nvidia-cufile` provides it, and importing zerowait.gds preloads it";

@@ -4,6 +4,8 @@
 
 #include <cstdio>
 
+#include "host/dynamic_library.hpp"
+
 namespace zerowait::internal {
 namespace {
 
@@ -14,10 +16,6 @@ struct NvmlPciInfo {
   char bus_id[32];
 };
 
-template <typename Function>
-Function symbol(void* library, const char* name) {
-  return reinterpret_cast<Function>(dlsym(library, name));
-}
 
 }  // namespace
 
@@ -28,25 +26,23 @@ Nvml::Nvml() {
     error_ = std::string("libnvidia-ml.so.1 not loaded: ") + (why != nullptr ? why : "?");
     return;
   }
-  const auto init = symbol<int (*)()>(library_, "nvmlInit_v2");
-  shutdown_ = symbol<int (*)()>(library_, "nvmlShutdown");
-  count_ = symbol<int (*)(unsigned*)>(library_, "nvmlDeviceGetCount_v2");
-  handle_ = symbol<int (*)(unsigned, void**)>(library_, "nvmlDeviceGetHandleByIndex_v2");
-  name_ = symbol<int (*)(void*, char*, unsigned)>(library_, "nvmlDeviceGetName");
-  driver_ = symbol<int (*)(char*, unsigned)>(library_, "nvmlSystemGetDriverVersion");
-  rates_ = symbol<int (*)(void*, unsigned*)>(library_, "nvmlDeviceGetUtilizationRates");
+  int (*init)() = nullptr;
+  const bool complete = resolve(library_, "nvmlInit_v2", init) &&
+                        resolve(library_, "nvmlShutdown", shutdown_) &&
+                        resolve(library_, "nvmlDeviceGetCount_v2", count_) &&
+                        resolve(library_, "nvmlDeviceGetHandleByIndex_v2", handle_) &&
+                        resolve(library_, "nvmlDeviceGetName", name_) &&
+                        resolve(library_, "nvmlSystemGetDriverVersion", driver_) &&
+                        resolve(library_, "nvmlDeviceGetUtilizationRates", rates_);
   // Optional: an answer of "unknown" where a driver lacks them.
-  memory_ = symbol<int (*)(void*, unsigned long long*)>(library_, "nvmlDeviceGetMemoryInfo");
-  pci_info_ = symbol<int (*)(void*, void*)>(library_, "nvmlDeviceGetPciInfo_v3");
-  link_generation_ =
-      symbol<int (*)(void*, unsigned*)>(library_, "nvmlDeviceGetCurrPcieLinkGeneration");
-  max_link_generation_ =
-      symbol<int (*)(void*, unsigned*)>(library_, "nvmlDeviceGetMaxPcieLinkGeneration");
-  gpu_max_link_generation_ =
-      symbol<int (*)(void*, unsigned*)>(library_, "nvmlDeviceGetGpuMaxPcieLinkGeneration");
-  link_width_ = symbol<int (*)(void*, unsigned*)>(library_, "nvmlDeviceGetCurrPcieLinkWidth");
-  max_link_width_ = symbol<int (*)(void*, unsigned*)>(library_, "nvmlDeviceGetMaxPcieLinkWidth");
-  if (!init || !shutdown_ || !count_ || !handle_ || !name_ || !driver_ || !rates_) {
+  resolve(library_, "nvmlDeviceGetMemoryInfo", memory_);
+  resolve(library_, "nvmlDeviceGetPciInfo_v3", pci_info_);
+  resolve(library_, "nvmlDeviceGetCurrPcieLinkGeneration", link_generation_);
+  resolve(library_, "nvmlDeviceGetMaxPcieLinkGeneration", max_link_generation_);
+  resolve(library_, "nvmlDeviceGetGpuMaxPcieLinkGeneration", gpu_max_link_generation_);
+  resolve(library_, "nvmlDeviceGetCurrPcieLinkWidth", link_width_);
+  resolve(library_, "nvmlDeviceGetMaxPcieLinkWidth", max_link_width_);
+  if (!complete) {
     error_ = "libnvidia-ml.so.1 lacks the NVML functions used";
   } else if (const int code = init(); code != 0) {
     error_ = "nvmlInit_v2 failed (NVML error " + std::to_string(code) + ")";

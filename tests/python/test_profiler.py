@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 import math
 import re
+import subprocess
+import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -164,32 +167,41 @@ def test_run_directory_follows_the_schema(profiled):
     assert all(s["rss"] > 0 for s in inside)
 
 
-def leaky_loop(keep: bool, steps: int = 24) -> zerowait.StepProfiler:
-    """A loop that allocates 8 MiB per step and, with keep, holds on to every step's tensor
-    (the classic: a history list of activations, a loss summed without .detach())."""
+# A loop that allocates 8 MiB per step and, with keep, holds on to every step's tensor (the
+# classic: a history list of activations, a loss summed without .detach()). It runs in a fresh
+# process: the flag reads the resident set, which does not grow where the allocator still holds
+# memory an earlier test freed.
+LEAKY_LOOP = textwrap.dedent("""
+    import json, sys, torch, zerowait
+    keep = sys.argv[1] == "keep"
     prof = zerowait.StepProfiler(sample_system=False)
     kept = []
     with prof:
-        for _ in range(steps):
+        for _ in range(24):
             with prof.step():
                 activation = torch.ones(2 << 20)  # written, so resident
                 if keep:
                     kept.append(activation)
-    return prof
+    print(json.dumps({"flags": prof.summary()["flags"], "report": prof.report()}))
+""")
+
+
+def leaky_loop(keep: bool) -> dict:
+    done = subprocess.run([sys.executable, "-c", LEAKY_LOOP, "keep" if keep else "drop"],
+                          capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
 
 
 def test_leak_flag_on_a_loop_that_keeps_tensors():
-    # One loop: a second one in this process may reuse the memory the first freed (glibc keeps
-    # it), and then its resident set does not grow.
-    prof = leaky_loop(keep=True)
-    flags = prof.summary()["flags"]
+    run = leaky_loop(keep=True)
+    flags = run["flags"]
     assert [f["flag"] for f in flags] == ["rss_growth"], flags
     assert flags[0]["rss_last"] - flags[0]["rss_first"] >= 64 << 20
-    assert "rss_growth" in prof.report()
+    assert "rss_growth" in run["report"]
 
 
 def test_no_leak_flag_on_a_loop_that_drops_them():
-    assert leaky_loop(keep=False).summary()["flags"] == []
+    assert leaky_loop(keep=False)["flags"] == []
 
 
 def test_wrap_times_a_plain_iterable_as_input():

@@ -48,6 +48,10 @@ CLI::Validator quiet(CLI::Validator validator);
 // Accepts only decimal integers >= `min` (after any unit transform), with a plain message. CLI11
 // alone would wrap "-1" into a huge unsigned value.
 CLI::Validator integer_at_least(uint64_t min);
+// Refuses a URL where only a local path works (a usage error, exit 2): "<what>: <text> is a URL;
+// <what> must be a local path (<fix>)". `what` is the option's name as CLI11 gives it ("--out",
+// "PATH"), which CLI11 puts first.
+CLI::Validator local_path(std::string what, std::string fix = "");
 // Adds "--threads N" (0 = one per CPU), shared by pack and generate.
 CLI::Option* add_threads_option(CLI::App* command, unsigned* threads);
 // Adds a byte-size option that accepts 1024, 64K, 256M, 1G (binary multiples); a bad value is a

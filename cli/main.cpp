@@ -10,6 +10,7 @@
 
 #include "commands.hpp"
 #include "output.hpp"
+#include "zerowait/storage/url.hpp"
 
 namespace zerowait::cli {
 
@@ -61,7 +62,19 @@ CLI::Option* add_size_option(CLI::App* command, const std::string& name, uint64_
       ->default_str(size_text(*bytes));
 }
 
+CLI::Validator local_path(std::string what, std::string fix) {
+  return CLI::Validator(
+      [what, fix](std::string& text) -> std::string {
+        const Status refused = require_local_path(text, what, fix);
+        // CLI11 puts "<what>: " (the option's name) before a validator's message itself.
+        return refused.is_ok() ? "" : refused.message().substr(what.size() + 2);
+      },
+      "");
+}
+
 CLI::Option* add_dataset_argument(CLI::App* command, const std::string& name, std::string* path) {
+  command->add_flag("--no-cache", no_cache_flag(),
+                    "Read a remote dataset without the node-local cache (docs/cache.md)");
   return command
       ->add_option(name, *path, "manifest.json, dataset directory, or one .zws/.tar shard")
       ->type_name("PATH")

@@ -10,6 +10,7 @@
 
 #include "common/text.hpp"
 #include "zerowait/diagnose/page_cache.hpp"
+#include "zerowait/io/cache_directory.hpp"
 
 namespace zerowait::cli {
 
@@ -17,8 +18,19 @@ void check(const Status& status) {
   if (!status.is_ok()) throw CliError(status.message());
 }
 
+bool& no_cache_flag() {
+  static bool no_cache = false;  // one command runs per process
+  return no_cache;
+}
+
+DatasetOptions dataset_options(const std::string& path) {
+  DatasetOptions options;
+  if (!no_cache_flag()) options.cache = unwrap(open_default_block_cache(path));
+  return options;
+}
+
 std::shared_ptr<Dataset> open_dataset(const std::string& path) {
-  return unwrap(Dataset::open(path));
+  return unwrap(Dataset::open(path, dataset_options(path)));
 }
 
 int write_all(int fd, std::span<const std::byte> bytes) {

@@ -50,7 +50,12 @@ T unwrap(Result<T> result) {
   return std::move(result).value();
 }
 
-// Opens a dataset (manifest, directory, .zws or .tar) or throws CliError.
+// --no-cache (add_dataset_argument adds it): read a remote dataset without the node-local cache.
+bool& no_cache_flag();
+// How a command opens the dataset at `path`: a remote one through the node's default cache
+// (open_default_block_cache), unless --no-cache. Throws CliError.
+DatasetOptions dataset_options(const std::string& path);
+// Opens a dataset (manifest, directory, .zws or .tar) with dataset_options(), or throws CliError.
 std::shared_ptr<Dataset> open_dataset(const std::string& path);
 
 // Writes all of `bytes` to `fd`, retrying short writes and EINTR. Returns 0, or the errno of the

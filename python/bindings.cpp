@@ -20,6 +20,7 @@
 #include "zerowait/shard/pack.hpp"
 #include "zerowait/shard/reader.hpp"
 #include "zerowait/shard/synthetic.hpp"
+#include "zerowait/storage/url.hpp"
 
 #ifndef ZEROWAIT_VERSION
 #define ZEROWAIT_VERSION "0.0.0"
@@ -151,7 +152,7 @@ struct PyDataset {
   std::string path;  // as given, file system bytes
   IoBackend backend = IoBackend::kPread;
   ReadOptions read_options;
-  std::string cache_dir;  // empty: no cache
+  std::string cache_dir;  // the cache's directory; empty: no cache
   uint64_t cache_bytes = 0;
 };
 
@@ -161,13 +162,20 @@ std::shared_ptr<PyDataset> open_dataset(py::handle path, const std::string& io, 
   handle->path = fs_path(path);
   handle->backend = value_or_throw(parse_io_backend(io));
   handle->read_options.verify = verify;
-  handle->cache_dir = cache_dir.is_none() ? "" : fs_path(cache_dir);
+  const CacheChoice choice = cache_choice(cache_dir);
   handle->cache_bytes = cache_bytes;
   handle->dataset = value_or_throw(without_gil([&]() -> Result<std::shared_ptr<Dataset>> {
     DatasetOptions options;
     options.backend = handle->backend;
     ZW_ASSIGN_OR_RETURN(options.cache,
-                        open_block_cache_or_none(handle->cache_dir, handle->cache_bytes));
+                        open_block_cache_or_none(choice, handle->cache_bytes, handle->path));
+    if (options.cache != nullptr && choice.directory.empty()) {
+      // The default cache: what it is, so that a Loader or a pickled copy reads through it too.
+      handle->cache_dir = options.cache->options().directory;
+      handle->cache_bytes = options.cache->options().capacity_bytes;
+    } else {
+      handle->cache_dir = choice.directory;
+    }
     return Dataset::open(handle->path, options);
   }));
   return handle;
@@ -175,11 +183,28 @@ std::shared_ptr<PyDataset> open_dataset(py::handle path, const std::string& io, 
 
 }  // namespace
 
-Result<std::shared_ptr<BlockCache>> open_block_cache_or_none(const std::string& directory,
-                                                              uint64_t capacity_bytes) {
-  if (directory.empty()) return std::shared_ptr<BlockCache>();
+CacheChoice cache_choice(py::handle cache_dir) {
+  CacheChoice choice;
+  if (cache_dir.is_none()) return choice;
+  if (py::isinstance<py::bool_>(cache_dir)) {
+    if (cache_dir.cast<bool>()) {
+      throw py::value_error("cache_dir=True: give a directory, None (the default cache) or False");
+    }
+    choice.off = true;
+    return choice;
+  }
+  choice.directory = fs_path(cache_dir);
+  throw_if_error(require_local_path(choice.directory, "cache_dir"));
+  return choice;
+}
+
+Result<std::shared_ptr<BlockCache>> open_block_cache_or_none(const CacheChoice& choice,
+                                                              uint64_t capacity_bytes,
+                                                              const std::string& dataset_path) {
+  if (choice.off) return std::shared_ptr<BlockCache>();
+  if (choice.directory.empty()) return open_default_block_cache(dataset_path, capacity_bytes);
   BlockCacheOptions cache;
-  cache.directory = directory;
+  cache.directory = choice.directory;
   cache.capacity_bytes = capacity_bytes;
   return BlockCache::open(std::move(cache));
 }
@@ -287,9 +312,12 @@ Samples of a packed dataset, by global index.
 .zws shard, or a single WebDataset .tar (its index is built once and cached beside it as
 ``<tar>.zwidx``), or an ``s3://`` / ``http(s)://`` URL of any of these. ``io`` picks the read
 backend: "pread" or "mmap". With ``verify=True`` every read checks the sample's xxHash3 checksum
-and raises CorruptDataError naming shard, index and key. ``cache_dir`` reads remote shards
-through the node-local block cache there (shared with every process and Loader that names it;
-``cache_bytes`` caps it, 0 = half the free space), as ``Loader(cache_dir=)`` does.
+and raises CorruptDataError naming shard, index and key. Remote shards are read through a
+node-local block cache, shared with every process and Loader that uses the same directory: by
+default the one in ``zerowait.default_cache_dir()``, capped at a tenth of its file system and at
+most 64 GiB (``cache_bytes`` caps it otherwise); ``cache_dir`` names another directory
+(``cache_bytes``: 0 = half the free space), ``cache_dir=False`` reads without a cache. Local
+files are never cached.
 
 ``ds[i]`` returns ``{field: bytes}`` (negative ``i`` counts from the end; IndexError past it).
 Thread-safe: reads release the GIL and may run from several Python threads at once.
@@ -336,7 +364,11 @@ Thread-safe: reads release the GIL and may run from several Python threads at on
       .def(py::pickle(
           [](const PyDataset& d) {
             return py::make_tuple(fs_str(d.path), io_backend_name(d.backend),
-                                  d.read_options.verify, cache_dir_or_none(d), d.cache_bytes);
+                                  d.read_options.verify,
+                                  // No cache stays no cache (None would take the default).
+                                  d.cache_dir.empty() ? py::object(py::bool_(false))
+                                                      : py::object(fs_str(d.cache_dir)),
+                                  d.cache_bytes);
           },
           [](const py::tuple& state) {
             if (state.size() != 5) throw py::value_error("invalid zerowait.Dataset state");
@@ -407,6 +439,7 @@ py::dict pack_py(py::handle sources, py::handle out_dir, bool imagefolder, uint6
   options.sync = sync;
   set_pack_part(part, &options);
   if (!tmp_dir.is_none()) options.tmp_dir = fs_path(tmp_dir);
+  throw_if_error(require_local_path(options.tmp_dir, "tmp_dir"));
 
   ProgressRelay relay;
   if (!progress.is_none()) {
@@ -439,6 +472,7 @@ py::dict generate_imagefolder_py(py::handle out_dir, uint64_t files, uint32_t cl
                                  unsigned threads) {
   SyntheticImageFolderOptions options;
   options.out_dir = fs_path(out_dir);
+  throw_if_error(require_local_path(options.out_dir, "out_dir"));
   options.files = files;
   options.classes = classes;
   options.seed = seed;
@@ -490,9 +524,18 @@ void bind_functions(py::module_& m) {
       "default_cache_dir",
       [] { return fs_str(value_or_throw(default_cache_directory(kBlockCacheSubdirectory))); },
       R"(The directory a cache of remote data takes when you name none:
-``$XDG_CACHE_HOME/zerowait/blocks``, else ``~/.cache/zerowait/blocks``. Yours, writable
-without root; not created until used. ``Loader(..., cache_dir=zerowait.default_cache_dir())``
-reads remote shards through it (docs/cache.md, "Where caches live").)");
+``$ZEROWAIT_CACHE_DIR/blocks``, else ``$XDG_CACHE_HOME/zerowait/blocks``, else
+``~/.cache/zerowait/blocks``. Yours, writable without root; not created until used. A remote
+Dataset or Loader opened without ``cache_dir=`` reads through it (docs/cache.md, "Where caches
+live").)");
+  m.def(
+      "require_local_path",
+      [](py::handle path, const std::string& what, const std::string& fix) {
+        throw_if_error(require_local_path(fs_path(path), what, fix));
+      },
+      py::arg("path"), py::arg("what"), py::arg("fix") = "",
+      R"(Raises InvalidArgumentError (a ValueError) in one line when ``path`` is a URL
+("s3://...", "https://...") where only a local path works; returns None otherwise.)");
   m.def("pack", &pack_py, py::arg("sources"), py::arg("out_dir"), py::kw_only(),
         py::arg("imagefolder") = pack_defaults.imagefolder,
         py::arg("shard_size") = pack_defaults.shard_size,

@@ -94,11 +94,21 @@ auto without_gil(Work&& work) {
   return work();
 }
 
-// The node-local block cache in `directory` (capped at `capacity_bytes`; 0: half the free space),
-// or null for an empty directory: what Dataset(cache_dir=) and Loader(cache_dir=) read remote
-// shards through. Call without the GIL.
-Result<std::shared_ptr<BlockCache>> open_block_cache_or_none(const std::string& directory,
-                                                              uint64_t capacity_bytes);
+// What a Python `cache_dir=` asks for: None, the default (remote data through the node's default
+// cache); False, no cache; a path, that directory. A URL or True is refused (ValueError).
+struct CacheChoice {
+  bool off = false;
+  std::string directory;  // empty: the default
+};
+CacheChoice cache_choice(py::handle cache_dir);
+
+// The node-local block cache Dataset(cache_dir=) and Loader(cache_dir=) read the remote shards of
+// `dataset_path` through, as `choice` asks: the named directory (capped at `capacity_bytes`; 0:
+// half the free space), the default one for a remote dataset (open_default_block_cache), or null.
+// Call without the GIL.
+Result<std::shared_ptr<BlockCache>> open_block_cache_or_none(const CacheChoice& choice,
+                                                              uint64_t capacity_bytes,
+                                                              const std::string& dataset_path);
 
 // Defined in loader_bindings.cpp.
 void bind_loader(py::module_& m);

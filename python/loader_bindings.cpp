@@ -162,12 +162,12 @@ LoaderHolder make_loader(py::handle path, py::dict kw) {
   o.numa = numa_request(get("numa"), get("numa_gpu_pci_bus_id"));
 
   const std::string dataset_path = fs_path(path);
-  const std::string cache_dir = get("cache_dir").is_none() ? "" : fs_path(get("cache_dir"));
+  const CacheChoice cache_dir = cache_choice(get("cache_dir"));
   const uint64_t cache_bytes = get("cache_bytes").cast<uint64_t>();
   py::gil_scoped_release release;
   DatasetOptions dataset_options;
   dataset_options.backend = o.io;
-  dataset_options.cache = value_or_throw(open_block_cache_or_none(cache_dir, cache_bytes));
+  dataset_options.cache = value_or_throw(open_block_cache_or_none(cache_dir, cache_bytes, dataset_path));
   std::shared_ptr<Dataset> dataset = value_or_throw(Dataset::open(dataset_path, dataset_options));
   return LoaderHolder(value_or_throw(Loader::create(std::move(dataset), std::move(o))).release());
 }

@@ -149,10 +149,12 @@ Command add_bench_files_command(CLI::App& bench) {
       "files", "The cost of small files: per-file reads against the dataset packed from them");
   cmd->add_option("DIR", args->dir, "The tree of small files (an ImageFolder, ...)")
       ->type_name("DIR")
+      ->check(local_path("DIR"))
       ->required();
   cmd->add_option("--dataset", args->dataset,
                   "The dataset packed from DIR (zerowait pack DIR -o SHARDS --imagefolder)")
-      ->type_name("SHARDS");
+      ->type_name("SHARDS")
+      ->check(local_path("--dataset"));
   cmd->add_option("--max-files", args->max_files,
                   "Read at most N files and N samples per pass (a random subset; 0 = all)")
       ->type_name("N")

@@ -68,7 +68,8 @@ Command add_bench_net_command(CLI::App& bench) {
   cmd->add_option("--data", args->data,
                   "--halving input: a zerowait dataset (zerowait.Loader) or a directory of files "
                   "(torch DataLoader)")
-      ->type_name("PATH");
+      ->type_name("PATH")
+      ->check(local_path("--data"));
   cmd->add_option("--workers", args->workers, "--halving input workers")
       ->type_name("N")
       ->check(integer_at_least(0))

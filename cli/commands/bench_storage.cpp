@@ -208,6 +208,7 @@ Command add_bench_storage_command(CLI::App& bench) {
       "storage", "O_DIRECT throughput, IOPS and latency of the storage under PATH, beside fio's");
   cmd->add_option("PATH", args->path, "A directory on the storage to measure")
       ->type_name("DIR")
+      ->check(local_path("PATH", "bench storage measures a mounted file system"))
       ->required();
   add_size_option(cmd, "--size", &args->size,
                   "Size of the test file (rounded down to a multiple of 4 MiB)");

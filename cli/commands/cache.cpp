@@ -16,6 +16,10 @@
 namespace zerowait::cli {
 namespace {
 
+// What to do instead when given a URL.
+constexpr const char* kRemoteCache =
+    "the page cache holds local files; remote data is cached on local disk by the loader";
+
 struct CacheArgs {
   std::string path;
   bool json = false;
@@ -31,7 +35,7 @@ std::vector<std::string> shard_files(const std::string& path) {
     const std::string& shard = ds->shard_path(s);
     if (!internal::url_scheme(shard).empty()) {
       throw CliError("the page cache holds local files; '" + shard +
-                     "' is remote (remote data is cached on disk by Loader(cache_dir=...))");
+                     "' is remote (remote data is cached on local disk by the loader, by default)");
     }
     files.push_back(shard);
   }
@@ -132,7 +136,7 @@ Command add_cache_command(CLI::App& app) {
 
   CLI::App* status =
       cache->add_subcommand("status", "Bytes of the dataset's shards in the page cache");
-  add_dataset_argument(status, "PATH", &args->path);
+  add_dataset_argument(status, "PATH", &args->path)->check(local_path("PATH", kRemoteCache));
   status->add_flag("--files", args->files, "Also list each shard");
   add_json_flag(status, &args->json);
   status->footer(
@@ -144,7 +148,7 @@ Command add_cache_command(CLI::App& app) {
 
   CLI::App* warm = cache->add_subcommand(
       "warm", "Read the shards' pages that are not in the page cache, up to a budget");
-  add_dataset_argument(warm, "PATH", &args->path);
+  add_dataset_argument(warm, "PATH", &args->path)->check(local_path("PATH", kRemoteCache));
   add_size_option(warm, "--max-bytes", &args->max_bytes,
                   "Read at most this much (default: half the available memory)")
       ->default_str("MemAvailable / 2");

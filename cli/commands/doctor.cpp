@@ -109,7 +109,8 @@ Command add_doctor_command(CLI::App& app) {
       "doctor", "Find the system settings that make training wait on I/O, and how to fix them");
   cmd->add_option("PATH", args->paths,
                   "Where the job reads data or writes checkpoints (default: current directory)")
-      ->type_name("PATH");
+      ->type_name("PATH")
+      ->check(local_path("PATH", "the doctor checks a mounted file system"));
   cmd->add_option("--workers", args->workers,
                   "Loader threads and workers the job will run (for the open-files check)")
       ->type_name("N")
@@ -117,7 +118,8 @@ Command add_doctor_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--root", args->root,
                   "Read /proc, /sys and the paths under this directory (a fixture tree)")
-      ->type_name("DIR");
+      ->type_name("DIR")
+      ->check(local_path("--root"));
   cmd->add_flag("--all", args->all, "Also list the checks that passed");
   add_json_flag(cmd, &args->json);
   cmd->footer(

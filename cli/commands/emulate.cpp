@@ -98,10 +98,12 @@ Command add_emulate_command(CLI::App& app) {
       ->default_str("1, or --data's");
   cmd->add_option("--generate", args->generate,
                   "Write the data set: DIR/zerowait (shards), DIR/files (plain)")
-      ->type_name("DIR");
+      ->type_name("DIR")
+      ->check(local_path("--generate"));
   cmd->add_option("--data", args->data,
                   "Run on the data set --generate made (checkpointing: write there)")
-      ->type_name("DIR");
+      ->type_name("DIR")
+      ->check(local_path("--data"));
   cmd->add_option("--input", args->input,
                   "zerowait.Loader, torch DataLoader over the plain files, or both")
       ->type_name("zerowait|files|both")
@@ -143,7 +145,8 @@ Command add_emulate_command(CLI::App& app) {
       ->check(integer_at_least(1))
       ->default_str("2");
   cmd->add_option("--out", args->out, "Write the run directory (docs/observe.md) to RUN")
-      ->type_name("RUN");
+      ->type_name("RUN")
+      ->check(local_path("--out"));
   add_json_flag(cmd, &args->json);
   cmd->footer(kFooter);
   // Checked at parse time, so that a missing directory is a usage error (exit 2).

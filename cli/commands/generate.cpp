@@ -41,7 +41,9 @@ Command add_generate_command(CLI::App& app) {
   auto args = std::make_shared<SyntheticImageFolderOptions>();
   CLI::App* cmd = generate->add_subcommand(
       "imagefolder", "Write DIR/class_XXX/img_XXXXXXXX.jpg: real, decodable JPEGs");
-  cmd->add_option("DIR", args->out_dir, "Output directory (created if missing)")->required();
+  cmd->add_option("DIR", args->out_dir, "Output directory (created if missing)")
+      ->check(local_path("DIR"))
+      ->required();
   cmd->add_option("--files", args->files, "Number of JPEG files")
       ->type_name("N")
       ->check(integer_at_least(1))

@@ -126,7 +126,8 @@ Command add_pack_command(CLI::App& app) {
   cmd->add_option("--tmp", o.tmp_dir,
                   "With an s3:// output: where each shard waits for its upload (about two "
                   "shards of space; default $TMPDIR, else /tmp)")
-      ->type_name("DIR");
+      ->type_name("DIR")
+      ->check(local_path("--tmp"));
   cmd->add_flag("--imagefolder", o.imagefolder,
                 "SRC is an ImageFolder tree: CLASS/NAME.ext -> fields ext and cls");
   add_size_option(cmd, "--shard-size", &o.shard_size, "Close a shard once it reaches this size");

@@ -40,14 +40,17 @@ Command add_report_command(CLI::App& app) {
       "report", "Draw a run directory (profile, watch, emulate) as one self-contained HTML page");
   cmd->add_option("RUN", args->run, "Run directory: run.json, and steps.jsonl, system.jsonl")
       ->type_name("DIR")
+      ->check(local_path("RUN"))
       ->required();
   cmd->add_option("-o,--output", args->output, "Where to write the page (default: RUN/report.html)")
-      ->type_name("FILE");
+      ->type_name("FILE")
+      ->check(local_path("--output"));
   CLI::Option* doctor =
       cmd->add_option("--doctor", args->doctor_paths,
                       "Run the doctor now on PATH... (default: .) and list its top findings "
                       "instead of those recorded in run.json; put it last")
           ->type_name("PATH")
+          ->check(local_path("--doctor"))
           ->expected(0, CLI::detail::expected_max_vector_size);
   add_json_flag(cmd, &args->json);
   cmd->footer(

@@ -125,6 +125,7 @@ Command add_unpack_command(CLI::App& app) {
   add_dataset_argument(cmd, "DATASET", &args->path);
   cmd->add_option("-o,--output", args->out_dir, "Directory to write into (created if missing)")
       ->type_name("DIR")
+      ->check(local_path("--output"))
       ->required();
   cmd->add_flag("--overwrite", args->overwrite, "Replace files that already exist");
   cmd->footer(

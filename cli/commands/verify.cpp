@@ -107,7 +107,7 @@ void print_result(const VerifyResult& r) {
 int run_verify(const VerifyArgs& args) {
   const auto start = std::chrono::steady_clock::now();
   VerifyResult result;
-  Result<std::shared_ptr<Dataset>> opened = Dataset::open(args.path);
+  Result<std::shared_ptr<Dataset>> opened = Dataset::open(args.path, dataset_options(args.path));
   if (opened) {
     const Dataset& ds = **opened;
     ProgressBar progress("verify", "");

@@ -295,7 +295,8 @@ Command add_watch_command(CLI::App& app) {
       "watch", "Watch a training job from outside: where its main thread's time goes");
   cmd->add_option("--out", args->out,
                   "Run directory to write (default: zerowait-watch-<unix time> here)")
-      ->type_name("RUN");
+      ->type_name("RUN")
+      ->check(local_path("--out"));
   cmd->add_option("--interval", args->interval, "Seconds between samples")
       ->type_name("S")
       ->check(quiet(CLI::Range(0.001, 60.0)))
@@ -308,7 +309,8 @@ Command add_watch_command(CLI::App& app) {
       ->check(quiet(CLI::NonNegativeNumber));
   cmd->add_option("--compare", args->compare,
                   "An earlier run directory: how much GPU time this run saves against it")
-      ->type_name("BEFORE_RUN");
+      ->type_name("BEFORE_RUN")
+      ->check(local_path("--compare"));
   cmd->add_option("--pid", args->pid, "Follow a running process instead of starting one")
       ->type_name("PID")
       ->check(integer_at_least(1));

@@ -9,11 +9,12 @@ tensors (or numpy arrays): large columns point straight into a native arena, sma
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, Iterator, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
 from zerowait import _core
+from zerowait._paths import local_path
 from zerowait.device_copy import DeviceCopy
 from zerowait.gpu_decode import GpuDecode, device_fields
 from zerowait.map_stage import MapStage, sample_name
@@ -121,10 +122,13 @@ class Loader:
     exactly, also with a different world size. ``stats()`` reports where time went, including
     ``wait_s``: how long the training loop waited for input.
 
-    Remote datasets (``https://``, ``s3://``) are read through a node-local block cache with
-    ``cache_dir=`` (local disk, shared by every process that names it; ``cache_bytes`` caps it,
-    0 = half the free space; docs/cache.md); ``stats()["cache"]`` counts its hits, misses and
-    evictions. A :class:`zerowait.Dataset` opened with a ``cache_dir`` lends it to the loader.
+    Remote datasets (``https://``, ``s3://``) are read through a node-local block cache on
+    local disk, shared by every process that uses the same directory (docs/cache.md): by default
+    ``zerowait.default_cache_dir()``, capped at a tenth of its file system and at most 64 GiB;
+    ``cache_dir=`` names another (``cache_bytes`` caps it, 0 = half the free space) and
+    ``cache_dir=False`` reads without one. Local files are never cached. ``stats()["cache"]``
+    counts its hits, misses and evictions. A :class:`zerowait.Dataset` lends its cache (or its
+    lack of one) to the loader.
 
     ``map=fn`` runs a Python function on every sample after the C++ stages: ``fn`` gets a dict
     (raw fields as uint8 numpy views, decoded rows as tensors, labels and ``__index__`` as ints,
@@ -203,7 +207,7 @@ class Loader:
         node: int = 0,
         redeal_every: int = 0,
         autotune: bool = _DEFAULTS["autotune"],
-        cache_dir: Optional[str] = None,
+        cache_dir: Union[None, bool, str, "os.PathLike[str]"] = None,
         cache_bytes: int = 0,
         device: str = "cpu",
         output: str = "torch",
@@ -221,9 +225,12 @@ class Loader:
         if isinstance(data, _core.Dataset):
             # The loader reads the dataset's files through the dataset's own cache, unless
             # given one.
-            if cache_dir is None and data.cache_dir is not None:
-                cache_dir, cache_bytes = data.cache_dir, data.cache_bytes
+            if cache_dir is None:
+                cache_dir = data.cache_dir if data.cache_dir is not None else False
+                cache_bytes = data.cache_bytes
             data = data.path
+        if map_dir is not None:
+            map_dir = local_path(map_dir, "map_dir")
         if shuffle == "auto":
             # Remote data is read in whole blocks: one request per block instead of per sample.
             remote = isinstance(data, str) and data.startswith(("s3://", "http://", "https://"))
@@ -272,7 +279,7 @@ class Loader:
             shuffle_window=shuffle_window, block_bytes=block_bytes, window_bytes=window_bytes,
             nodes=nodes, node=node, redeal_every=redeal_every,
             autotune=autotune, pin_memory=pin_memory,
-            cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
+            cache_dir=cache_dir,
             cache_bytes=cache_bytes, numa=numa, numa_gpu_pci_bus_id=gpu_pci_bus_id,
             poison_released=poison_released)
         self._text = text_kinds(decode)

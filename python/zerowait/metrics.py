@@ -15,6 +15,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Iterable, List, Tuple
 
+from zerowait._paths import local_path
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # (stats key, metric name, help) of Loader.stats() totals, and of its pool state.
@@ -176,7 +178,7 @@ def write_textfile(path: Any, **sources: Any) -> None:
     """Writes render(**sources) to ``path`` for node_exporter's textfile collector: to a
     temporary file in the same directory, then renamed over ``path``, so the collector never
     reads half a file. ``path`` must end in ``.prom`` (the collector reads nothing else)."""
-    path = os.fspath(path)
+    path = local_path(path, "path")
     if not path.endswith(".prom"):
         raise ValueError(f"{path}: node_exporter's textfile collector reads only *.prom files")
     text = render(**sources)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
 
 from zerowait import _core
+from zerowait._paths import local_path
 from zerowait.loader import Loader
 
 SCHEMA = _core.RUN_SCHEMA  # "zerowait.run/1" (docs/observe.md)
@@ -112,7 +113,7 @@ class StepProfiler:
             raise ValueError(f"max_rows = {max_rows}: keep at least 2 rows (default 10000)")
         self.loader = loader
         self.checkpointer = checkpointer
-        self.out = os.fspath(out) if out is not None else None
+        self.out = local_path(out, "out") if out is not None else None
         self.gpus = gpus
         self.gpu_hourly_cost = gpu_hourly_cost
         self.title = title
@@ -334,7 +335,7 @@ class StepProfiler:
         """Writes the run directory (run.json, steps.jsonl, system.jsonl) to ``out`` (default:
         the constructor's) and returns its path; each file appears whole (written, then
         renamed)."""
-        directory = Path(out if out is not None else self.out or "")
+        directory = Path(local_path(out, "out") if out is not None else self.out or "")
         if out is None and self.out is None:
             raise ValueError("save() needs a directory: pass out= here or to StepProfiler")
         directory.mkdir(parents=True, exist_ok=True)
@@ -347,7 +348,7 @@ class StepProfiler:
     def compare(self, before: Any) -> Dict[str, Any]:
         """The saving against the run directory ``before`` (its run.json), by
         ``_core.compare_runs``; it appears as ``comparison`` in :meth:`summary` from now on."""
-        with open(Path(before) / "run.json") as f:
+        with open(Path(local_path(before, "before")) / "run.json") as f:
             earlier = json.load(f)
         self._comparison = None
         comparison = dict(_core.compare_runs(earlier, self.summary(), self.gpus,

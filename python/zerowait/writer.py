@@ -14,6 +14,7 @@ import os
 from typing import Any, Dict, Iterable, Iterator, Mapping, Optional, Sequence
 
 from zerowait import _core
+from zerowait._paths import local_path
 
 KEY = "__key__"  # the sample's key, as in WebDataset; otherwise the sample's number, 9 digits
 
@@ -101,7 +102,7 @@ class ShardWriter:
         self._writer = _core._DatasetWriter(
             os.fspath(out), shard_size=shard_size, align=align, verify_images=verify_images,
             overwrite=overwrite, sync=sync, classes=list(classes),
-            tmp_dir=os.fspath(tmp_dir) if tmp_dir is not None else None)
+            tmp_dir=local_path(tmp_dir, "tmp_dir") if tmp_dir is not None else None)
         self._count = 0
         self.report: Optional[Dict[str, Any]] = None
 

@@ -3,11 +3,13 @@ server."""
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import shutil
 import subprocess
 import sysconfig
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -15,6 +17,13 @@ import pytest
 
 import zerowait
 from helpers import write_random_tree
+
+# Remote data is cached by default (docs/cache.md): every process the tests start caches into a
+# directory of this session's own, never into the user's ~/.cache/zerowait. Tests that set
+# XDG_CACHE_HOME or HOME themselves still decide for their own processes.
+os.environ.pop("ZEROWAIT_CACHE_DIR", None)
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="zerowait-test-cache-")
+atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 
 
 def _cuda_absent_reason() -> str:

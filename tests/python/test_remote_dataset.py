@@ -131,7 +131,9 @@ def test_a_server_that_ignores_range_is_refused_clearly(image_dataset):
     server, base = serve(image_dataset.parent, ignore_range=True)
     try:
         with pytest.raises(zerowait.UnsupportedError, match="ignores Range"):
-            dataset = zerowait.Dataset(f"{base}/{image_dataset.name}")
+            # Without the cache: a cache's block spans these small shards whole, and a whole
+            # object is what such a server sends.
+            dataset = zerowait.Dataset(f"{base}/{image_dataset.name}", cache_dir=False)
             dataset[0]
     finally:
         server.shutdown()

@@ -2,12 +2,16 @@
 
 #include <pwd.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <vector>
+
+#include "zerowait/storage/url.hpp"
 
 namespace zerowait {
 namespace {
@@ -34,6 +38,14 @@ std::string password_home() {
 }  // namespace
 
 Result<std::string> user_cache_directory() {
+  const std::string named = env_or_empty(kCacheDirectoryVariable);
+  if (!named.empty()) {
+    if (named[0] != '/') {
+      return invalid_argument(std::string(kCacheDirectoryVariable) + "=" + named +
+                              " is not an absolute path; name a directory on local disk");
+    }
+    return named;
+  }
   const std::string xdg = env_or_empty("XDG_CACHE_HOME");
   if (!xdg.empty() && xdg[0] == '/') return xdg + "/zerowait";
   std::string home = env_or_empty("HOME");
@@ -68,6 +80,23 @@ Result<std::string> make_default_cache_directory(const char* subdirectory) {
     }
   }
   return dir;
+}
+
+Result<std::shared_ptr<BlockCache>> open_default_block_cache(std::string_view dataset_path,
+                                                             uint64_t capacity_bytes) {
+  if (!is_url(dataset_path)) return std::shared_ptr<BlockCache>();
+  BlockCacheOptions options;
+  ZW_ASSIGN_OR_RETURN(options.directory, make_default_cache_directory(kBlockCacheSubdirectory));
+  options.capacity_bytes = capacity_bytes;
+  if (capacity_bytes == 0) {
+    struct statvfs fs {};
+    if (::statvfs(options.directory.c_str(), &fs) != 0) {
+      return errno_status(errno, "cannot measure the file system of", options.directory);
+    }
+    const uint64_t tenth = static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize / 10;
+    options.capacity_bytes = std::max<uint64_t>(1, std::min(tenth, kDefaultCacheMaxBytes));
+  }
+  return BlockCache::open(std::move(options));
 }
 
 }  // namespace zerowait

@@ -199,8 +199,8 @@ CacheChoice cache_choice(py::handle cache_dir) {
 }
 
 Result<std::shared_ptr<BlockCache>> open_block_cache_or_none(const CacheChoice& choice,
-                                                              uint64_t capacity_bytes,
-                                                              const std::string& dataset_path) {
+                                                             uint64_t capacity_bytes,
+                                                             const std::string& dataset_path) {
   if (choice.off) return std::shared_ptr<BlockCache>();
   if (choice.directory.empty()) return open_default_block_cache(dataset_path, capacity_bytes);
   BlockCacheOptions cache;
@@ -363,8 +363,7 @@ Thread-safe: reads release the GIL and may run from several Python threads at on
       // Picklable by path, so a Dataset can travel to spawned DataLoader workers.
       .def(py::pickle(
           [](const PyDataset& d) {
-            return py::make_tuple(fs_str(d.path), io_backend_name(d.backend),
-                                  d.read_options.verify,
+            return py::make_tuple(fs_str(d.path), io_backend_name(d.backend), d.read_options.verify,
                                   // No cache stays no cache (None would take the default).
                                   d.cache_dir.empty() ? py::object(py::bool_(false))
                                                       : py::object(fs_str(d.cache_dir)),

@@ -107,8 +107,8 @@ CacheChoice cache_choice(py::handle cache_dir);
 // half the free space), the default one for a remote dataset (open_default_block_cache), or null.
 // Call without the GIL.
 Result<std::shared_ptr<BlockCache>> open_block_cache_or_none(const CacheChoice& choice,
-                                                              uint64_t capacity_bytes,
-                                                              const std::string& dataset_path);
+                                                             uint64_t capacity_bytes,
+                                                             const std::string& dataset_path);
 
 // Defined in loader_bindings.cpp.
 void bind_loader(py::module_& m);

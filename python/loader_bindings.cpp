@@ -167,7 +167,8 @@ LoaderHolder make_loader(py::handle path, py::dict kw) {
   py::gil_scoped_release release;
   DatasetOptions dataset_options;
   dataset_options.backend = o.io;
-  dataset_options.cache = value_or_throw(open_block_cache_or_none(cache_dir, cache_bytes, dataset_path));
+  dataset_options.cache =
+      value_or_throw(open_block_cache_or_none(cache_dir, cache_bytes, dataset_path));
   std::shared_ptr<Dataset> dataset = value_or_throw(Dataset::open(dataset_path, dataset_options));
   return LoaderHolder(value_or_throw(Loader::create(std::move(dataset), std::move(o))).release());
 }

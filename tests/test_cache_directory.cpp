@@ -99,6 +99,50 @@ TEST(CacheDirectory, MadeOnlyWhenUsedAndPrivate) {
       << made.status().to_string();
 }
 
+TEST(CacheDirectory, ZerowaitCacheDirComesFirst) {
+  ScopedEnv xdg("XDG_CACHE_HOME", "/scratch/cache");
+  {
+    ScopedEnv named(kCacheDirectoryVariable, "/nvme/zw");
+    EXPECT_EQ(expect_ok(user_cache_directory()), "/nvme/zw");
+    EXPECT_EQ(expect_ok(default_cache_directory(kBlockCacheSubdirectory)), "/nvme/zw/blocks");
+  }
+  // A relative one (or a URL) is refused, naming the variable, rather than resolved against
+  // whatever directory the job happens to start in.
+  for (const char* wrong : {"relative/zw", "s3://bucket/zw"}) {
+    ScopedEnv named(kCacheDirectoryVariable, wrong);
+    const Result<std::string> dir = user_cache_directory();
+    ASSERT_FALSE(dir.is_ok()) << wrong;
+    EXPECT_EQ(dir.status().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(dir.status().message().find("ZEROWAIT_CACHE_DIR=" + std::string(wrong)),
+              std::string::npos)
+        << dir.status().to_string();
+  }
+}
+
+TEST(DefaultBlockCache, OnlyRemoteDatasetsGetOneInTheDefaultDirectoryCapped) {
+  TempDir dir;
+  ScopedEnv named(kCacheDirectoryVariable, dir / "zw");
+  for (const char* local : {"/data/train", "relative/train", "train/manifest.json"}) {
+    const Result<std::shared_ptr<BlockCache>> none = open_default_block_cache(local);
+    ASSERT_TRUE(none.is_ok()) << none.status().to_string();
+    EXPECT_EQ(*none, nullptr) << local;
+  }
+  EXPECT_FALSE(fs::exists(dir / "zw")) << "local data creates no cache";
+
+  const Result<std::shared_ptr<BlockCache>> cache = open_default_block_cache("s3://bucket/train/");
+  ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
+  ASSERT_NE(*cache, nullptr);
+  EXPECT_EQ((*cache)->options().directory, dir / "zw/blocks");
+  EXPECT_GT((*cache)->options().capacity_bytes, 0u);
+  EXPECT_LE((*cache)->options().capacity_bytes, kDefaultCacheMaxBytes);
+  // A cap the caller gives wins; the directory is the same, shared with the first.
+  const Result<std::shared_ptr<BlockCache>> capped =
+      open_default_block_cache("https://host/train/{000..003}.tar", 64 << 20);
+  ASSERT_TRUE(capped.is_ok()) << capped.status().to_string();
+  EXPECT_EQ((*capped)->options().directory, dir / "zw/blocks");
+  EXPECT_EQ((*capped)->options().capacity_bytes, 64u << 20);
+}
+
 // A one-member tar at `path`, made by the system's tar.
 void make_tar(const TempDir& dir, const std::string& path) {
   testing::write_file(dir / "src/a.jpg", "11");

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence, Tuple
 
 from zerowait import _core
+from zerowait._paths import local_path
 
 _preloaded: Optional[str] = None  # what _preload_cufile found: a library path, or why not
 
@@ -106,6 +107,7 @@ class GdsReader:
 
     def __init__(self, path: Any, gds: str = "auto", *, direct: bool = True,
                  bounce_bytes: int = 8 << 20) -> None:
+        path = local_path(path, "path")
         if gds != "off":
             _preload_cufile()
         self._reader = _core.GdsReader(path, gds, direct, bounce_bytes)
@@ -181,6 +183,7 @@ class DatasetDeviceReader:
         if gds != "off":
             _preload_cufile()
         path = dataset.path if isinstance(dataset, _core.Dataset) else dataset
+        path = local_path(path, "dataset")
         self._reader = _core.GdsDatasetReader(path, gds, direct)
 
     def __len__(self) -> int:

@@ -75,12 +75,15 @@ def local_only_calls(tmp: Path):
         ("tmp_dir", lambda u: zerowait.ShardWriter(tmp / "out", tmp_dir=u)),
         ("tmp_dir", lambda u: zerowait.pack([tmp / "src"], tmp / "out", tmp_dir=u)),
         ("out_dir", lambda u: zerowait.generate_imagefolder(u, files=1)),
+        ("path", lambda u: zerowait.gds.GdsReader(u, "off")),
+        ("dataset", lambda u: zerowait.gds.DatasetDeviceReader(u, "off")),
     ]
 
 
 CALL_IDS = ["Loader(map_dir)", "Loader(cache_dir)", "Dataset(cache_dir)", "StepProfiler(out)",
             "StepProfiler.save", "StepProfiler.compare", "metrics.write_textfile",
-            "ShardWriter(tmp_dir)", "pack(tmp_dir)", "generate_imagefolder"]
+            "ShardWriter(tmp_dir)", "pack(tmp_dir)", "generate_imagefolder", "gds.GdsReader",
+            "gds.DatasetDeviceReader"]
 
 
 @pytest.mark.parametrize("url", URLS)
@@ -88,7 +91,7 @@ CALL_IDS = ["Loader(map_dir)", "Loader(cache_dir)", "Dataset(cache_dir)", "StepP
 def test_python_parameter_refuses_a_url(tmp_path, monkeypatch, index, url):
     monkeypatch.chdir(tmp_path)
     what, call = local_only_calls(tmp_path)[index]
-    if what == "path":
+    if CALL_IDS[index] == "metrics.write_textfile":
         url += ".prom"  # node_exporter's file name, checked after the URL
     with pytest.raises(zerowait.InvalidArgumentError) as raised:
         call(url)

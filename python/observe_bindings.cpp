@@ -10,7 +10,9 @@
 #include <string>
 
 #include "common.hpp"
+#include "host/memory_headroom.hpp"
 #include "observe/run_json.hpp"
+#include "zerowait/host/page_cache.hpp"
 #include "zerowait/observe/attribution.hpp"
 #include "zerowait/observe/cost.hpp"
 #include "zerowait/observe/system_sampler.hpp"
@@ -98,6 +100,19 @@ py::list samples_py(const SystemSampler& sampler) {
 
 void bind_observe(py::module_& m) {
   m.attr("RUN_SCHEMA") = observe::kRunSchema;  // run.json's "schema" (docs/observe.md)
+  // The machine as the C++ tools read it (host/), for emulate and bench net: one reader each.
+  m.def(
+      "evict_from_page_cache",
+      [](const std::vector<std::string>& paths) {
+        throw_if_error(without_gil([&] { return evict_from_page_cache(paths); }));
+      },
+      py::arg("paths"), R"doc(
+Drops the files' pages from the page cache (fdatasync, then posix_fadvise(POSIX_FADV_DONTNEED)):
+what `zerowait bench files` and `zerowait emulate` do before a cold pass. No root needed.
+)doc");
+  m.def(
+      "available_memory_bytes", [] { return available_memory_bytes(); },
+      "MemAvailable of /proc/meminfo in bytes; 0 when it cannot be read.");
   m.def(
       "verdict_of",
       [](const std::map<std::string, double>& shares) { return observe::verdict_of(shares); },

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "diagnose/doctor/system.hpp"
+#include "host/system.hpp"
 #include "observe/thread_activity.hpp"
 #include "testing/doctor_fixture.hpp"
 #include "zerowait/observe/attribution.hpp"
@@ -56,7 +56,7 @@ class MainThread {
     fx_.link("/proc/" + std::to_string(kPid) + "/fd/" + std::to_string(number), target);
   }
   std::optional<observe::ThreadActivity> classify(bool has_children = false) const {
-    return observe::classify_thread(doctor::System(fx_.root()), kPid, kPid, has_children);
+    return observe::classify_thread(host::System(fx_.root()), kPid, kPid, has_children);
   }
   // The class, "gone" when there is none.
   std::string activity(bool has_children = false) const {
@@ -179,7 +179,7 @@ TEST(ThreadActivity, GoneZombieOrUnreadable) {
   EXPECT_EQ(t.activity(), "gone") << "a zombie is not the job any more";
   DoctorFixture empty;
   empty.dir("/proc");
-  EXPECT_FALSE(observe::classify_thread(doctor::System(empty.root()), kPid, kPid, false));
+  EXPECT_FALSE(observe::classify_thread(host::System(empty.root()), kPid, kPid, false));
   // No syscall file (no ptrace rights): the state alone says running or not.
   MainThread r('R');
   EXPECT_EQ(r.activity(), "compute");

@@ -3,15 +3,18 @@
 // cost and comparison arithmetic against hand computation; the run directory on disk.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "host/system.hpp"
+#include "observe/run/run_directory.hpp"
 #include "observe/thread_activity.hpp"
 #include "testing/doctor_fixture.hpp"
 #include "zerowait/observe/attribution.hpp"
+#include "zerowait/observe/causes.hpp"
 #include "zerowait/observe/cost.hpp"
 #include "zerowait/observe/watch_run.hpp"
 
@@ -370,6 +373,54 @@ TEST(WatchRun, WrittenAndReadBack) {
   const Result<observe::RunFigures> bad = observe::read_run_figures(dir / "bad");
   EXPECT_EQ(bad.status().code(), ErrorCode::kInvalidArgument);
   EXPECT_TRUE(contains(bad.status().message(), "shares.compute"));
+}
+
+// The one writer of run directories: the JSON Lines files, then run.json; a run.json that breaks
+// the schema is refused before anything is written.
+TEST(RunDirectory, WritesTheFilesThenRunJson) {
+  testing::TempDir dir;
+  nlohmann::ordered_json run = {{"schema", "zerowait.run/1"},
+                                {"kind", "emulate"},
+                                {"causes", {"input", "compute", "other"}},
+                                {"shares", {{"input", 0.5}, {"compute", 0.5}, {"other", 0.0}}}};
+  const std::vector<observe::RunFile> files = {
+      {"steps.jsonl", observe::json_lines({{{"step", 0}}, {{"step", 1}}})},
+      {"steps/image-8.jsonl", observe::json_lines({{{"step", 0}}})}};
+  ASSERT_TRUE(observe::write_run_directory(dir / "run", run, files).is_ok());
+  EXPECT_EQ(testing::read_file(dir / "run/steps.jsonl"), "{\"step\":0}\n{\"step\":1}\n");
+  EXPECT_EQ(testing::read_file(dir / "run/steps/image-8.jsonl"), "{\"step\":0}\n");
+  EXPECT_EQ(nlohmann::ordered_json::parse(testing::read_file(dir / "run/run.json")), run);
+}
+
+TEST(RunDirectory, RefusesAnotherSchemaKindOrCauseBeforeWriting) {
+  testing::TempDir dir;
+  const nlohmann::ordered_json good = {
+      {"schema", "zerowait.run/1"}, {"kind", "profile"}, {"causes", observe::kCauses}};
+  ASSERT_TRUE(observe::check_run(good).is_ok());
+  struct Case {
+    const char* field;
+    nlohmann::ordered_json value;
+    const char* named;
+  };
+  const std::vector<Case> cases = {
+      {"schema", "zerowait.run/2", "schema"},
+      {"kind", "train", "kind"},
+      {"causes", {"input", "disk"}, "\"disk\""},
+      {"causes", {"compute", "input"}, "order"},
+      {"causes", {"input", "input"}, "order"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::ordered_json run = good;
+    run[c.field] = c.value;
+    const Status status = observe::write_run_directory(dir / "run", run, {{"steps.jsonl", ""}});
+    EXPECT_EQ(status.code(), ErrorCode::kInvalidArgument) << run.dump();
+    EXPECT_TRUE(contains(status.message(), c.named)) << status.message();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "run"));
+  const Status climbing =
+      observe::write_run_directory(dir / "run", good, {{"../steps.jsonl", ""}});
+  EXPECT_EQ(climbing.code(), ErrorCode::kInvalidArgument);
+  EXPECT_FALSE(std::filesystem::exists(dir / "steps.jsonl"));
 }
 
 }  // namespace

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from typing import Dict, List, Optional
@@ -348,27 +347,15 @@ def finish(args, report: Dict, results: List[Dict], out: Output) -> None:
 
 def write_run(directory: str, report: Dict, results: List[Dict]) -> None:
     """run.json, steps.jsonl (the first configuration's steps) and steps/INPUT-N.jsonl (every
-    configuration's), written to temporary names and renamed."""
-    os.makedirs(directory, exist_ok=True)
-
-    def write(path: str, text: str) -> None:
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-
-    def lines(steps: List[Dict]) -> str:
-        return "".join(json.dumps(s, separators=(",", ":")) + "\n" for s in steps)
-
-    write(os.path.join(directory, "steps.jsonl"), lines(results[0]["steps"]))
+    configuration's), through the one writer of run directories (_core.write_run)."""
+    files = {"steps.jsonl": results[0]["steps"]}
     if len(results) > 1:
-        os.makedirs(os.path.join(directory, "steps"), exist_ok=True)
         for r in results:
             name = f"{r['row']['input']}-{r['row']['accelerators']}.jsonl"
             r["row"]["steps_file"] = f"steps/{name}"
-            write(os.path.join(directory, "steps", name), lines(r["steps"]))
+            files[f"steps/{name}"] = r["steps"]
         report["rows"] = [r["row"] for r in results]
-    write(os.path.join(directory, "run.json"), json.dumps(report, indent=1) + "\n")
+    _core.write_run(directory, report, files)
 
 
 STARTED = time.monotonic()

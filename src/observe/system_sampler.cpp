@@ -14,7 +14,7 @@
 #include "host/nvml.hpp"
 #include "host/system.hpp"
 #include "observe/proc_reading.hpp"
-#include "observe/run_json.hpp"
+#include "observe/run/run_json.hpp"
 #include "observe/thread_activity.hpp"
 
 namespace zerowait::observe {

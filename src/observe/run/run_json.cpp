@@ -1,4 +1,4 @@
-#include "observe/run_json.hpp"
+#include "observe/run/run_json.hpp"
 
 #include <cmath>
 

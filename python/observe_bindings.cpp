@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common.hpp"
@@ -129,6 +130,19 @@ void bind_observe(py::module_& m) {
   py::tuple causes(observe::kCauses.size());
   for (size_t i = 0; i < observe::kCauses.size(); ++i) causes[i] = observe::kCauses[i];
   m.attr("CAUSES") = causes;  // run.json's causes, in the order it lists them
+  m.def(
+      "cause_summary",
+      [](const std::map<std::string, double>& seconds, double wall_s,
+         std::optional<int> decimals) {
+        return json_to_py(
+            value_or_throw(observe::cause_summary(seconds, wall_s, decimals.value_or(-1))));
+      },
+      py::arg("seconds"), py::arg("wall_s"), py::arg("decimals") = py::none(), R"doc(
+run.json's causes, seconds, shares and verdict from each cause's seconds over ``wall_s``: the
+causes given, in CAUSES's order; share = seconds / wall_s (0 when wall_s is 0); the verdict of
+verdict_of ("unknown" when wall_s is 0). ``decimals`` rounds the seconds and shares written. The
+one summary of every producer (watch, profile, emulate); ValueError for an unknown cause.
+)doc");
   m.def("write_run", &write_run_py, py::arg("dir"), py::arg("run"), py::arg("files"), R"doc(
 Writes a run directory (docs/observe.md), the one writer of every producer: each of ``files``
 ({"steps.jsonl": [dict, ...], ...}, names relative to ``dir``) as JSON Lines, then run.json

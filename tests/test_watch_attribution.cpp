@@ -11,6 +11,7 @@
 
 #include "host/system.hpp"
 #include "observe/run/run_directory.hpp"
+#include "observe/run/run_json.hpp"
 #include "observe/thread_activity.hpp"
 #include "testing/doctor_fixture.hpp"
 #include "zerowait/observe/attribution.hpp"
@@ -373,6 +374,26 @@ TEST(WatchRun, WrittenAndReadBack) {
   const Result<observe::RunFigures> bad = observe::read_run_figures(dir / "bad");
   EXPECT_EQ(bad.status().code(), ErrorCode::kInvalidArgument);
   EXPECT_TRUE(contains(bad.status().message(), "shares.compute"));
+}
+
+// The one summary of every producer: causes in run.json's order, shares of the wall time, the
+// verdict from unrounded shares.
+TEST(CauseSummary, OrdersRoundsAndJudges) {
+  const nlohmann::ordered_json summary =
+      observe::cause_summary({{"other", 1.0}, {"compute", 2.0}, {"input", 7.0 / 3.0}}, 10.0, 4)
+          .value();
+  EXPECT_EQ(summary["causes"], nlohmann::ordered_json({"input", "compute", "other"}));
+  EXPECT_EQ(summary["seconds"]["input"], 2.3333);
+  EXPECT_EQ(summary["shares"]["input"], 0.2333);
+  EXPECT_EQ(summary["shares"]["compute"], 0.2);
+  EXPECT_EQ(summary["verdict"], "unknown");  // no wait reaches 0.25, compute below 0.6
+  EXPECT_EQ(observe::cause_summary({{"input", 2.5}}, 10.0).value()["verdict"], "input-bound");
+  const nlohmann::ordered_json empty = observe::cause_summary({{"input", 0.0}}, 0.0).value();
+  EXPECT_EQ(empty["shares"]["input"], 0.0);
+  EXPECT_EQ(empty["verdict"], "unknown");
+  const Result<nlohmann::ordered_json> unknown = observe::cause_summary({{"disk", 1.0}}, 1.0);
+  EXPECT_EQ(unknown.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(contains(unknown.status().message(), "'disk'"));
 }
 
 // The one writer of run directories: the JSON Lines files, then run.json; a run.json that breaks

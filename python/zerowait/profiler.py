@@ -313,15 +313,13 @@ class StepProfiler:
     def summary(self) -> Dict[str, Any]:
         """The run.json of this run (docs/observe.md, kind "profile")."""
         steps = self.steps()
-        seconds = {c: sum(s[c] for s in steps) for c in CAUSES}
         wall = sum(s["wall"] for s in steps)
-        shares = {c: (seconds[c] / wall if wall > 0 else 0.0) for c in CAUSES}
+        causes = _core.cause_summary({c: sum(s[c] for s in steps) for c in CAUSES}, wall)
+        shares = causes["shares"]
         summary: Dict[str, Any] = {
             "schema": SCHEMA, "kind": "profile", "title": self.title or _default_title(),
             "command": list(getattr(sys, "orig_argv", sys.argv)),
-            "started_unix": self._started_unix, "duration_s": wall,
-            "causes": list(CAUSES), "seconds": seconds, "shares": shares,
-            "verdict": _core.verdict_of(shares) if wall > 0 else "unknown", "au": None,
+            "started_unix": self._started_unix, "duration_s": wall, **causes, "au": None,
             "throughput": _throughput(steps, wall), "cost": None,
             "comparison": self._comparison, "flags": self.flags()}
         if self.gpu_hourly_cost is not None and wall > 0:

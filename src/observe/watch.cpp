@@ -13,12 +13,11 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "host/system.hpp"
 #include "observe/proc_reading.hpp"
 #include "zerowait/observe/attribution.hpp"
 #include "zerowait/observe/cost.hpp"
@@ -61,8 +60,7 @@ std::string join_command(const std::vector<std::string>& words) {
 
 // /proc/PID/cmdline with its NULs as spaces; "" when unreadable.
 std::string process_command_line(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string text = host::System().read("/proc/" + std::to_string(pid) + "/cmdline").value_or("");
   while (!text.empty() && text.back() == '\0') text.pop_back();
   std::replace(text.begin(), text.end(), '\0', ' ');
   return text;
@@ -71,9 +69,8 @@ std::string process_command_line(pid_t pid) {
 // Alive and not a zombie (a zombie of another parent is as good as gone).
 bool process_running(pid_t pid) {
   if (kill(pid, 0) != 0 && errno != EPERM) return false;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return observe::stat_state(stat) != 'Z';
+  return stat_state(host::System().read("/proc/" + std::to_string(pid) + "/stat").value_or("")) !=
+         'Z';
 }
 
 Result<pid_t> spawn_command(const std::vector<std::string>& command) {

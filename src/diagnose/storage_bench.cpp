@@ -30,6 +30,8 @@
 #include "common/random.hpp"
 #include "diagnose/bench/fio_run.hpp"
 #include "diagnose/bench/storage_run.hpp"
+#include "diagnose/doctor/mounts.hpp"
+#include "host/system.hpp"
 #include "zerowait/io/byte_source.hpp"
 
 extern char** environ;
@@ -41,12 +43,13 @@ using internal::File;
 using namespace internal::bench;  // NOLINT: the two sides of a job, split into files
 
 // Whether madvise(MADV_HUGEPAGE) can give huge pages ("always" or "madvise" selected).
+// Read as the doctor reads it (memory.thp_enabled).
 bool huge_pages_enabled() {
-  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::string modes;
-  std::getline(in, modes);
-  return modes.find("[always]") != std::string::npos ||
-         modes.find("[madvise]") != std::string::npos;
+  const std::optional<std::string> modes =
+      host::System().read_line("/sys/kernel/mm/transparent_hugepage/enabled");
+  if (!modes) return false;
+  const std::string active = doctor::bracketed_choice(*modes);
+  return active == "always" || active == "madvise";
 }
 
 // ---- the test file --------------------------------------------------------------------------

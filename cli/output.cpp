@@ -9,7 +9,7 @@
 #include <iterator>
 
 #include "common/text.hpp"
-#include "zerowait/diagnose/page_cache.hpp"
+#include "zerowait/diagnose/cold_cache.hpp"
 #include "zerowait/io/cache_directory.hpp"
 
 namespace zerowait::cli {

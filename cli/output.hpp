@@ -20,7 +20,7 @@
 #include "zerowait/shard/dataset.hpp"
 
 namespace zerowait {
-struct ColdCacheMethod;  // zerowait/diagnose/page_cache.hpp
+struct ColdCacheMethod;  // zerowait/diagnose/cold_cache.hpp
 }  // namespace zerowait
 
 namespace zerowait::cli {

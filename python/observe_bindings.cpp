@@ -1,17 +1,22 @@
 // zerowait._core's observe functions: the money a run's waits cost, the comparison of two runs,
 // and the system sampler (docs/observe.md). The JSON objects come from the same code that writes
-// run.json and system.jsonl (src/observe/run_json.cpp), so Python sees the same fields.
+// run.json and system.jsonl (src/observe/run/run_json.cpp), so Python sees the same fields.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common.hpp"
-#include "observe/run_json.hpp"
+#include "host/memory_headroom.hpp"
+#include "observe/run/run_directory.hpp"
+#include "observe/run/run_json.hpp"
+#include "zerowait/host/page_cache.hpp"
 #include "zerowait/observe/attribution.hpp"
+#include "zerowait/observe/causes.hpp"
 #include "zerowait/observe/cost.hpp"
 #include "zerowait/observe/system_sampler.hpp"
 
@@ -32,6 +37,30 @@ nlohmann::json py_to_json(const py::handle& value, const char* name) {
   }
   const std::string text = py::module_::import("json").attr("dumps")(value).cast<std::string>();
   return nlohmann::json::parse(text);
+}
+
+// A JSON value of Python's (dicts keep their order). NaN and infinities are refused (ValueError):
+// JSON has no spelling for them, and no reader of a run directory would take them.
+nlohmann::ordered_json py_to_ordered_json(const py::handle& value) {
+  py::dict options;
+  options["allow_nan"] = false;
+  const std::string text =
+      py::module_::import("json").attr("dumps")(value, **options).cast<std::string>();
+  return nlohmann::ordered_json::parse(text);
+}
+
+void write_run_py(const py::object& dir, const py::dict& run, const py::dict& files) {
+  if (!py::isinstance<py::dict>(run)) throw py::type_error("run must be a dict (run.json)");
+  const nlohmann::ordered_json document = py_to_ordered_json(run);
+  std::vector<observe::RunFile> run_files;
+  for (const auto& [name, objects] : files) {
+    const nlohmann::ordered_json list = py_to_ordered_json(objects);
+    if (!list.is_array()) throw py::type_error("files' values must be lists of dicts");
+    run_files.push_back({py::str(name).cast<std::string>(),
+                         observe::json_lines(list.get<std::vector<nlohmann::ordered_json>>())});
+  }
+  const std::string path = fs_path(dir);
+  throw_if_error(without_gil([&] { return observe::write_run_directory(path, document, run_files); }));
 }
 
 void require_gpus(int64_t gpus) {
@@ -98,6 +127,42 @@ py::list samples_py(const SystemSampler& sampler) {
 
 void bind_observe(py::module_& m) {
   m.attr("RUN_SCHEMA") = observe::kRunSchema;  // run.json's "schema" (docs/observe.md)
+  py::tuple causes(observe::kCauses.size());
+  for (size_t i = 0; i < observe::kCauses.size(); ++i) causes[i] = observe::kCauses[i];
+  m.attr("CAUSES") = causes;  // run.json's causes, in the order it lists them
+  m.def(
+      "cause_summary",
+      [](const std::map<std::string, double>& seconds, double wall_s,
+         std::optional<int> decimals) {
+        return json_to_py(
+            value_or_throw(observe::cause_summary(seconds, wall_s, decimals.value_or(-1))));
+      },
+      py::arg("seconds"), py::arg("wall_s"), py::arg("decimals") = py::none(), R"doc(
+run.json's causes, seconds, shares and verdict from each cause's seconds over ``wall_s``: the
+causes given, in CAUSES's order; share = seconds / wall_s (0 when wall_s is 0); the verdict of
+verdict_of ("unknown" when wall_s is 0). ``decimals`` rounds the seconds and shares written. The
+one summary of every producer (watch, profile, emulate); ValueError for an unknown cause.
+)doc");
+  m.def("write_run", &write_run_py, py::arg("dir"), py::arg("run"), py::arg("files"), R"doc(
+Writes a run directory (docs/observe.md), the one writer of every producer: each of ``files``
+({"steps.jsonl": [dict, ...], ...}, names relative to ``dir``) as JSON Lines, then run.json
+(``run``, indented) last, each file written whole and renamed, folders created. ValueError when
+``run`` breaks the schema (schema, kind, causes) or holds NaN; OSError when a file cannot be
+written.
+)doc");
+  // The machine as the C++ tools read it (host/), for emulate and bench net: one reader each.
+  m.def(
+      "evict_from_page_cache",
+      [](const std::vector<std::string>& paths) {
+        throw_if_error(without_gil([&] { return evict_from_page_cache(paths); }));
+      },
+      py::arg("paths"), R"doc(
+Drops the files' pages from the page cache (fdatasync, then posix_fadvise(POSIX_FADV_DONTNEED)):
+what `zerowait bench files` and `zerowait emulate` do before a cold pass. No root needed.
+)doc");
+  m.def(
+      "available_memory_bytes", [] { return available_memory_bytes(); },
+      "MemAvailable of /proc/meminfo in bytes; 0 when it cannot be read.");
   m.def(
       "verdict_of",
       [](const std::map<std::string, double>& shares) { return observe::verdict_of(shares); },

@@ -11,7 +11,8 @@
 
 #include "testing/testing.hpp"
 #include "zerowait/diagnose/files_bench.hpp"
-#include "zerowait/diagnose/page_cache.hpp"
+#include "zerowait/diagnose/cold_cache.hpp"
+#include "zerowait/host/page_cache.hpp"
 #include "zerowait/shard/pack.hpp"
 #include "zerowait/shard/synthetic.hpp"
 

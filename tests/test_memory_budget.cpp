@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-#include "common/memory_headroom.hpp"
+#include "host/memory_headroom.hpp"
 #include "loader/memory_budget.hpp"
 #include "testing/doctor_fixture.hpp"
 #include "testing/testing.hpp"

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "host/aligned_buffer.hpp"
-#include "common/numa.hpp"
+#include "host/numa.hpp"
 #include "loader/block_window.hpp"
 #include "testing/testing.hpp"
 #include "zerowait/loader/loader.hpp"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "testing/testing.hpp"
-#include "zerowait/diagnose/page_cache.hpp"
+#include "zerowait/host/page_cache.hpp"
 
 namespace zerowait {
 namespace {

@@ -3,15 +3,19 @@
 // cost and comparison arithmetic against hand computation; the run directory on disk.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "diagnose/doctor/system.hpp"
+#include "host/system.hpp"
+#include "observe/run/run_directory.hpp"
+#include "observe/run/run_json.hpp"
 #include "observe/thread_activity.hpp"
 #include "testing/doctor_fixture.hpp"
 #include "zerowait/observe/attribution.hpp"
+#include "zerowait/observe/causes.hpp"
 #include "zerowait/observe/cost.hpp"
 #include "zerowait/observe/watch_run.hpp"
 
@@ -56,7 +60,7 @@ class MainThread {
     fx_.link("/proc/" + std::to_string(kPid) + "/fd/" + std::to_string(number), target);
   }
   std::optional<observe::ThreadActivity> classify(bool has_children = false) const {
-    return observe::classify_thread(doctor::System(fx_.root()), kPid, kPid, has_children);
+    return observe::classify_thread(host::System(fx_.root()), kPid, kPid, has_children);
   }
   // The class, "gone" when there is none.
   std::string activity(bool has_children = false) const {
@@ -179,7 +183,7 @@ TEST(ThreadActivity, GoneZombieOrUnreadable) {
   EXPECT_EQ(t.activity(), "gone") << "a zombie is not the job any more";
   DoctorFixture empty;
   empty.dir("/proc");
-  EXPECT_FALSE(observe::classify_thread(doctor::System(empty.root()), kPid, kPid, false));
+  EXPECT_FALSE(observe::classify_thread(host::System(empty.root()), kPid, kPid, false));
   // No syscall file (no ptrace rights): the state alone says running or not.
   MainThread r('R');
   EXPECT_EQ(r.activity(), "compute");
@@ -370,6 +374,74 @@ TEST(WatchRun, WrittenAndReadBack) {
   const Result<observe::RunFigures> bad = observe::read_run_figures(dir / "bad");
   EXPECT_EQ(bad.status().code(), ErrorCode::kInvalidArgument);
   EXPECT_TRUE(contains(bad.status().message(), "shares.compute"));
+}
+
+// The one summary of every producer: causes in run.json's order, shares of the wall time, the
+// verdict from unrounded shares.
+TEST(CauseSummary, OrdersRoundsAndJudges) {
+  const nlohmann::ordered_json summary =
+      observe::cause_summary({{"other", 1.0}, {"compute", 2.0}, {"input", 7.0 / 3.0}}, 10.0, 4)
+          .value();
+  EXPECT_EQ(summary["causes"], nlohmann::ordered_json({"input", "compute", "other"}));
+  EXPECT_EQ(summary["seconds"]["input"], 2.3333);
+  EXPECT_EQ(summary["shares"]["input"], 0.2333);
+  EXPECT_EQ(summary["shares"]["compute"], 0.2);
+  EXPECT_EQ(summary["verdict"], "unknown");  // no wait reaches 0.25, compute below 0.6
+  EXPECT_EQ(observe::cause_summary({{"input", 2.5}}, 10.0).value()["verdict"], "input-bound");
+  const nlohmann::ordered_json empty = observe::cause_summary({{"input", 0.0}}, 0.0).value();
+  EXPECT_EQ(empty["shares"]["input"], 0.0);
+  EXPECT_EQ(empty["verdict"], "unknown");
+  const Result<nlohmann::ordered_json> unknown = observe::cause_summary({{"disk", 1.0}}, 1.0);
+  EXPECT_EQ(unknown.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(contains(unknown.status().message(), "'disk'"));
+}
+
+// The one writer of run directories: the JSON Lines files, then run.json; a run.json that breaks
+// the schema is refused before anything is written.
+TEST(RunDirectory, WritesTheFilesThenRunJson) {
+  testing::TempDir dir;
+  nlohmann::ordered_json run = {{"schema", "zerowait.run/1"},
+                                {"kind", "emulate"},
+                                {"causes", {"input", "compute", "other"}},
+                                {"shares", {{"input", 0.5}, {"compute", 0.5}, {"other", 0.0}}}};
+  const std::vector<observe::RunFile> files = {
+      {"steps.jsonl", observe::json_lines({{{"step", 0}}, {{"step", 1}}})},
+      {"steps/image-8.jsonl", observe::json_lines({{{"step", 0}}})}};
+  ASSERT_TRUE(observe::write_run_directory(dir / "run", run, files).is_ok());
+  EXPECT_EQ(testing::read_file(dir / "run/steps.jsonl"), "{\"step\":0}\n{\"step\":1}\n");
+  EXPECT_EQ(testing::read_file(dir / "run/steps/image-8.jsonl"), "{\"step\":0}\n");
+  EXPECT_EQ(nlohmann::ordered_json::parse(testing::read_file(dir / "run/run.json")), run);
+}
+
+TEST(RunDirectory, RefusesAnotherSchemaKindOrCauseBeforeWriting) {
+  testing::TempDir dir;
+  const nlohmann::ordered_json good = {
+      {"schema", "zerowait.run/1"}, {"kind", "profile"}, {"causes", observe::kCauses}};
+  ASSERT_TRUE(observe::check_run(good).is_ok());
+  struct Case {
+    const char* field;
+    nlohmann::ordered_json value;
+    const char* named;
+  };
+  const std::vector<Case> cases = {
+      {"schema", "zerowait.run/2", "schema"},
+      {"kind", "train", "kind"},
+      {"causes", {"input", "disk"}, "\"disk\""},
+      {"causes", {"compute", "input"}, "order"},
+      {"causes", {"input", "input"}, "order"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::ordered_json run = good;
+    run[c.field] = c.value;
+    const Status status = observe::write_run_directory(dir / "run", run, {{"steps.jsonl", ""}});
+    EXPECT_EQ(status.code(), ErrorCode::kInvalidArgument) << run.dump();
+    EXPECT_TRUE(contains(status.message(), c.named)) << status.message();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "run"));
+  const Status climbing =
+      observe::write_run_directory(dir / "run", good, {{"../steps.jsonl", ""}});
+  EXPECT_EQ(climbing.code(), ErrorCode::kInvalidArgument);
+  EXPECT_FALSE(std::filesystem::exists(dir / "steps.jsonl"));
 }
 
 }  // namespace

@@ -10,7 +10,8 @@
 #include "commands.hpp"
 #include "output.hpp"
 #include "zerowait/diagnose/files_bench.hpp"
-#include "zerowait/diagnose/page_cache.hpp"
+#include "zerowait/diagnose/cold_cache.hpp"
+#include "zerowait/host/page_cache.hpp"
 
 namespace zerowait::cli {
 namespace {

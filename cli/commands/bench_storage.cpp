@@ -11,7 +11,7 @@
 
 #include "commands.hpp"
 #include "output.hpp"
-#include "zerowait/diagnose/page_cache.hpp"
+#include "zerowait/diagnose/cold_cache.hpp"
 #include "zerowait/diagnose/storage_bench.hpp"
 
 namespace zerowait::cli {

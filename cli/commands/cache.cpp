@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "common/memory_headroom.hpp"
+#include "host/memory_headroom.hpp"
 #include "common/path_check.hpp"
 #include "output.hpp"
 #include "progress_bar.hpp"
-#include "zerowait/diagnose/page_cache.hpp"
+#include "zerowait/host/page_cache.hpp"
 
 namespace zerowait::cli {
 namespace {

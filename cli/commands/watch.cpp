@@ -1,39 +1,26 @@
-// `zerowait watch`: where a training job's seconds go, seen from outside. Starts the job (or
-// follows a running one), samples its main thread and the system until it ends, and writes a
-// run directory (docs/observe.md). Sampling and attribution live in src/observe/.
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
+// `zerowait watch`: where a training job's seconds go, seen from outside. Parses the command
+// line and prints the summary; starting or following the job, sampling, attribution and the run
+// directory are observe::watch_job (src/observe/watch.cpp).
+#include <sys/types.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
-#include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
 #include "output.hpp"
-#include "observe/proc_reading.hpp"
 #include "observe/report_text.hpp"
 #include "zerowait/observe/activity.hpp"
 #include "zerowait/observe/attribution.hpp"
+#include "zerowait/observe/causes.hpp"
 #include "zerowait/observe/cost.hpp"
 #include "zerowait/observe/system_sampler.hpp"
+#include "zerowait/observe/watch.hpp"
 #include "zerowait/observe/watch_run.hpp"
-
-extern char** environ;
 
 namespace zerowait::cli {
 namespace {
@@ -51,99 +38,6 @@ struct WatchArgs {
   std::vector<std::string> command;
   std::vector<std::string> argv;  // zerowait's own, for run.json
 };
-
-// The job being watched, for the signal handler: Ctrl-C and `kill` reach watch, and the job
-// must get them too. A signal the terminal sent (si_code SI_KERNEL) already went to the whole
-// foreground process group, the job included, so it is not sent twice.
-std::atomic<pid_t> g_child{0};
-volatile sig_atomic_t g_interrupted = 0;
-
-void on_signal(int signal_number, siginfo_t* info, void* /*context*/) {
-  g_interrupted = 1;
-  const pid_t child = g_child.load();
-  if (child > 0 && (info == nullptr || info->si_code != SI_KERNEL)) kill(child, signal_number);
-}
-
-void install_signal_handlers() {
-  struct sigaction action {};
-  action.sa_sigaction = on_signal;
-  action.sa_flags = SA_SIGINFO;  // no SA_RESTART: --pid's sleep wakes up on Ctrl-C
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-}
-
-std::string join_command(const std::vector<std::string>& words) {
-  std::string text;
-  for (const std::string& w : words) {
-    if (!text.empty()) text += ' ';
-    const bool plain = !w.empty() && w.find_first_of(" \t\"'\\$") == std::string::npos;
-    text += plain ? w : "'" + w + "'";
-  }
-  return text;
-}
-
-// /proc/PID/cmdline with its NULs as spaces; "" when unreadable.
-std::string process_command_line(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  while (!text.empty() && text.back() == '\0') text.pop_back();
-  std::replace(text.begin(), text.end(), '\0', ' ');
-  return text;
-}
-
-// Alive and not a zombie (a zombie of another parent is as good as gone).
-bool process_running(pid_t pid) {
-  if (kill(pid, 0) != 0 && errno != EPERM) return false;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return observe::stat_state(stat) != 'Z';
-}
-
-pid_t spawn_command(const std::vector<std::string>& command) {
-  std::vector<char*> argv;
-  for (const std::string& word : command) argv.push_back(const_cast<char*>(word.c_str()));
-  argv.push_back(nullptr);
-  // The job starts with default signal handling and an empty mask: watch ignores SIGPIPE,
-  // and an ignored signal stays ignored across exec.
-  posix_spawnattr_t attributes;
-  posix_spawnattr_init(&attributes);
-  sigset_t defaults;
-  sigemptyset(&defaults);
-  for (int s : {SIGPIPE, SIGINT, SIGTERM}) sigaddset(&defaults, s);
-  sigset_t empty;
-  sigemptyset(&empty);
-  posix_spawnattr_setsigdefault(&attributes, &defaults);
-  posix_spawnattr_setsigmask(&attributes, &empty);
-  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-  pid_t pid = 0;
-  const int error = posix_spawnp(&pid, argv[0], nullptr, &attributes, argv.data(), environ);
-  posix_spawnattr_destroy(&attributes);
-  if (error != 0) {
-    throw CliError("cannot execute '" + command[0] + "': " + std::strerror(error) +
-                   (error == ENOENT ? " (not a file, and not found in PATH)" : ""));
-  }
-  return pid;
-}
-
-// Waits for the job and returns the exit status watch passes on: the job's own, or 128 + the
-// signal that ended it (as a shell reports it).
-int wait_for_child(pid_t pid) {
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) throw CliError(std::string("waitpid: ") + std::strerror(errno));
-  }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return kExitError;
-}
-
-void sleep_seconds(double seconds) {
-  timespec pause{};
-  pause.tv_sec = static_cast<time_t>(seconds);
-  pause.tv_nsec = static_cast<long>((seconds - double(pause.tv_sec)) * 1e9);
-  nanosleep(&pause, nullptr);  // EINTR (Ctrl-C) ends it early, which is the point
-}
 
 std::string fixed(double value, int digits) {
   char text[64];
@@ -181,9 +75,11 @@ void print_summary(const observe::WatchRun& run, const std::string& out_dir, dou
   }
   if (run.cost) {
     // The largest wait, priced; then every wait together.
-    std::string cause = "input";
-    for (const char* c : {"input", "checkpoint", "communication", "other"}) {
-      if (run.cost->per_day.at(c) > run.cost->per_day.at(cause)) cause = c;
+    std::string cause;
+    for (const char* c : observe::kCauses) {
+      const auto it = run.cost->per_day.find(c);
+      if (!observe::is_wait(c) || it == run.cost->per_day.end()) continue;
+      if (cause.empty() || it->second > run.cost->per_day.at(cause)) cause = c;
     }
     const std::string on = " on " + count_noun(uint64_t(run.cost->gpus), "GPU", "GPUs") + " at " +
                            money(run.cost->gpu_hourly_cost) + "/h";
@@ -212,79 +108,22 @@ void print_summary(const observe::WatchRun& run, const std::string& out_dir, dou
 }
 
 int run_watch(const WatchArgs& args) {
-  const bool by_pid = args.pid != 0;
-  if (by_pid == !args.command.empty()) {
-    throw CliError(by_pid ? "give either --pid PID or -- CMD, not both"
-                          : "nothing to watch: give --pid PID, or the command after --, e.g. "
-                            "zerowait watch -- python train.py");
-  }
-  if ((args.gpus > 0) != (args.gpu_hourly_cost >= 0)) {
-    throw CliError("--gpus and --gpu-hourly-cost go together: give both to price the waits "
-                   "(e.g. --gpus 8 --gpu-hourly-cost 2.0)");
-  }
-  if (by_pid && !process_running(pid_t(args.pid))) {
-    throw CliError("--pid " + std::to_string(args.pid) + ": no such process is running");
-  }
-  std::optional<observe::RunFigures> before;
-  if (!args.compare.empty()) before = unwrap(observe::read_run_figures(args.compare));
-  const std::string out_dir =
-      !args.out.empty() ? args.out : "zerowait-watch-" + std::to_string(std::time(nullptr));
-  if (std::filesystem::exists(out_dir + "/run.json")) {
-    throw CliError("--out " + out_dir + " already holds a run (run.json); name another directory");
-  }
-
-  observe::WatchRun run;
-  run.command = args.argv;
-  run.started_unix = std::chrono::duration<double>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count();
-  const double t0 = observe::monotonic_seconds();
-  install_signal_handlers();
-  pid_t pid = pid_t(args.pid);
-  if (!by_pid) {
-    pid = spawn_command(args.command);
-    g_child.store(pid);
-    run.title = join_command(args.command);
-  } else {
-    run.title = "pid " + std::to_string(pid) + ": " + process_command_line(pid);
-  }
-  observe::SystemSamplerOptions options;
-  options.pid = pid;
+  observe::WatchOptions options;
+  options.command = args.command;
+  options.pid = pid_t(args.pid);
   options.interval = args.interval;
-  options.main_thread = true;
-  observe::SystemSampler sampler(options);
-  const Status started = sampler.start();
-  int exit_code = kExitOk;
-  if (!by_pid) {
-    exit_code = wait_for_child(pid);  // reaps it even when the sampler failed to start
-    g_child.store(0);
-  } else {
-    while (started.is_ok() && !g_interrupted && process_running(pid)) sleep_seconds(args.interval);
-  }
-  sampler.stop();
-  check(started);
-  run.duration_s = observe::monotonic_seconds() - t0;
-
-  // Samples after the job's main thread ended have no `main`; they are not the job's.
-  for (SystemSample& s : sampler.samples()) {
-    if (s.main) run.samples.push_back(std::move(s));
-  }
-  run.attribution = observe::attribute(run.samples, run.duration_s);
-  if (args.gpus > 0) {
-    run.cost = unwrap(observe::wait_cost(run.attribution.shares, args.gpus, args.gpu_hourly_cost));
-  }
-  if (before) {
-    const observe::RunFigures after{std::nullopt, run.attribution.shares.at("compute")};
-    run.comparison = unwrap(observe::compare_runs(*before, after, args.compare, args.gpus,
-                                                  std::max(0.0, args.gpu_hourly_cost)));
-  }
-  check(observe::write_watch_run(out_dir, run));
+  options.gpus = args.gpus;
+  options.gpu_hourly_cost = args.gpu_hourly_cost;
+  options.compare = args.compare;
+  options.out = args.out;
+  options.argv = args.argv;
+  const observe::WatchResult result = unwrap(observe::watch_job(options));
   if (args.json) {
-    std::cout << observe::watch_run_json(run);
+    std::cout << observe::watch_run_json(result.run);
   } else {
-    print_summary(run, out_dir, t0);
+    print_summary(result.run, result.out_dir, result.t0);
   }
-  return exit_code;
+  return result.exit_code;
 }
 
 }  // namespace

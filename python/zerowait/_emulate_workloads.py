@@ -18,6 +18,8 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from . import _core
+
 SOURCE = "github.com/mlcommons/storage configs/dlio/workload"
 # MLPerf Storage's data-size rule (its README, "Data Sizing"): the data set is at least 5x the
 # clients' memory, and at least 500 steps of a batch.
@@ -219,14 +221,7 @@ def data_files(data_dir: str, which: str) -> List[str]:
 
 
 def evict(paths: List[str]) -> Tuple[int, int]:
-    """Drops the files' pages from the page cache (posix_fadvise POSIX_FADV_DONTNEED; dirty
-    pages stay, which is why generation fsyncs). Returns (files, bytes)."""
-    total = 0
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            total += os.fstat(fd).st_size
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-    return len(paths), total
+    """Drops the files' pages from the page cache (fdatasync, then posix_fadvise
+    POSIX_FADV_DONTNEED, as `zerowait bench files` does). Returns (files, bytes)."""
+    _core.evict_from_page_cache(list(paths))
+    return len(paths), sum(os.stat(path).st_size for path in paths)

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List
 
+from . import _core
+
 HALVING_THRESHOLD = 0.10  # a change in step time below this is noise, not a bound
 _WARMUP_STEPS = 3
 
@@ -179,11 +181,8 @@ def available_memory(device: Any) -> int:
 
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
-    available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                available = int(line.split()[1]) * 1024
+    available = (_core.available_memory_bytes()
+                 or os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
     return available // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
 
 

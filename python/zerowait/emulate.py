@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from typing import Dict, List, Optional
@@ -255,9 +254,7 @@ def training_run_json(args, preset, metadata, run, results, find_max) -> Dict:
               f"({args.accelerator}), {row['input']} input",
         command=["zerowait", "emulate"] + sys.argv[1:],
         started_unix=STARTED_UNIX, duration_s=round(time.monotonic() - STARTED, 3),
-        causes=causes, seconds={c: round(v, 6) for c, v in seconds.items()},
-        shares={c: round(v / wall, 6) for c, v in seconds.items()},
-        verdict=_core.verdict_of({c: v / wall for c, v in seconds.items()}),
+        **_core.cause_summary(seconds, wall, decimals=6),
         au={"value": row["au"], "floor": row["floor"], "pass": row["pass"],
             "steps": row["steps"], "rule": RULE},
         throughput=dict(samples_per_s=row["samples_per_s"], mb_per_s=row["mb_per_s"]),
@@ -319,10 +316,8 @@ def run_checkpointing(args: argparse.Namespace, out: Output) -> int:
         schema=SCHEMA, kind="emulate",
         title=f"{args.workload} checkpointing into {args.data}, {ranks} ranks",
         command=["zerowait", "emulate"] + sys.argv[1:], started_unix=STARTED_UNIX,
-        duration_s=round(time.monotonic() - STARTED, 3), causes=["checkpoint", "compute"],
-        seconds={c: round(v, 6) for c, v in seconds.items()},
-        shares={c: round(v / wall, 6) for c, v in seconds.items()},
-        verdict=_core.verdict_of({c: v / wall for c, v in seconds.items()}),
+        duration_s=round(time.monotonic() - STARTED, 3),
+        **_core.cause_summary(seconds, wall, decimals=6),
         au=None, throughput=dict(samples_per_s=None, mb_per_s=round(z["write_mb_per_s"], 1)),
         cost=None, comparison=None, events=None, doctor=None, rows=rows,
         emulate=dict(workload=args.workload, scale=scale, ranks=ranks,
@@ -348,27 +343,15 @@ def finish(args, report: Dict, results: List[Dict], out: Output) -> None:
 
 def write_run(directory: str, report: Dict, results: List[Dict]) -> None:
     """run.json, steps.jsonl (the first configuration's steps) and steps/INPUT-N.jsonl (every
-    configuration's), written to temporary names and renamed."""
-    os.makedirs(directory, exist_ok=True)
-
-    def write(path: str, text: str) -> None:
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-
-    def lines(steps: List[Dict]) -> str:
-        return "".join(json.dumps(s, separators=(",", ":")) + "\n" for s in steps)
-
-    write(os.path.join(directory, "steps.jsonl"), lines(results[0]["steps"]))
+    configuration's), through the one writer of run directories (_core.write_run)."""
+    files = {"steps.jsonl": results[0]["steps"]}
     if len(results) > 1:
-        os.makedirs(os.path.join(directory, "steps"), exist_ok=True)
         for r in results:
             name = f"{r['row']['input']}-{r['row']['accelerators']}.jsonl"
             r["row"]["steps_file"] = f"steps/{name}"
-            write(os.path.join(directory, "steps", name), lines(r["steps"]))
+            files[f"steps/{name}"] = r["steps"]
         report["rows"] = [r["row"] for r in results]
-    write(os.path.join(directory, "run.json"), json.dumps(report, indent=1) + "\n")
+    _core.write_run(directory, report, files)
 
 
 STARTED = time.monotonic()

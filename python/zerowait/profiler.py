@@ -25,7 +25,7 @@ from zerowait._paths import local_path
 from zerowait.loader import Loader
 
 SCHEMA = _core.RUN_SCHEMA  # "zerowait.run/1" (docs/observe.md)
-CAUSES = ("input", "checkpoint", "h2d", "communication", "compute", "other")
+CAUSES = _core.CAUSES  # run.json's causes, in its order (zerowait/observe/causes.hpp)
 WAITS = tuple(c for c in CAUSES if c != "compute")
 # Step-time histogram bounds (seconds), Prometheus style: from a fast step to a stalled one.
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -236,16 +236,15 @@ class StepProfiler:
         """The steps.jsonl line of ``step`` ending at ``end`` with ``counters`` there."""
         wall = max(end - step.t, 0.0)
         waits = dict(step.phases)
-        for cause in ("input", "checkpoint", "h2d"):
+        for cause in counters:  # the waits measured by counters: input, checkpoint, h2d
             waits[cause] += max(counters[cause] - step.counters[cause], 0.0)
         spent = sum(waits.values())
         if spent > wall > 0:  # clocks of C++ counters and ours differ by microseconds
             waits = {c: s * wall / spent for c, s in waits.items()}
         record: Dict[str, Any] = {"step": step.index, "rank": self.rank, "t": step.t,
                                   "wall": wall}
-        record.update({c: waits[c] for c in ("input", "checkpoint", "h2d", "communication")})
-        record["compute"] = max(wall - sum(waits.values()), 0.0)
-        record["other"] = waits["other"]
+        compute = max(wall - sum(waits.values()), 0.0)
+        record.update({c: compute if c == "compute" else waits[c] for c in CAUSES})
         record["samples"] = step.samples
         record["bytes"] = step.bytes
         record["steps"] = 1
@@ -315,15 +314,13 @@ class StepProfiler:
     def summary(self) -> Dict[str, Any]:
         """The run.json of this run (docs/observe.md, kind "profile")."""
         steps = self.steps()
-        seconds = {c: sum(s[c] for s in steps) for c in CAUSES}
         wall = sum(s["wall"] for s in steps)
-        shares = {c: (seconds[c] / wall if wall > 0 else 0.0) for c in CAUSES}
+        causes = _core.cause_summary({c: sum(s[c] for s in steps) for c in CAUSES}, wall)
+        shares = causes["shares"]
         summary: Dict[str, Any] = {
             "schema": SCHEMA, "kind": "profile", "title": self.title or _default_title(),
             "command": list(getattr(sys, "orig_argv", sys.argv)),
-            "started_unix": self._started_unix, "duration_s": wall,
-            "causes": list(CAUSES), "seconds": seconds, "shares": shares,
-            "verdict": _core.verdict_of(shares) if wall > 0 else "unknown", "au": None,
+            "started_unix": self._started_unix, "duration_s": wall, **causes, "au": None,
             "throughput": _throughput(steps, wall), "cost": None,
             "comparison": self._comparison, "flags": self.flags()}
         if self.gpu_hourly_cost is not None and wall > 0:
@@ -338,11 +335,8 @@ class StepProfiler:
         directory = Path(local_path(out, "out") if out is not None else self.out or "")
         if out is None and self.out is None:
             raise ValueError("save() needs a directory: pass out= here or to StepProfiler")
-        directory.mkdir(parents=True, exist_ok=True)
-        _write(directory / "run.json", json.dumps(self.summary(), indent=2) + "\n")
-        _write(directory / "steps.jsonl", "".join(json.dumps(s) + "\n" for s in self.steps()))
-        _write(directory / "system.jsonl",
-               "".join(json.dumps(s) + "\n" for s in self.system_samples()))
+        _core.write_run(directory, self.summary(), {"steps.jsonl": self.steps(),
+                                                    "system.jsonl": self.system_samples()})
         return directory
 
     def compare(self, before: Any) -> Dict[str, Any]:
@@ -456,9 +450,3 @@ def _throughput(steps: Sequence[Dict[str, Any]], wall: float) -> Optional[Dict[s
 
 def _default_title() -> str:
     return f"profile of {os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else 'python'}"
-
-
-def _write(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)

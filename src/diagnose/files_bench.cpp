@@ -15,7 +15,7 @@
 #include "common/clock.hpp"
 #include "common/file.hpp"
 #include "common/random.hpp"
-#include "zerowait/diagnose/page_cache.hpp"
+#include "zerowait/host/page_cache.hpp"
 #include "zerowait/loader/loader.hpp"
 #include "zerowait/shard/dataset.hpp"
 
@@ -106,17 +106,6 @@ Result<ListedFiles> list_files(const std::string& dir) {
   listed.seconds = seconds_since(start);
   std::sort(listed.paths.begin(), listed.paths.end());
   return listed;
-}
-
-Status evict_from_page_cache(const std::vector<std::string>& paths) {
-  for (const std::string& path : paths) {
-    ZW_ASSIGN_OR_RETURN(internal::File file, internal::File::open_read(path));
-    if (::fdatasync(file.fd()) != 0) return errno_status(errno, "cannot fdatasync", path);
-    if (const int err = ::posix_fadvise(file.fd(), 0, 0, POSIX_FADV_DONTNEED); err != 0) {
-      return errno_status(err, "cannot drop from the page cache (posix_fadvise)", path);
-    }
-  }
-  return Status::ok();
 }
 
 Result<ReadPass> read_files(const std::vector<std::string>& paths, unsigned threads) {

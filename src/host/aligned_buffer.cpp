@@ -9,7 +9,7 @@
 
 #include "common/align.hpp"
 #include "host/cuda_runtime.hpp"
-#include "common/numa.hpp"
+#include "host/numa.hpp"
 
 namespace zerowait {
 

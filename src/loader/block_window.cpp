@@ -6,6 +6,7 @@
 
 #include "common/align.hpp"
 #include "common/thread_pool.hpp"
+#include "host/thread_placement.hpp"
 
 namespace zerowait {
 

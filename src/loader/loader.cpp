@@ -8,8 +8,8 @@
 
 #include "host/cuda_runtime.hpp"
 #include "common/log.hpp"
-#include "common/memory_headroom.hpp"
-#include "common/numa.hpp"
+#include "host/memory_headroom.hpp"
+#include "host/numa.hpp"
 #include "common/random.hpp"
 #include "loader/arena_pool.hpp"
 #include "loader/batch_builder.hpp"

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/thread_pool.hpp"
+#include "host/thread_placement.hpp"
 
 namespace zerowait {
 

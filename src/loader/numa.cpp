@@ -11,66 +11,19 @@
 #include <system_error>
 
 #include "common/file.hpp"
-#include "common/numa.hpp"
+#include "host/numa.hpp"
 
 namespace zerowait {
 
 namespace {
 
-constexpr char kNodeDir[] = "/sys/devices/system/node";
+constexpr const char* kNodeDir = internal::kNumaNodeDir;
 constexpr char kPciDir[] = "/sys/bus/pci/devices";
-
-// A small sysfs file's text. Not read_whole_file: sysfs reports 4096 bytes for every file.
-Result<std::string> read_sysfs_text(const std::string& path) {
-  ZW_ASSIGN_OR_RETURN(internal::File file, internal::File::open_read(path));
-  std::string text;
-  char chunk[4096];
-  for (;;) {
-    const ssize_t n = ::read(file.fd(), chunk, sizeof chunk);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errno_status(errno, "cannot read", path);
-    if (n == 0) return text;
-    text.append(chunk, static_cast<size_t>(n));
-  }
-}
-
-// The nodes sysfs lists (node<N> directories), ascending; empty without a NUMA kernel.
-std::vector<int> listed_nodes(const std::string& sysfs_root) {
-  std::vector<int> nodes;
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(sysfs_root + kNodeDir, error)) {
-    const std::string name = entry.path().filename().string();
-    int node = 0;
-    const char* digits = name.data() + 4;
-    const char* end = name.data() + name.size();
-    if (name.size() > 4 && name.starts_with("node") &&
-        std::from_chars(digits, end, node).ptr == end) {
-      nodes.push_back(node);
-    }
-  }
-  std::sort(nodes.begin(), nodes.end());
-  return nodes;
-}
 
 std::string join_nodes(const std::vector<int>& nodes) {
   std::string text;
   for (int node : nodes) text += (text.empty() ? "" : ", ") + std::to_string(node);
   return text;
-}
-
-// Node `node`'s CPUs from its cpulist; nullopt when sysfs does not list the node.
-Result<std::optional<std::vector<unsigned>>> node_cpus(const std::string& sysfs_root, int node) {
-  const std::string dir = sysfs_root + kNodeDir + "/node" + std::to_string(node);
-  std::error_code error;
-  if (!std::filesystem::is_directory(dir, error)) return std::optional<std::vector<unsigned>>();
-  Result<std::string> text = read_sysfs_text(dir + "/cpulist");
-  if (!text && text.status().code() == ErrorCode::kNotFound) {
-    return std::optional<std::vector<unsigned>>(std::vector<unsigned>());
-  }
-  ZW_RETURN_IF_ERROR(text.status());
-  Result<std::vector<unsigned>> cpus = internal::parse_cpu_list(*text);
-  if (!cpus) return Status(ErrorCode::kCorrupt, dir + "/cpulist: " + cpus.status().message());
-  return std::optional<std::vector<unsigned>>(std::move(*cpus));
 }
 
 std::vector<unsigned> intersect(const std::vector<unsigned>& a, std::vector<unsigned> b) {
@@ -112,29 +65,21 @@ Result<NumaPlacement> choose_auto(const NumaRequest& request,
   }
   ZW_ASSIGN_OR_RETURN(const std::string id, normalize_bus_id(request.gpu_pci_bus_id));
   const std::string path = request.sysfs_root + kPciDir + "/" + id + "/numa_node";
-  Result<std::string> text = read_sysfs_text(path);
-  if (!text && text.status().code() == ErrorCode::kNotFound) {
+  Result<std::optional<int>> read =
+      internal::pci_numa_node(host::System(request.sysfs_root), std::string(kPciDir) + "/" + id);
+  if (!read && read.status().code() == ErrorCode::kNotFound) {
     placement.reason = "the GPU at " + id + " has no " + path + ", so its node is unknown";
     return placement;
   }
-  ZW_RETURN_IF_ERROR(text.status());
-  std::string_view value = *text;
-  while (!value.empty() && std::isspace(static_cast<unsigned char>(value.back()))) {
-    value.remove_suffix(1);
-  }
-  int node = 0;
-  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), node);
-  if (error != std::errc() || end != value.data() + value.size() || node < -1) {
-    return Status(ErrorCode::kCorrupt,
-                  path + " holds '" + std::string(value) + "', not a NUMA node number");
-  }
-  if (node == -1) {
+  ZW_RETURN_IF_ERROR(read.status());
+  if (!*read) {
     placement.reason = "the GPU at " + id + " reports no NUMA node (numa_node is -1: a machine " +
                        "with one node, or firmware that does not say)";
     return placement;
   }
+  const int node = **read;
   ZW_ASSIGN_OR_RETURN(const std::optional<std::vector<unsigned>> cpus,
-                      node_cpus(request.sysfs_root, node));
+                      internal::numa_node_cpus(host::System(request.sysfs_root), node));
   const std::string attached = "the GPU at " + id + " is attached to node " + std::to_string(node);
   if (!cpus || cpus->empty()) {
     placement.reason = attached + ", which has no CPUs listed in " + kNodeDir;
@@ -159,12 +104,13 @@ Result<NumaPlacement> choose_node(const NumaRequest& request,
   const std::string name = "NUMA node " + std::to_string(node);
   if (node < 0) return invalid_argument(name + " is not a node number (0 or more)");
   ZW_ASSIGN_OR_RETURN(const std::optional<std::vector<unsigned>> cpus,
-                      node_cpus(request.sysfs_root, node));
+                      internal::numa_node_cpus(host::System(request.sysfs_root), node));
   if (!cpus || cpus->empty()) {
-    const std::vector<int> nodes = listed_nodes(request.sysfs_root);
+    const std::vector<int> nodes = internal::numa_nodes(host::System(request.sysfs_root));
     std::vector<int> with_cpus;
     for (int other : nodes) {
-      Result<std::optional<std::vector<unsigned>>> listed = node_cpus(request.sysfs_root, other);
+      Result<std::optional<std::vector<unsigned>>> listed =
+          internal::numa_node_cpus(host::System(request.sysfs_root), other);
       if (listed && *listed && !(*listed)->empty()) with_cpus.push_back(other);
     }
     if (nodes.empty()) {

@@ -6,12 +6,10 @@
 #include <optional>
 
 #include "zerowait/observe/activity.hpp"
+#include "zerowait/observe/causes.hpp"
 
 namespace zerowait::observe {
 namespace {
-
-// The waits with a verdict of their own; "other" is no cause to name.
-constexpr const char* kWaits[] = {"input", "checkpoint", "h2d", "communication"};
 
 double median(std::vector<double> values) {
   if (values.empty()) return 0;
@@ -105,8 +103,8 @@ std::string verdict_of(const std::map<std::string, double>& shares,
   };
   std::string largest;
   double largest_share = -1;
-  for (const char* cause : kWaits) {
-    if (share_of(cause) > largest_share) {
+  for (const char* cause : kCauses) {
+    if (names_verdict(cause) && share_of(cause) > largest_share) {
       largest = cause;
       largest_share = share_of(cause);
     }

@@ -7,6 +7,8 @@
 #include <sstream>
 #include <vector>
 
+#include "host/meminfo.hpp"
+
 namespace zerowait::observe {
 namespace {
 
@@ -24,7 +26,7 @@ bool is_pid(const std::string& name) {
 }
 
 // "cpu  user nice system idle iowait irq softirq steal guest guest_nice"
-std::optional<CpuTimes> read_cpu(const doctor::System& system) {
+std::optional<CpuTimes> read_cpu(const host::System& system) {
   const std::optional<std::string> line = system.read_line("/proc/stat");
   if (!line || !line->starts_with("cpu ")) return std::nullopt;
   const std::vector<std::string> words = split_words(*line);
@@ -79,7 +81,7 @@ char stat_state(const std::string& stat) {
   return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
 }
 
-std::map<std::string, DiskCounters> read_disks(const doctor::System& system) {
+std::map<std::string, DiskCounters> read_disks(const host::System& system) {
   std::map<std::string, DiskCounters> disks;
   const std::optional<std::string> text = system.read("/proc/diskstats");
   if (!text) return disks;
@@ -105,12 +107,12 @@ std::map<std::string, DiskCounters> read_disks(const doctor::System& system) {
   return disks;
 }
 
-ProcReading read_proc(const doctor::System& system, pid_t pid, double t) {
+ProcReading read_proc(const host::System& system, pid_t pid, double t) {
   ProcReading r;
   r.t = t;
   r.cpu = read_cpu(system);
   if (const auto meminfo = system.read("/proc/meminfo")) {
-    r.mem_available = keyed_value(*meminfo, "MemAvailable").value_or(0) * 1024;
+    r.mem_available = host::mem_available_bytes(*meminfo).value_or(0);
   }
   if (const auto vmstat = system.read("/proc/vmstat")) {
     r.pswpin = keyed_value(*vmstat, "pswpin");

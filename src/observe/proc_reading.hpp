@@ -1,6 +1,6 @@
 // One reading of the counters the system sampler turns into rates: /proc/stat, /proc/meminfo,
 // /proc/vmstat, /proc/diskstats and the process tree's /proc/PID files, all read through
-// doctor::System (a root prefix for fixture trees). A file that is missing leaves its counters
+// host::System (a root prefix for fixture trees). A file that is missing leaves its counters
 // unset or zero; reading never fails.
 #pragma once
 
@@ -11,7 +11,7 @@
 #include <optional>
 #include <string>
 
-#include "diagnose/doctor/system.hpp"
+#include "host/system.hpp"
 #include "zerowait/observe/system_sampler.hpp"
 
 namespace zerowait::observe {
@@ -56,10 +56,10 @@ struct ProcReading {
 char stat_state(const std::string& stat);
 
 // Reads everything at time `t`. `pid` is the tree's root.
-ProcReading read_proc(const doctor::System& system, pid_t pid, double t);
+ProcReading read_proc(const host::System& system, pid_t pid, double t);
 
 // The disks of /proc/diskstats that are whole devices: /sys/block/<name> exists (partitions
 // have none), and loop/ram/zram devices only when they have done I/O.
-std::map<std::string, DiskCounters> read_disks(const doctor::System& system);
+std::map<std::string, DiskCounters> read_disks(const host::System& system);
 
 }  // namespace zerowait::observe

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "zerowait/common/status.hpp"
-#include "observe/run_json.hpp"
+#include "observe/run/run_json.hpp"
 #include "zerowait/observe/report.hpp"
 
 namespace zerowait::observe {

@@ -6,6 +6,7 @@
 #include <ctime>
 
 #include "common/text.hpp"
+#include "zerowait/observe/causes.hpp"
 
 namespace zerowait::observe {
 
@@ -96,37 +97,41 @@ std::string svg_number(double value) {
 namespace {
 
 struct CauseStyle {
-  const char* cause;
   const char* colour;
   const char* label;
 };
 
-// Waits in warm colours, compute in green: the eye goes to what costs money.
-constexpr std::array<CauseStyle, 6> kCauses = {{
-    {"input", "#e4572e", "Input"},
-    {"checkpoint", "#f0a202", "Checkpoint"},
-    {"h2d", "#a06cd5", "Host-to-device copy"},
-    {"communication", "#3c91e6", "Communication"},
-    {"compute", "#59a96a", "Compute"},
-    {"other", "#a0a4ab", "Other"},
+// kCauses's styles, in its order. Waits in warm colours, compute in green: the eye goes to what
+// costs money.
+constexpr std::array<CauseStyle, kCauses.size()> kCauseStyles = {{
+    {"#e4572e", "Input"},
+    {"#f0a202", "Checkpoint"},
+    {"#a06cd5", "Host-to-device copy"},
+    {"#3c91e6", "Communication"},
+    {"#59a96a", "Compute"},
+    {"#a0a4ab", "Other"},
 }};
 
 constexpr std::array<const char*, 6> kSpareColours = {"#d1495b", "#00798c", "#edae49",
                                                       "#66a182", "#8d96a3", "#2e4057"};
 
+// The style of a cause of kCauses; nullptr for any other name (a run may list its own).
+const CauseStyle* style_of(const std::string& cause) {
+  for (size_t i = 0; i < kCauses.size(); ++i) {
+    if (cause == kCauses[i]) return &kCauseStyles[i];
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 std::string cause_colour(const std::string& cause, size_t index) {
-  for (const CauseStyle& style : kCauses) {
-    if (cause == style.cause) return style.colour;
-  }
+  if (const CauseStyle* style = style_of(cause)) return style->colour;
   return kSpareColours[index % kSpareColours.size()];
 }
 
 std::string cause_label(const std::string& cause) {
-  for (const CauseStyle& style : kCauses) {
-    if (cause == style.cause) return style.label;
-  }
+  if (const CauseStyle* style = style_of(cause)) return style->label;
   return cause;
 }
 

@@ -12,9 +12,9 @@
 
 #include "common/clock.hpp"
 #include "host/nvml.hpp"
-#include "diagnose/doctor/system.hpp"
+#include "host/system.hpp"
 #include "observe/proc_reading.hpp"
-#include "observe/run_json.hpp"
+#include "observe/run/run_json.hpp"
 #include "observe/thread_activity.hpp"
 
 namespace zerowait::observe {
@@ -149,7 +149,7 @@ struct SystemSampler::State {
   explicit State(const SystemSamplerOptions& options)
       : system(options.root), interval(options.interval) {}
 
-  doctor::System system;
+  host::System system;
   std::unique_ptr<internal::Nvml> nvml;  // live only, opened by the first reading
   std::optional<ProcReading> previous;
   double baseline_t = 0;  // the first reading's time: where the first sample's interval began

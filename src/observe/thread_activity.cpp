@@ -119,7 +119,7 @@ struct ProcessFds {
   bool socket = false;
 };
 
-ProcessFds scan_fds(const doctor::System& system, pid_t pid) {
+ProcessFds scan_fds(const host::System& system, pid_t pid) {
   ProcessFds found;
   const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
   for (const std::string& fd : system.list(dir)) {
@@ -134,7 +134,7 @@ ProcessFds scan_fds(const doctor::System& system, pid_t pid) {
 
 // Whether the process runs a zerowait Loader: threads named "zw-loader-N" (loader_run.cpp names
 // them). Its main thread waiting on a futex is then next() waiting for a batch.
-bool runs_zerowait_loader(const doctor::System& system, pid_t pid) {
+bool runs_zerowait_loader(const host::System& system, pid_t pid) {
   const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
   for (const std::string& tid : system.list(tasks)) {
     if (system.read_line(tasks + "/" + tid + "/comm").value_or("").starts_with("zw-loader-")) {
@@ -147,7 +147,7 @@ bool runs_zerowait_loader(const doctor::System& system, pid_t pid) {
 // Whether "socket:[INODE]" is a unix-domain socket of the process: its inode is listed in
 // /proc/PID/net/unix (column 7). A DataLoader passes each batch's shared-memory handles from
 // its workers over one (recvmsg with SCM_RIGHTS); gloo and NCCL talk TCP.
-bool unix_socket(const doctor::System& system, pid_t pid, const std::string& target) {
+bool unix_socket(const host::System& system, pid_t pid, const std::string& target) {
   if (!target.starts_with("socket:[") || !target.ends_with("]")) return false;
   const std::string inode = target.substr(8, target.size() - 9);
   const std::optional<std::string> table =
@@ -166,7 +166,7 @@ bool unix_socket(const doctor::System& system, pid_t pid, const std::string& tar
   return false;
 }
 
-ThreadActivity classify_syscall(const doctor::System& system, pid_t pid, const SyscallRule& call,
+ThreadActivity classify_syscall(const host::System& system, pid_t pid, const SyscallRule& call,
                                 uint64_t fd_arg, bool has_children) {
   const std::string name = call.name;
   std::string target;
@@ -243,7 +243,7 @@ std::optional<long> syscall_number(std::string_view name) {
   return std::nullopt;
 }
 
-std::optional<ThreadActivity> classify_thread(const doctor::System& system, pid_t pid,
+std::optional<ThreadActivity> classify_thread(const host::System& system, pid_t pid,
                                               pid_t tid, bool has_children) {
   const std::string task = "/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid);
   const std::optional<std::string> stat = system.read(task + "/stat");

@@ -1,6 +1,6 @@
 // Classifies a job's main thread (tid == pid) from /proc: its state, the system call it is in
 // (/proc/PID/task/TID/syscall) and what that call's file descriptor is (/proc/PID/fd/N). Read
-// through doctor::System, so fixture trees stand in for /proc in tests.
+// through host::System, so fixture trees stand in for /proc in tests.
 #pragma once
 
 #include <sys/types.h>
@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "diagnose/doctor/system.hpp"
+#include "host/system.hpp"
 #include "zerowait/observe/activity.hpp"
 
 namespace zerowait::observe {
@@ -32,7 +32,7 @@ struct ThreadActivity {
 
 // Classifies thread `tid` of process `pid`. `has_children`: the process has child processes
 // (DataLoader workers feed it through pipes). nullopt when the thread is gone or a zombie.
-std::optional<ThreadActivity> classify_thread(const doctor::System& system, pid_t pid,
+std::optional<ThreadActivity> classify_thread(const host::System& system, pid_t pid,
                                               pid_t tid, bool has_children);
 
 }  // namespace zerowait::observe

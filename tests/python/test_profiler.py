@@ -274,3 +274,19 @@ def test_compare_against_a_slower_run(tmp_path):
     assert comparison["before"] == str(tmp_path / "before")
     assert after.summary()["comparison"] == comparison
     assert f"against {tmp_path / 'before'}" in after.report()
+
+
+def test_the_run_writer_refuses_what_the_report_would_not_read(tmp_path):
+    """The one writer of run directories (profile, watch, emulate) checks run.json first: a
+    cause outside zerowait._core.CAUSES, or NaN (JSON has no spelling for it), leaves nothing."""
+    run = {"schema": zerowait._core.RUN_SCHEMA, "kind": "profile", "causes": ["input", "disk"]}
+    with pytest.raises(ValueError, match="disk"):
+        zerowait._core.write_run(tmp_path / "run", run, {"steps.jsonl": [{"step": 0}]})
+    with pytest.raises(ValueError):
+        zerowait._core.write_run(tmp_path / "run", {**run, "causes": ["input"],
+                                                    "seconds": {"input": math.nan}}, {})
+    assert not (tmp_path / "run").exists()
+    zerowait._core.write_run(tmp_path / "run", {**run, "causes": list(zerowait._core.CAUSES)},
+                             {"steps.jsonl": [{"step": 0}, {"step": 1}]})
+    assert (tmp_path / "run" / "steps.jsonl").read_text() == '{"step":0}\n{"step":1}\n'
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["causes"] == CAUSES

@@ -83,10 +83,6 @@ struct ListedFiles {
 };
 Result<ListedFiles> list_files(const std::string& dir);
 
-// Drops the pages of `paths` from the page cache: fdatasync (dirty pages cannot be dropped) and
-// posix_fadvise(POSIX_FADV_DONTNEED). Errors name the file.
-Status evict_from_page_cache(const std::vector<std::string>& paths);
-
 // Reads each file whole (open, fstat, read to the end, close) on `threads` threads, in the order
 // given (threads take the next file as they finish one; the caller's is one of them). The first
 // error names its file; kInvalidArgument for 0 threads.

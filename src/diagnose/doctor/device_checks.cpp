@@ -9,9 +9,10 @@
 #include <set>
 #include <sstream>
 
+#include "host/numa.hpp"
 #include "host/nvml.hpp"
 #include "diagnose/doctor/pci.hpp"
-#include "diagnose/doctor/system.hpp"
+#include "diagnose/doctor/checks.hpp"
 
 namespace zerowait::doctor {
 namespace {
@@ -20,7 +21,7 @@ constexpr const char* kArea = "devices";
 constexpr const char* kNvidiaVersion = "/proc/driver/nvidia/version";
 constexpr const char* kNvidiaGpus = "/proc/driver/nvidia/gpus";
 constexpr const char* kNvidiaFsVersion = "/proc/driver/nvidia-fs/version";
-constexpr const char* kNodes = "/sys/devices/system/node";
+constexpr const char* kNodes = internal::kNumaNodeDir;
 
 // "a", "a and b", "a, b and c".
 std::string join_and(const std::vector<std::string>& items) {
@@ -136,7 +137,9 @@ void check_gpu_links(const System& system, const internal::Nvml& nvml, FindingLi
       summary += " (Gen" + std::to_string(link->generation) + " now: an idle GPU lowers it)";
     }
     const std::string numa_path = std::string(kPciDevices) + "/" + link->address + "/numa_node";
-    const std::string numa = system.read_line(numa_path).value_or("unknown");
+    const Result<std::optional<int>> node =
+        internal::pci_numa_node(system, std::string(kPciDevices) + "/" + link->address);
+    const std::string numa = !node ? "unknown" : *node ? std::to_string(**node) : "-1";
     summary += ", NUMA node " + (numa == "-1" ? std::string("unknown (-1)") : numa);
     Finding& f = list.add("gpu_link", narrow || slot_slower ? Severity::kWarn : Severity::kInfo,
                           summary);
@@ -272,15 +275,9 @@ void check_gds(const System& system, const std::vector<PciAttached>& gpus, Findi
 void check_numa(const System& system, const std::vector<PciAttached>& gpus,
                 const std::vector<PciAttached>& nvmes, const std::vector<PciAttached>& nics,
                 FindingList& list) {
-  std::vector<std::string> nodes;
-  for (const std::string& name : system.list(kNodes)) {
-    if (name.size() > 4 && name.rfind("node", 0) == 0 &&
-        std::isdigit(static_cast<unsigned char>(name[4]))) {
-      nodes.push_back(name);
-    }
-  }
+  const std::vector<int> nodes = internal::numa_nodes(system);
   std::string node_list;
-  for (const std::string& node : nodes) node_list += " " + node;
+  for (int node : nodes) node_list += " node" + std::to_string(node);
   const std::string nodes_evidence =
       std::string(kNodes) + ":" + (nodes.empty() ? " no node directories" : node_list);
 

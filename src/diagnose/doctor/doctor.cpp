@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "common/clock.hpp"
-#include "diagnose/doctor/system.hpp"
+#include "diagnose/doctor/checks.hpp"
 
 namespace zerowait::doctor {
 

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "diagnose/doctor/pci.hpp"
-#include "diagnose/doctor/system.hpp"
+#include "diagnose/doctor/checks.hpp"
 
 namespace zerowait::doctor {
 namespace {

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <deque>
 
+#include "host/numa.hpp"
+
 namespace zerowait::doctor {
 namespace {
 
@@ -144,9 +146,9 @@ std::vector<PciAttached> find_pci_nics(const System& system) {
 }
 
 std::optional<int64_t> numa_node_of(const System& system, const PciFunction& pci) {
-  const std::optional<int64_t> node = system.read_int(pci.dir + "/numa_node");
-  if (!node || *node < 0) return std::nullopt;
-  return node;
+  const Result<std::optional<int>> node = internal::pci_numa_node(system, pci.dir);
+  if (!node || !*node) return std::nullopt;
+  return int64_t(**node);
 }
 
 std::optional<PcieLink> pcie_link_of(const System& system, const PciFunction& pci) {

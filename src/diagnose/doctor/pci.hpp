@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "diagnose/doctor/system.hpp"
+#include "diagnose/doctor/checks.hpp"
 
 namespace zerowait::doctor {
 

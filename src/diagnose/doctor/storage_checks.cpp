@@ -19,7 +19,7 @@
 
 #include "common/clock.hpp"
 #include "diagnose/doctor/mounts.hpp"
-#include "diagnose/doctor/system.hpp"
+#include "diagnose/doctor/checks.hpp"
 
 namespace zerowait::doctor {
 namespace {

@@ -7,58 +7,45 @@
 #include <system_error>
 
 #include "common/file.hpp"
-#include "observe/run_json.hpp"
-#include "zerowait/observe/activity.hpp"
+#include "observe/run/run_directory.hpp"
+#include "observe/run/run_json.hpp"
 
 namespace zerowait::observe {
 namespace {
 
-
-nlohmann::ordered_json by_cause(const std::map<std::string, double>& values) {
-  nlohmann::ordered_json out = nlohmann::ordered_json::object();
-  for (Activity a : kActivities) {
-    const auto it = values.find(activity_name(a));
-    out[activity_name(a)] = it == values.end() ? 0.0 : rounded(it->second, 4);
-  }
-  return out;
-}
-
-}  // namespace
-
-std::string watch_run_json(const WatchRun& run) {
-  nlohmann::ordered_json causes = nlohmann::ordered_json::array();
-  for (Activity a : kActivities) causes.push_back(activity_name(a));
+nlohmann::ordered_json watch_run_document(const WatchRun& run) {
+  // Every activity is a cause, so the summary cannot refuse these.
+  const nlohmann::ordered_json summary =
+      cause_summary(run.attribution.seconds, run.attribution.duration_s, 4).value();
   nlohmann::ordered_json events = nlohmann::ordered_json::array();
   for (const DropEvent& e : run.attribution.events) {
     events.push_back({{"t", rounded(e.t, 3)}, {"what", e.what}, {"before", e.before}});
   }
-  const nlohmann::ordered_json document = {
+  return {
       {"schema", kRunSchema},
       {"kind", "watch"},
       {"title", run.title},
       {"command", run.command},
       {"started_unix", rounded(run.started_unix, 3)},
       {"duration_s", rounded(run.duration_s, 3)},
-      {"causes", causes},
-      {"seconds", by_cause(run.attribution.seconds)},
-      {"shares", by_cause(run.attribution.shares)},
-      {"verdict", run.attribution.verdict},
+      {"causes", summary["causes"]},
+      {"seconds", summary["seconds"]},
+      {"shares", summary["shares"]},
+      {"verdict", summary["verdict"]},
       {"cost", run.cost ? cost_json(*run.cost) : nlohmann::ordered_json(nullptr)},
       {"comparison",
        run.comparison ? comparison_json(*run.comparison) : nlohmann::ordered_json(nullptr)},
       {"events", events}};
-  return document.dump(2) + "\n";
 }
 
+}  // namespace
+
+std::string watch_run_json(const WatchRun& run) { return watch_run_document(run).dump(2) + "\n"; }
+
 Status write_watch_run(const std::string& dir, const WatchRun& run) {
-  std::error_code error;
-  std::filesystem::create_directories(dir, error);
-  if (error) return errno_status(error.value(), "cannot create the run directory", dir);
   std::string lines;
   for (const SystemSample& s : run.samples) lines += to_json(s) + "\n";
-  ZW_RETURN_IF_ERROR(internal::write_file_atomic(dir + "/system.jsonl", lines));
-  // run.json last: a directory with run.json is a complete run.
-  return internal::write_file_atomic(dir + "/run.json", watch_run_json(run));
+  return write_run_directory(dir, watch_run_document(run), {{"system.jsonl", std::move(lines)}});
 }
 
 Result<RunFigures> read_run_figures(const std::string& dir) {

@@ -1,4 +1,4 @@
-#include "zerowait/diagnose/page_cache.hpp"
+#include "zerowait/host/page_cache.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -135,6 +135,17 @@ Result<WarmReport> warm_page_cache(const std::vector<std::string>& paths,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ZW_ASSIGN_OR_RETURN(report.after, residency(paths));
   return report;
+}
+
+Status evict_from_page_cache(const std::vector<std::string>& paths) {
+  for (const std::string& path : paths) {
+    ZW_ASSIGN_OR_RETURN(internal::File file, internal::File::open_read(path));
+    if (::fdatasync(file.fd()) != 0) return errno_status(errno, "cannot fdatasync", path);
+    if (const int err = ::posix_fadvise(file.fd(), 0, 0, POSIX_FADV_DONTNEED); err != 0) {
+      return errno_status(err, "cannot drop from the page cache (posix_fadvise)", path);
+    }
+  }
+  return Status::ok();
 }
 
 }  // namespace zerowait

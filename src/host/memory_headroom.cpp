@@ -1,10 +1,12 @@
-#include "common/memory_headroom.hpp"
+#include "host/memory_headroom.hpp"
 
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <sstream>
+
+#include "host/meminfo.hpp"
 
 namespace zerowait {
 namespace {
@@ -45,15 +47,9 @@ uint64_t memory_stat(const std::string& dir, const std::string& key) {
 
 uint64_t available_memory_bytes(const std::string& proc_root) {
   std::ifstream meminfo(proc_root + "/meminfo");
-  std::string line;
-  while (std::getline(meminfo, line)) {
-    if (line.rfind("MemAvailable:", 0) != 0) continue;
-    std::istringstream fields(line.substr(13));
-    uint64_t kib = 0;
-    fields >> kib;
-    return kib * 1024;
-  }
-  return 0;
+  std::stringstream text;
+  text << meminfo.rdbuf();
+  return host::mem_available_bytes(text.str()).value_or(0);
 }
 
 uint64_t memory_headroom_bytes(const std::string& proc_root, const std::string& cgroup_root) {

@@ -1,6 +1,9 @@
-#include "observe/run_json.hpp"
+#include "observe/run/run_json.hpp"
 
 #include <cmath>
+
+#include "zerowait/observe/attribution.hpp"
+#include "zerowait/observe/causes.hpp"
 
 namespace zerowait::observe {
 namespace {
@@ -16,6 +19,36 @@ nlohmann::ordered_json money_by_cause(const std::map<std::string, double>& money
 double rounded(double value, int decimals) {
   const double scale = std::pow(10.0, decimals);
   return std::round(value * scale) / scale;
+}
+
+Result<nlohmann::ordered_json> cause_summary(const std::map<std::string, double>& seconds,
+                                             double wall_s, int decimals) {
+  for (const auto& [cause, value] : seconds) {
+    if (!is_cause(cause)) {
+      return invalid_argument("'" + cause + "' is not a cause of run.json (input, checkpoint, " +
+                              "h2d, communication, compute, other)");
+    }
+  }
+  const auto written = [decimals](double value) {
+    return decimals < 0 ? value : rounded(value, decimals);
+  };
+  nlohmann::ordered_json causes = nlohmann::ordered_json::array();
+  nlohmann::ordered_json seconds_json = nlohmann::ordered_json::object();
+  nlohmann::ordered_json shares_json = nlohmann::ordered_json::object();
+  std::map<std::string, double> shares;
+  for (const char* cause : kCauses) {
+    const auto it = seconds.find(cause);
+    if (it == seconds.end()) continue;
+    const double share = wall_s > 0 ? it->second / wall_s : 0.0;
+    shares[cause] = share;
+    causes.push_back(cause);
+    seconds_json[cause] = written(it->second);
+    shares_json[cause] = written(share);
+  }
+  return nlohmann::ordered_json{{"causes", causes},
+                                {"seconds", seconds_json},
+                                {"shares", shares_json},
+                                {"verdict", wall_s > 0 ? verdict_of(shares) : "unknown"}};
 }
 
 nlohmann::ordered_json sample_json(const SystemSample& s) {

@@ -1,6 +1,7 @@
-// What the doctor's checks read the machine through: files under a root prefix, and the few
-// facts that no file holds, measured live or taken from a fixture's facts file. A check never
-// calls open()/statvfs()/getrlimit() itself, so every check runs against fixtures.
+// What the doctor's checks and observe's sampler read the machine through: files under a root
+// prefix, and the few facts that no file holds, measured live or taken from a fixture's facts
+// file. A check never calls open()/statvfs()/getrlimit() itself, so every check runs against
+// fixtures.
 #pragma once
 
 #include <cstdint>
@@ -9,9 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "zerowait/diagnose/doctor.hpp"
-
-namespace zerowait::doctor {
+namespace zerowait::host {
 
 struct SpaceInfo {
   uint64_t bytes_total = 0;
@@ -85,33 +84,4 @@ class System {
   std::vector<std::string> unreadable_;  // the facts file's "unreadable" paths
 };
 
-// Appends findings to one report, with the area filled in.
-class FindingList {
- public:
-  FindingList(std::vector<Finding>& out, std::string area) : out_(out), area_(std::move(area)) {}
-  Finding& add(std::string check, Severity severity, std::string summary);
-  const std::string& area() const { return area_; }
-
- private:
-  std::vector<Finding>& out_;
-  std::string area_;
-};
-
-// Turns `finding` into the report of evidence this user may not read (System::denied): kInfo,
-// never a verdict, with `path` in the summary and evidence and the fix (run as root, or grant
-// read). `what` names what could not be checked ("transparent huge pages").
-Finding& not_readable(Finding& finding, const std::string& what, const std::string& path);
-// The words every such finding's summary ends with, for tests and readers of --json.
-inline constexpr const char* kNotReadable = "not readable as this user";
-
-// The check groups, one per file under src/diagnose/doctor/. Each appends its findings.
-void check_storage(const System& system, const DoctorOptions& options,
-                   std::vector<Finding>& out);
-void check_memory(const System& system, std::vector<Finding>& out);
-void check_limits_and_cpu(const System& system, const DoctorOptions& options,
-                          std::vector<Finding>& out);
-void check_io_uring(const System& system, std::vector<Finding>& out);
-void check_devices(const System& system, std::vector<Finding>& out);
-void check_network(const System& system, std::vector<Finding>& out);
-
-}  // namespace zerowait::doctor
+}  // namespace zerowait::host

@@ -1,16 +1,19 @@
 // The operating-system side of NUMA placement: CPU lists as sysfs writes them, the CPUs a thread
 // may run on, and binding memory to a node. Which node to use is the loader's decision
-// (zerowait/loader/numa.hpp); threads get their CPUs through start_thread (thread_pool.hpp).
+// (zerowait/loader/numa.hpp); threads get their CPUs through start_thread
+// (thread_placement.hpp).
 //
 // Memory policy goes through the raw syscalls (mbind), not libnuma: libnuma is not installed on
 // these machines and the project takes no new library for three stable system calls.
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "host/system.hpp"
 #include "zerowait/common/status.hpp"
 
 namespace zerowait::internal {
@@ -36,5 +39,21 @@ Status bind_memory_to_node(void* address, size_t bytes, int node);
 Status reset_memory_policy(void* address, size_t bytes);
 // Whether this process may bind memory to `node`: binds one page of its own and says why not.
 Status check_memory_binding(int node);
+
+// What sysfs says about NUMA, read through `system` (a root prefix for fixture trees). The one
+// reader of these facts for the loader's placement and the doctor's NUMA checks.
+inline constexpr char kNumaNodeDir[] = "/sys/devices/system/node";
+
+// The nodes sysfs lists (node<N> directories), ascending; empty without a NUMA kernel.
+std::vector<int> numa_nodes(const host::System& system);
+// Node `node`'s CPUs from its cpulist: nullopt when sysfs does not list the node, empty when it
+// has no cpulist. kCorrupt naming the file when the list is malformed, kIo when it cannot be read.
+Result<std::optional<std::vector<unsigned>>> numa_node_cpus(const host::System& system, int node);
+// The node a PCI device (its sysfs directory, "/sys/bus/pci/devices/0000:18:00.0") is attached
+// to, from its numa_node file: nullopt for -1 (one node, or firmware that does not say).
+// kNotFound when the file is absent, kIo when it cannot be read, kCorrupt naming the file when it
+// holds no node number.
+Result<std::optional<int>> pci_numa_node(const host::System& system,
+                                         const std::string& device_dir);
 
 }  // namespace zerowait::internal

@@ -1,5 +1,6 @@
-// How much of a set of files the kernel's page cache holds, and reading the rest in ahead of
-// training: `zerowait cache status|warm` (what vmtouch does, for a dataset's shards).
+// How much of a set of files the kernel's page cache holds, reading the rest in ahead of
+// training (`zerowait cache status|warm`: what vmtouch does, for a dataset's shards), and
+// dropping files from it (the cold passes of `zerowait bench files` and `zerowait emulate`).
 //
 // Residency is mincore() over read-only mappings of each file, a window at a time, so address
 // space stays bounded whatever the file size. Warming reads only the chunks that are not already
@@ -65,31 +66,8 @@ struct WarmReport {
 Result<WarmReport> warm_page_cache(const std::vector<std::string>& paths,
                                    const WarmOptions& options);
 
-// How a benchmark keeps the page cache out of its "cold" numbers, printed with them (text and
-// --json) so that a reader knows what "cold" means there. Neither way needs root: zerowait never
-// writes /proc/sys/vm/drop_caches, which would need it and would empty the cache of every job on
-// the machine.
-struct ColdCacheMethod {
-  const char* method;      // "posix_fadvise(POSIX_FADV_DONTNEED)", "O_DIRECT"
-  const char* what;        // what it does, in one clause
-  const char* stays_warm;  // what it does not evict, and so what "cold" still benefits from
-};
-
-// bench files: each file's pages dropped before the cold pass (evict_from_page_cache).
-inline constexpr ColdCacheMethod kColdByFadvise{
-    "posix_fadvise(POSIX_FADV_DONTNEED)",
-    "drops each file's cached pages before the cold pass (after fdatasync: dirty pages cannot "
-    "be dropped); it works as any user who can read the files, and drops them for every "
-    "process on the machine",
-    "the kernel's dentry and inode caches (open and stat stay warm, which flatters the per-file "
-    "side), pages another process keeps mapped, and the storage's own caches (a virtual disk's "
-    "host, the drive, an NFS server)"};
-
-// bench storage: the test file written and read past the page cache on both sides.
-inline constexpr ColdCacheMethod kColdByDirectIo{
-    "O_DIRECT",
-    "the test file is written and read with O_DIRECT by zerowait and by fio (--direct=1): the "
-    "page cache is bypassed, so nothing needs evicting and no root is needed",
-    "the storage's own caches (a virtual disk's host, the drive's DRAM, an NFS server)"};
+// Drops the pages of `paths` from the page cache: fdatasync (dirty pages cannot be dropped) and
+// posix_fadvise(POSIX_FADV_DONTNEED). Errors name the file.
+Status evict_from_page_cache(const std::vector<std::string>& paths);
 
 }  // namespace zerowait

@@ -1,4 +1,4 @@
-#include "common/numa.hpp"
+#include "host/numa.hpp"
 
 #include <linux/mempolicy.h>
 #include <pthread.h>
@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cctype>
 #include <charconv>
 #include <cstdio>
 #include <memory>
@@ -149,6 +150,68 @@ Status check_memory_binding(int node) {
   Status status = bind_memory_to_node(probe, page, node);
   munmap(probe, page);
   return status;
+}
+
+namespace {
+
+// A sysfs file's text through `system`; kNotFound when absent, kIo when there but unreadable.
+Result<std::string> read_sysfs(const host::System& system, const std::string& path) {
+  if (std::optional<std::string> text = system.read(path)) return std::move(*text);
+  if (!system.exists(path)) return not_found(system.host_path(path) + " does not exist");
+  return Status(ErrorCode::kIo, "cannot read " + system.host_path(path) +
+                                    (system.denied(path) ? ": permission denied" : ""));
+}
+
+}  // namespace
+
+std::vector<int> numa_nodes(const host::System& system) {
+  std::vector<int> nodes;
+  for (const std::string& name : system.list(kNumaNodeDir)) {
+    int node = 0;
+    const char* digits = name.data() + 4;
+    const char* end = name.data() + name.size();
+    if (name.size() > 4 && name.starts_with("node") &&
+        std::from_chars(digits, end, node).ptr == end) {
+      nodes.push_back(node);
+    }
+  }
+  std::sort(nodes.begin(), nodes.end());
+  return nodes;
+}
+
+Result<std::optional<std::vector<unsigned>>> numa_node_cpus(const host::System& system,
+                                                            int node) {
+  const std::string dir = std::string(kNumaNodeDir) + "/node" + std::to_string(node);
+  if (!system.exists(dir)) return std::optional<std::vector<unsigned>>();
+  Result<std::string> text = read_sysfs(system, dir + "/cpulist");
+  if (!text && text.status().code() == ErrorCode::kNotFound) {
+    return std::optional<std::vector<unsigned>>(std::vector<unsigned>());
+  }
+  ZW_RETURN_IF_ERROR(text.status());
+  Result<std::vector<unsigned>> cpus = parse_cpu_list(*text);
+  if (!cpus) {
+    return Status(ErrorCode::kCorrupt,
+                  system.host_path(dir) + "/cpulist: " + cpus.status().message());
+  }
+  return std::optional<std::vector<unsigned>>(std::move(*cpus));
+}
+
+Result<std::optional<int>> pci_numa_node(const host::System& system,
+                                         const std::string& device_dir) {
+  const std::string path = device_dir + "/numa_node";
+  ZW_ASSIGN_OR_RETURN(const std::string text, read_sysfs(system, path));
+  std::string_view value = text;
+  while (!value.empty() && std::isspace(static_cast<unsigned char>(value.back()))) {
+    value.remove_suffix(1);
+  }
+  int node = 0;
+  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), node);
+  if (error != std::errc() || end != value.data() + value.size() || node < -1) {
+    return Status(ErrorCode::kCorrupt, system.host_path(path) + " holds '" + std::string(value) +
+                                           "', not a NUMA node number");
+  }
+  if (node == -1) return std::optional<int>();
+  return std::optional<int>(node);
 }
 
 }  // namespace zerowait::internal

@@ -1,0 +1,28 @@
+#include "host/meminfo.hpp"
+
+#include <sstream>
+
+namespace zerowait::host {
+
+std::map<std::string, uint64_t> parse_counters(std::string_view text) {
+  std::map<std::string, uint64_t> counters;
+  std::istringstream lines{std::string(text)};
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    std::string name, unit;
+    uint64_t value = 0;
+    if (!(fields >> name >> value)) continue;
+    if (!name.empty() && name.back() == ':') name.pop_back();
+    counters[name] = fields >> unit && unit == "kB" ? value * 1024 : value;
+  }
+  return counters;
+}
+
+std::optional<uint64_t> mem_available_bytes(std::string_view meminfo) {
+  const std::map<std::string, uint64_t> counters = parse_counters(meminfo);
+  const auto it = counters.find("MemAvailable");
+  if (it == counters.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace zerowait::host

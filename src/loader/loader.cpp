@@ -36,15 +36,9 @@ Status LoaderOptions::validate() const {
   ZW_RETURN_IF_ERROR(partition.validate());
   if (prefetch == 0) return invalid_argument("prefetch must be at least 1");
   if (read_timeout.count() <= 0) return invalid_argument("read_timeout must be positive");
-  for (const auto& [name, decode] : decode) {
-    const bool image =
-        decode.kind == FieldDecode::Kind::kImage || decode.kind == FieldDecode::Kind::kDeviceImage;
-    Status status = image                                       ? decode.image.validate()
-                    : decode.kind == FieldDecode::Kind::kTokens ? decode.tokens.validate()
-                    : decode.kind == FieldDecode::Kind::kArray  ? decode.array.validate()
-                    : decode.kind == FieldDecode::Kind::kAudio  ? decode.audio.validate()
-                                                                : Status::ok();
-    if (!status.is_ok()) return status.with_context("decode of field '" + name + "'");
+  for (const auto& [name, spec] : decode) {
+    Result<std::unique_ptr<FieldDecoder>> decoder = make_field_decoder(spec);
+    if (!decoder) return decoder.status().with_context("decode of field '" + name + "'");
   }
   return Status::ok();
 }
@@ -91,7 +85,7 @@ Result<SizeEstimate> estimate_sizes(const Dataset& dataset, const std::vector<Fi
       for (const format::FieldEntry& f : index.fields_of(i)) {
         for (size_t k = 0; k < fields.size(); ++k) {
           if (fields[k].name == index.names[f.name_id]) {
-            field_bytes[k] += row_bytes_room(fields[k].decode, f.size);
+            field_bytes[k] += fields[k].decoder->row_bytes_room(f.size);
           }
         }
       }
@@ -105,26 +99,26 @@ Result<SizeEstimate> estimate_sizes(const Dataset& dataset, const std::vector<Fi
   return estimate;
 }
 
-// An array column without a declared dtype takes dtype and shape from the first of the first
-// samples that has the field (a few reads at most: fields are usually in every sample).
-Status take_array_layout(const Dataset& dataset, FieldSpec& field) {
+// A decoder whose columns depend on the data (an Array() without a dtype) takes them from the
+// first of the first samples that has the field (a few reads at most: fields are usually in
+// every sample).
+Status take_layout(const Dataset& dataset, const std::string& name, FieldDecoder& decoder) {
   constexpr uint64_t kSamplesLooked = 64;
   for (uint64_t i = 0; i < std::min<uint64_t>(dataset.size(), kSamplesLooked); ++i) {
     ZW_ASSIGN_OR_RETURN(const Sample sample, dataset.read(i));
-    const FieldView* found = sample.view.field(field.name);
+    const FieldView* found = sample.view.field(name);
     if (found == nullptr) continue;
-    Result<NpyHeader> header = parse_npy_header(found->bytes);
-    if (!header) {
-      return header.status().with_context("decode of field '" + field.name + "' as Array(): " +
-                                          "sample " + std::to_string(i) + "'s field");
+    Status taken = decoder.take_layout(found->bytes);
+    if (!taken.is_ok()) {
+      return taken.with_context("decode of field '" + name + "': sample " + std::to_string(i) +
+                                "'s field");
     }
-    field.decode.array.dtype = header->dtype;
-    field.decode.array.shape = header->shape;
-    return field.decode.array.validate();
+    return Status::ok();
   }
-  return invalid_argument("decode of field '" + field.name + "' as Array() without a dtype: none "
-                          "of the first " + std::to_string(kSamplesLooked) + " samples has the "
-                          "field to take it from; give Array(dtype, shape)");
+  return invalid_argument("decode of field '" + name + "' takes its layout (dtype and shape) "
+                          "from the data, but none of the first " +
+                          std::to_string(kSamplesLooked) + " samples has the field; give it in "
+                          "the decode options (Array(dtype, shape))");
 }
 
 }  // namespace
@@ -261,6 +255,7 @@ Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<Dataset> dataset,
   Impl& impl = *loader->impl_;
 
   // Fields: the asked ones, or the dataset's schema; decode entries must name delivered fields.
+  std::vector<std::unique_ptr<FieldDecoder>> decoders;  // of `names`, laid out below
   std::vector<std::string> names = options.fields.empty() ? dataset->fields() : options.fields;
   for (const auto& [name, decode] : options.decode) {
     if (std::find(names.begin(), names.end(), name) == names.end()) {
@@ -273,7 +268,9 @@ Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<Dataset> dataset,
       return invalid_argument("field name '" + name + "' is reserved");
     }
     auto it = options.decode.find(name);
-    impl.fields.push_back({name, it == options.decode.end() ? FieldDecode{} : it->second});
+    const FieldDecode spec = it == options.decode.end() ? FieldDecode{} : it->second;
+    ZW_ASSIGN_OR_RETURN(std::unique_ptr<FieldDecoder> decoder, make_field_decoder(spec));
+    decoders.push_back(std::move(decoder));
   }
 
   // NUMA placement first: an explicit node that does not exist is an error before any work.
@@ -301,10 +298,12 @@ Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<Dataset> dataset,
   }
   const int memory_node = impl.numa.memory_bound ? *placement.node : -1;
 
-  for (FieldSpec& field : impl.fields) {
-    if (field.decode.kind == FieldDecode::Kind::kArray && !field.decode.array.dtype) {
-      ZW_RETURN_IF_ERROR(take_array_layout(*dataset, field));
+  for (size_t f = 0; f < names.size(); ++f) {
+    if (decoders[f]->needs_first_sample()) {
+      ZW_RETURN_IF_ERROR(take_layout(*dataset, names[f], *decoders[f]));
     }
+    FieldLayout layout = decoders[f]->layout();
+    impl.fields.push_back({names[f], std::move(decoders[f]), std::move(layout)});
   }
 
   for (size_t s = 0; s < dataset->shard_count(); ++s) {

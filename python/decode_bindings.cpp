@@ -6,6 +6,7 @@
 
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <any>
 #include <optional>
 #include <string>
@@ -82,7 +83,8 @@ FieldDecode field_decode(py::handle spec, const std::string& field) {
 }
 
 void bind_field_decoders(py::module_& m) {
-  const ImageTransform image_defaults;  // likewise for the transform's keyword defaults
+  // The keyword defaults Python shows are the C++ defaults (one source).
+  const ImageTransform image_defaults;
 
   auto image =
       py::class_<ImageTransform>(m, "ImageTransform", R"doc(

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <charconv>
 #include <cstddef>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -53,5 +54,29 @@ Result<Number> parse_ascii_number(std::span<const std::byte> bytes, const char* 
   }
   return value;
 }
+
+// A number written as text (parse_ascii_number; `what` names the kind it must be) into a column
+// of `dtype`, one value per sample.
+template <typename Number>
+class TextNumberDecoder final : public FieldDecoder {
+ public:
+  TextNumberDecoder(DType dtype, const char* what) : dtype_(dtype), what_(what) {}
+
+  FieldLayout layout() const override {
+    return {.byte_rows = false, .columns = {{"", dtype_, {}, true}}};
+  }
+
+  Status decode(std::optional<std::span<const std::byte>> field, DecodeOutput& out,
+                DecodeScratch*) const override {
+    if (!field) return missing_field();
+    ZW_ASSIGN_OR_RETURN(const Number value, parse_ascii_number<Number>(*field, what_));
+    std::memcpy(out.rows[0], &value, sizeof value);
+    return Status::ok();
+  }
+
+ private:
+  const DType dtype_;
+  const char* const what_;
+};
 
 }  // namespace zerowait::internal

@@ -1,16 +1,13 @@
 // "image": a JPEG, PNG or WebP field decoded and transformed on the loader's threads (an
 // ImageTransform) into uint8 [size, size, 3] rows.
 #include "loader/decode/common.hpp"
+#include "loader/decode/image/image_scratch.hpp"
 #include "zerowait/loader/field_decoder.hpp"
 #include "zerowait/loader/image_transform.hpp"
 
 namespace zerowait {
 
 namespace {
-
-struct ImageScratch final : DecodeScratch {
-  ImageDecoder decoder;
-};
 
 class CpuImageDecoder final : public FieldDecoder {
  public:
@@ -22,7 +19,7 @@ class CpuImageDecoder final : public FieldDecoder {
   }
 
   std::unique_ptr<DecodeScratch> make_scratch() const override {
-    return std::make_unique<ImageScratch>();
+    return std::make_unique<internal::ImageScratch>();
   }
 
   Status decode(std::optional<std::span<const std::byte>> field, DecodeOutput& out,
@@ -30,8 +27,8 @@ class CpuImageDecoder final : public FieldDecoder {
     if (!field) return missing_field();
     const uint64_t row_bytes = uint64_t(transform_.size) * transform_.size * 3;
     auto* row = reinterpret_cast<uint8_t*>(out.rows[0]);
-    return static_cast<ImageScratch*>(scratch)->decoder.decode(*field, transform_, out.seed,
-                                                               {row, row_bytes});
+    return static_cast<internal::ImageScratch*>(scratch)->decoder.decode(
+        *field, transform_, out.seed, {row, row_bytes});
   }
 
  private:

@@ -6,16 +6,13 @@
 #include <cstring>
 
 #include "loader/decode/common.hpp"
+#include "loader/decode/image/image_scratch.hpp"
 #include "zerowait/loader/field_decoder.hpp"
 #include "zerowait/loader/image_transform.hpp"
 
 namespace zerowait {
 
 namespace {
-
-struct ImageScratch final : DecodeScratch {
-  ImageDecoder decoder;
-};
 
 class DeviceImageDecoder final : public FieldDecoder {
  public:
@@ -31,7 +28,7 @@ class DeviceImageDecoder final : public FieldDecoder {
   }
 
   std::unique_ptr<DecodeScratch> make_scratch() const override {
-    return std::make_unique<ImageScratch>();
+    return std::make_unique<internal::ImageScratch>();
   }
 
   Status decode(std::optional<std::span<const std::byte>> field, DecodeOutput& out,
@@ -39,7 +36,7 @@ class DeviceImageDecoder final : public FieldDecoder {
     if (!field) return missing_field();
     auto* pixels = reinterpret_cast<uint8_t*>(out.bytes.data());
     ZW_ASSIGN_OR_RETURN(const DeviceCrop crop,
-                        static_cast<ImageScratch*>(scratch)->decoder.prepare_for_device(
+                        static_cast<internal::ImageScratch*>(scratch)->decoder.prepare_for_device(
                             *field, transform_, out.seed, {pixels, pixel_bytes()}));
     if (crop.decoded) {
       out.bytes_written = pixel_bytes();  // already in place

@@ -12,7 +12,7 @@
 #include <tuple>
 #include <vector>
 
-#include "loader/image/resample.hpp"
+#include "loader/decode/image/resample.hpp"
 #include "testing/testing.hpp"
 #include "zerowait/loader/image_transform.hpp"
 

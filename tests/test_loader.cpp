@@ -110,7 +110,7 @@ LoaderOptions base_options() {
   o.threads = 2;
   o.prefetch = 3;
   o.memory_budget = 64 << 20;
-  o.decode["cls"].kind = FieldDecode::Kind::kInt;
+  o.decode["cls"] = {"int", {}};
   o.fields = {"bin", "cls"};
   return o;
 }
@@ -805,9 +805,10 @@ TEST(LoaderImages, DecodesJpegsToFixedSizeDeterministically) {
   write_dataset(dir.path(), {40, 25}, /*with_jpeg=*/true);
   LoaderOptions o = base_options();
   o.fields = {"jpg", "cls"};
-  o.decode["jpg"].kind = FieldDecode::Kind::kImage;
-  o.decode["jpg"].image.size = 24;
-  o.decode["jpg"].image.random_flip = true;
+  ImageTransform transform;
+  transform.size = 24;
+  transform.random_flip = true;
+  o.decode["jpg"] = {"image", transform};
   o.keys = true;
   auto run = [&] {
     auto loader = make_loader(dir.path(), o);
@@ -837,10 +838,11 @@ TEST(LoaderImages, AugmentedPixelsSurviveAResumeWithAnotherWorldSize) {
   LoaderOptions o = base_options();
   o.batch_size = 8;
   o.fields = {"jpg", "cls"};
-  o.decode["jpg"].kind = FieldDecode::Kind::kImage;
-  o.decode["jpg"].image.size = 24;
-  o.decode["jpg"].image.scale_min = 0.3;
-  o.decode["jpg"].image.random_flip = true;
+  ImageTransform transform;
+  transform.size = 24;
+  transform.scale_min = 0.3;
+  transform.random_flip = true;
+  o.decode["jpg"] = {"image", transform};
   std::map<int64_t, std::string> pixels_of;  // sample -> its pixels
   auto take = [&](Loader& loader, uint64_t max_batches, std::map<int64_t, std::string>& into) {
     for (uint64_t b = 0; b < max_batches; ++b) {
@@ -908,8 +910,9 @@ TEST(LoaderImages, UndecodableJpegIsSkippedOrRaised) {
   LoaderOptions o;
   o.batch_size = 10;
   o.shuffle.mode = ShuffleMode::kNone;
-  o.decode["jpg"].kind = FieldDecode::Kind::kImage;
-  o.decode["jpg"].image.size = 16;
+  ImageTransform transform;
+  transform.size = 16;
+  o.decode["jpg"] = {"image", transform};
   auto raising = make_loader(dir.path(), o);
   auto batch = raising->next();
   ASSERT_FALSE(batch.is_ok());

@@ -71,7 +71,7 @@ LoaderOptions options() {
   o.shuffle.seed = 3;
   o.threads = 2;
   o.fields = {"jpg", "cls"};
-  o.decode["cls"].kind = FieldDecode::Kind::kInt;
+  o.decode["cls"] = {"int", {}};
   o.memory_budget = 32 << 20;
   return o;
 }

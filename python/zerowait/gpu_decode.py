@@ -9,8 +9,8 @@ the row's bytes are its final pixels). The crops come from the same geometry and
 as the CPU path (``ImageTransform.crop_area``). This stage decodes the JPEGs with torchvision's
 batched nvJPEG decode (``torchvision.io.decode_jpeg(list, device="cuda")``) and resamples each
 crop on the GPU with the CPU path's own filter: Pillow's antialiased bilinear in the same 14-bit
-fixed point, horizontal pass to 8-bit rows then vertical (src/loader/image/resample.cpp), so the
-only difference from the CPU path with ``dct_downscale=False`` is nvJPEG's decode against
+fixed point, horizontal pass to 8-bit rows then vertical (src/loader/decode/image/resample.cpp),
+so the only difference from the CPU path with ``dct_downscale=False`` is nvJPEG's decode against
 libjpeg-turbo's (docs/loader.md, "GPU JPEG decode", states the difference measured).
 """
 
@@ -26,7 +26,8 @@ import numpy as np
 from zerowait import _core
 from zerowait.text_fields import drop_rows
 
-# The columns of a "<field>.crop" row (DeviceCropColumn in include/zerowait/loader/loader.hpp).
+# The columns of a "<field>.crop" row (DeviceCropColumn in
+# include/zerowait/loader/image_transform.hpp).
 X0, Y0, X1, Y1, FLIP, WIDTH, HEIGHT, DECODED = range(8)
 _WEIGHT_BITS = 14  # resample.cpp's kWeightBits: the same integers as the CPU resampler
 # A device that has not finished a batch's work in this long is stuck: say so instead of hanging.

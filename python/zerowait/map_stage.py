@@ -11,6 +11,10 @@ The worker stacks ``fn``'s arrays straight into the slot's output file, and the 
 the stacked columns out. Only the small things travel through the pipes: the layout of a slot,
 keys, non-array results.
 
+Here: the public stage (the parent's side: dealing batches, deaths, order, state). Beside it:
+_map_columns.py (columns in and out of flat buffers), _map_shared.py (the shared-memory files
+and folders), _map_worker.py (what a worker process runs).
+
 Guarantees (docs/loader.md, "Per-sample Python"):
 - every call sees ``sample["__seed__"]``, drawn from (seed, epoch, sample index), and in
   process and inline modes ``random``, ``numpy.random`` and ``torch`` are seeded with it: random
@@ -27,15 +31,12 @@ Guarantees (docs/loader.md, "Per-sample Python"):
 from __future__ import annotations
 
 import collections
-import errno
 import multiprocessing
 import os
 import queue
-import random
 import signal
 import threading
 import time
-import traceback
 import warnings
 import weakref
 from multiprocessing import connection
@@ -44,321 +45,19 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from zerowait import _core
-from zerowait._map_shared import Folders, NoSpace, SharedFile, Slots, Status
-from zerowait.text_fields import parse_value
+from zerowait._map_columns import (MapError, _collate, _from_numpy, _Layout, _OutputWriter,
+                                   _read_output)
+from zerowait._map_shared import Folders, NoSpace, Slots, Status
+from zerowait._map_worker import _run_fn, _worker_main
 
 MAP_MODES = ("process", "thread")
 WORKER_DEATH_POLICIES = ("retry", "raise")
-_MASK64 = (1 << 64) - 1
 # A sample that was running in a worker at this many deaths is treated as corrupt.
 _DEATHS_BEFORE_POISON = 2
 
 
-class MapError(_core.ZerowaitError, RuntimeError):
-    """``fn`` raised on a sample, or returned something that cannot be collated. ``index``,
-    ``shard``, ``key`` name the sample (None when the batch as a whole failed)."""
-
-    def __init__(self, message: str, index: Optional[int] = None,
-                 shard: Optional[str] = None, key: Optional[str] = None) -> None:
-        super().__init__(message)
-        self.index, self.shard, self.key = index, shard, key
-
-
 class MapWorkerError(MapError):
     """A map worker process died (a crash, the OOM killer, a signal) while it held a sample."""
-
-
-def sample_seed(seed: int, epoch: int, index: int) -> int:
-    """The seed of ``fn``'s call on sample ``index`` in ``epoch``: a splitmix64 mix, so nearby
-    indices get unrelated seeds. Non-negative and below 2**63 (torch.manual_seed accepts it)."""
-    x = (seed * 0x9E3779B97F4A7C15 + epoch * 0xD1B54A32D192ED03 + index + 1) & _MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return (x ^ (x >> 31)) >> 1
-
-
-def _seed_generators(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed & 0xFFFFFFFF)
-    torch = _torch()
-    if torch is not None:
-        # The CPU generator alone: torch.manual_seed() also visits every accelerator backend,
-        # ~90 us a call.
-        torch.default_generator.manual_seed(seed)
-
-
-def _torch() -> Any:
-    try:
-        import torch
-    except ImportError:  # numpy output without torch installed
-        return None
-    return torch
-
-
-# ---------------------------------------------------------------------------------------------
-# Batch columns in and out of flat buffers.
-
-def _is_array(value: Any) -> bool:
-    return isinstance(value, np.ndarray) or type(value).__name__ == "Tensor"
-
-
-def _to_numpy(value: Any) -> Tuple[np.ndarray, Optional[str]]:
-    """An array as a numpy array, and the torch dtype its bytes stand for where numpy has none
-    (bfloat16 and friends travel as bytes; None otherwise)."""
-    if isinstance(value, np.ndarray):
-        return value, None
-    tensor = value.detach().cpu().contiguous()
-    try:
-        return tensor.numpy(), None
-    except TypeError:
-        return tensor.reshape(-1).view(_torch().uint8).numpy(), str(tensor.dtype)
-
-
-def _from_numpy(array: np.ndarray, torch_dtype: Optional[str], as_torch: bool,
-                shape: Optional[Tuple[int, ...]] = None) -> Any:
-    """The inverse of _to_numpy: numpy, or torch with as_torch or a dtype only torch has
-    (its bytes in `array`, `shape` the tensor's)."""
-    if torch_dtype is None:
-        return _torch().from_numpy(array) if as_torch else array
-    torch = _torch()
-    dtype = getattr(torch, torch_dtype.split(".", 1)[1])
-    return torch.from_numpy(array).view(dtype).reshape(shape)
-
-
-class _Layout:
-    """Where each input column of a batch lies in a flat buffer, and the per-sample views."""
-
-    def __init__(self, arrays: Dict[str, Any]) -> None:
-        self.n = len(arrays["__index__"])
-        # (name, kind, offset, nbytes, numpy dtype string, shape)
-        self.columns: List[Tuple[str, str, int, int, str, Tuple[int, ...]]] = []
-        offset = 0
-        for name, value in arrays.items():
-            if name == "__key__":
-                continue
-            kind = "raw" if name + ".offsets" in arrays else "rows"
-            if name.endswith(".offsets") and name[: -len(".offsets")] in arrays:
-                kind = "offsets"
-            self.columns.append((name, kind, offset, value.nbytes, value.dtype.str, value.shape))
-            offset += (value.nbytes + 63) // 64 * 64
-        self.nbytes = offset
-
-    def write(self, arrays: Dict[str, Any], buffer: Any) -> None:
-        for name, _kind, offset, nbytes, _dtype, _shape in self.columns:
-            flat = np.ascontiguousarray(arrays[name]).reshape(-1).view(np.uint8)
-            np.frombuffer(buffer, np.uint8, nbytes, offset)[:] = flat
-
-    def views(self, buffer: Any) -> Dict[str, np.ndarray]:
-        return {name: np.frombuffer(buffer, np.dtype(dtype), nbytes // np.dtype(dtype).itemsize,
-                                    offset).reshape(shape)
-                for name, _kind, offset, nbytes, dtype, shape in self.columns}
-
-    def samples(self, arrays: Dict[str, Any], keys: Optional[List[str]], as_torch: bool):
-        """Yields (row, sample dict) for every row: raw fields as uint8 numpy views, per-sample
-        scalars as Python numbers, rows of larger columns as views (torch with as_torch)."""
-        torch = _torch() if as_torch else None
-        kinds = {name: kind for name, kind, *_ in self.columns}
-        for row in range(self.n):
-            sample: Dict[str, Any] = {}
-            for name, kind in kinds.items():
-                column = arrays[name]
-                if kind == "raw":
-                    offsets = arrays[name + ".offsets"]
-                    sample[name] = column[offsets[row]:offsets[row + 1]]
-                elif kind == "rows":
-                    value = column[row]
-                    if column.ndim == 1:
-                        sample[name] = value.item()
-                    else:
-                        sample[name] = torch.from_numpy(value) if torch is not None else value
-            if keys:
-                sample["__key__"] = keys[row]
-            yield row, sample
-
-
-def _collate(results: List[Dict[str, Any]]) -> Dict[str, Tuple[str, Any]]:
-    """Columns from fn's per-sample dicts: ("stack", array list) where every value is an array
-    of one shape and dtype, ("ragged", arrays) for arrays of differing shapes, ("scalar", numpy
-    array) for numbers, ("objects", list) for anything else."""
-    names = list(results[0])
-    for i, r in enumerate(results):
-        if r.keys() != results[0].keys():
-            raise MapError(f"fn returned keys {sorted(r)} for one sample and {sorted(names)} "
-                           f"for another (row {i} of the batch); every sample needs the same keys")
-    columns: Dict[str, Tuple[str, Any]] = {}
-    for name in names:
-        values = [r[name] for r in results]
-        if all(_is_array(v) for v in values):
-            first = values[0]
-            same = all(v.shape == first.shape and v.dtype == first.dtype for v in values)
-            columns[name] = ("stack" if same else "ragged", values)
-        elif all(isinstance(v, bool) for v in values):
-            columns[name] = ("scalar", np.array(values, dtype=np.bool_))
-        elif all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            columns[name] = ("scalar", np.array(values, dtype=np.int64))
-        elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            columns[name] = ("scalar", np.array(values, dtype=np.float64))
-        else:
-            columns[name] = ("objects", values)
-    return columns
-
-
-class _OutputWriter:
-    """Lays stacked and ragged columns into a flat buffer: plan() sizes it, write() fills it
-    and returns the metadata the reader needs."""
-
-    def __init__(self, columns: Dict[str, Tuple[str, Any]]) -> None:
-        self.columns = columns
-        self.nbytes = 0
-        self.plan: Dict[str, Any] = {}
-        for name, (kind, values) in columns.items():
-            if kind in ("stack", "ragged"):
-                arrays = [(*_to_numpy(v), tuple(v.shape)) for v in values]
-                self.plan[name] = (arrays, self.nbytes)
-                self.nbytes += sum((a.nbytes + 63) // 64 * 64 for a, _, _ in arrays)
-
-    def write(self, buffer: Any) -> Dict[str, Any]:
-        meta: Dict[str, Any] = {}
-        for name, (kind, values) in self.columns.items():
-            if kind in ("scalar", "objects"):
-                meta[name] = (kind, values)
-                continue
-            arrays, offset = self.plan[name]
-            pieces = []
-            for array, torch_dtype, shape in arrays:
-                flat = np.frombuffer(buffer, np.uint8, array.nbytes, offset)
-                flat[:] = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-                pieces.append((offset, array.dtype.str, array.shape, torch_dtype, shape))
-                offset += (array.nbytes + 63) // 64 * 64
-            meta[name] = (kind, pieces)
-        return meta
-
-
-def _read_output(meta: Dict[str, Any], buffer: Any, as_torch: bool) -> Dict[str, Any]:
-    """The batch columns described by _OutputWriter.write(), copied out of ``buffer``."""
-    out: Dict[str, Any] = {}
-    for name, (kind, payload) in meta.items():
-        if kind == "objects":
-            out[name] = payload
-        elif kind == "scalar":
-            out[name] = _from_numpy(payload, None, as_torch)
-        else:
-            arrays = []
-            for offset, dtype, shape, torch_dtype, tensor_shape in payload:
-                dt = np.dtype(dtype)
-                count = int(np.prod(shape, dtype=np.int64))
-                a = np.frombuffer(buffer, dt, count, offset).reshape(shape)
-                arrays.append((a, torch_dtype, tensor_shape))
-            if kind == "stack":
-                stacked = np.stack([a for a, _, _ in arrays])
-                _, torch_dtype, tensor_shape = arrays[0]
-                out[name] = _from_numpy(stacked, torch_dtype, as_torch,
-                                        (len(arrays), *tensor_shape))
-            else:
-                out[name] = [_from_numpy(a.copy(), t, as_torch, s) for a, t, s in arrays]
-    return out
-
-
-def _run_fn(fn: Callable, layout: _Layout, arrays: Dict[str, Any], keys: Optional[List[str]],
-            task: Dict[str, Any], as_torch: bool, progress: Callable[[int], bool]):
-    """fn over the rows of one batch: (kept rows, results, errors, seconds in fn). ``progress``
-    is told each row before it runs and returns False when the batch was cancelled. The global
-    generators are seeded unless ``task["threads"]``: threads share them, so there only
-    ``sample["__seed__"]`` makes a draw repeatable."""
-    kept: List[int] = []
-    results: List[Dict[str, Any]] = []
-    errors: List[Tuple[int, str]] = []
-    skip = task["exclude"]
-    indices = arrays["__index__"]
-    fn_s = 0.0
-    for row, sample in layout.samples(arrays, keys, as_torch):
-        if row in skip:
-            continue
-        if not progress(row):
-            return None
-        seed = sample_seed(task["seed"], task["epoch"], int(indices[row]))
-        sample["__seed__"] = seed
-        if not task.get("threads"):
-            _seed_generators(seed)
-        start = time.perf_counter()
-        try:
-            for name, kind in task["text"].items():
-                if name in sample:
-                    sample[name] = parse_value(kind, sample[name])
-            result = fn(sample)
-            if not isinstance(result, dict):
-                raise TypeError(f"map fn must return a dict, not {type(result).__name__}")
-        except Exception as e:  # noqa: BLE001 - reported to the parent, which applies on_corrupt
-            errors.append((row, f"{type(e).__name__}: {e}\n\n{traceback.format_exc()}"))
-            continue
-        finally:
-            fn_s += time.perf_counter() - start
-        kept.append(row)
-        results.append(result)
-    return kept, results, errors, fn_s
-
-
-def _worker_main(worker: int, fn: Callable, conn: Any, folder: str, workers: int,
-                 as_torch: bool) -> None:
-    """A map worker process: runs batches from ``conn`` until told to stop or the parent goes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's to handle
-    torch = _torch()
-    if torch is not None:
-        torch.set_num_threads(1)  # the workers are the parallelism; torch's own pool oversubscribes
-    status = Status(os.path.join(folder, "status"), workers, create=False)
-    words = status.words
-    files: Dict[str, SharedFile] = {}
-
-    def shared(name: str) -> SharedFile:  # a slot's name, or its path in a fallback folder
-        if name not in files:
-            files[name] = SharedFile(os.path.join(folder, name))
-        return files[name]
-
-    while True:
-        try:
-            task = conn.recv()
-        except (EOFError, OSError):  # the parent is gone
-            return
-        if task is None:
-            return
-        batch_id = task["batch"]
-
-        def progress(row: int) -> bool:
-            words[1 + 2 * worker] = batch_id
-            words[2 + 2 * worker] = row
-            return batch_id > words[0]
-
-        if batch_id <= words[0]:
-            conn.send(("cancelled", batch_id))
-            continue
-        source = shared(task["slot"])
-        source.remap()
-        layout: _Layout = task["layout"]
-        arrays = layout.views(source.buffer())
-        outcome = _run_fn(fn, layout, arrays, task["keys"], task, as_torch, progress)
-        words[2 + 2 * worker] = -1
-        del arrays
-        if outcome is None:
-            conn.send(("cancelled", batch_id))
-            continue
-        kept, results, errors, fn_s = outcome
-        try:
-            meta = None
-            if results:
-                writer = _OutputWriter(_collate(results))
-                target = shared(task["slot"] + ".out")
-                try:
-                    target.grow(writer.nbytes)
-                except OSError as e:
-                    if e.errno != errno.ENOSPC:
-                        raise
-                    # The parent moves the batch to a folder with room and deals it again.
-                    conn.send(("nospace", batch_id, writer.nbytes, e.strerror))
-                    continue
-                meta = writer.write(target.buffer())
-            conn.send(("done", batch_id, kept, meta, errors, fn_s))
-        except Exception as e:  # noqa: BLE001 - a batch that cannot be collated
-            conn.send(("failed", batch_id, f"{type(e).__name__}: {e}", fn_s))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,8 +1,6 @@
 #include "loader/batch_builder.hpp"
 
 #include <algorithm>
-#include <cctype>
-#include <charconv>
 #include <cstring>
 
 #include "common/align.hpp"
@@ -68,97 +66,42 @@ uint64_t lay_out(const std::vector<FieldSpec>& fields, Extent room, Extent fille
   add("__index__", DType::kInt64, {n}, room.rows * 8, filled.rows * 8);
   for (size_t f = 0; f < fields.size(); ++f) {
     const FieldSpec& field = fields[f];
-    switch (field.decode.kind) {
-      case FieldDecode::Kind::kRaw:
-      case FieldDecode::Kind::kDeviceImage: {
-        const uint64_t bytes = (*filled.raw_bytes)[f];
-        add(field.name, DType::kUInt8, {static_cast<int64_t>(bytes)}, (*room.raw_bytes)[f], bytes);
-        add(field.name + ".offsets", DType::kInt64, {n + 1}, (room.rows + 1) * 8,
-            (filled.rows + 1) * 8);
-        if (field.decode.kind == FieldDecode::Kind::kDeviceImage) {
-          const uint64_t row_bytes = kDeviceCropColumns * sizeof(double);
-          add(field.name + ".crop", DType::kFloat64, {n, kDeviceCropColumns}, room.rows * row_bytes,
-              filled.rows * row_bytes);
-        }
-        break;
-      }
-      case FieldDecode::Kind::kInt:
-        add(field.name, DType::kInt64, {n}, room.rows * 8, filled.rows * 8);
-        break;
-      case FieldDecode::Kind::kImage: {
-        const int64_t side = field.decode.image.size;
-        const uint64_t row_bytes = uint64_t(side * side * 3);
-        add(field.name, DType::kUInt8, {n, side, side, 3}, room.rows * row_bytes,
-            filled.rows * row_bytes);
-        break;
-      }
-      case FieldDecode::Kind::kTokens: {
-        const TokenWindow& t = field.decode.tokens;
-        const int64_t seq_len = t.seq_len;
-        const uint64_t row_bytes = uint64_t(seq_len) * t.row_value_bytes();
-        add(field.name, t.int32_rows ? DType::kInt32 : DType::kInt64, {n, seq_len},
-            room.rows * row_bytes, filled.rows * row_bytes);
-        add(field.name + ".lengths", DType::kInt64, {n}, room.rows * 8, filled.rows * 8);
-        break;
-      }
-      case FieldDecode::Kind::kArray: {
-        const ArrayField& a = field.decode.array;
-        std::vector<int64_t> shape = {n};
-        shape.insert(shape.end(), a.shape.begin(), a.shape.end());
-        add(field.name, *a.dtype, std::move(shape), room.rows * a.row_bytes(),
-            filled.rows * a.row_bytes());
-        break;
-      }
-      case FieldDecode::Kind::kAudio: {
-        const AudioClip& a = field.decode.audio;
-        add(field.name, DType::kFloat32, {n, int64_t(a.channels), int64_t(a.length)},
-            room.rows * a.row_bytes(), filled.rows * a.row_bytes());
-        add(field.name + ".lengths", DType::kInt64, {n}, room.rows * 8, filled.rows * 8);
-        break;
-      }
+    if (field.layout.byte_rows) {
+      const uint64_t bytes = (*filled.raw_bytes)[f];
+      add(field.name, DType::kUInt8, {static_cast<int64_t>(bytes)}, (*room.raw_bytes)[f], bytes);
+      add(field.name + ".offsets", DType::kInt64, {n + 1}, (room.rows + 1) * 8,
+          (filled.rows + 1) * 8);
+    }
+    for (const DecodedColumn& column : field.layout.columns) {
+      std::vector<int64_t> shape = {n};
+      shape.insert(shape.end(), column.row_shape.begin(), column.row_shape.end());
+      const uint64_t row_bytes = column.row_bytes();
+      add(field.name + column.suffix, column.dtype, std::move(shape), room.rows * row_bytes,
+          filled.rows * row_bytes);
     }
   }
   return used;
 }
 
-// The first column of each field in lay_out()'s order: a raw field has two ("f", "f.offsets"), a
-// kDeviceImage field three ("f", "f.offsets", "f.crop").
+// The first column of each field in lay_out()'s order.
 std::vector<size_t> column_of_fields(const std::vector<FieldSpec>& fields) {
   std::vector<size_t> first;
   size_t column = 1;  // after "__index__"
   for (const FieldSpec& field : fields) {
     first.push_back(column);
-    const bool two = field.decode.kind == FieldDecode::Kind::kRaw ||
-                     field.decode.kind == FieldDecode::Kind::kTokens ||
-                     field.decode.kind == FieldDecode::Kind::kAudio;
-    column += field.decode.kind == FieldDecode::Kind::kDeviceImage ? 3 : two ? 2 : 1;
+    column += (field.layout.byte_rows ? 2 : 0) + field.layout.columns.size();
   }
   return first;
 }
 
-// Which columns, in lay_out()'s order, hold 8 bytes per sample (indices, labels, offsets): cheap
-// to copy whatever the batch size, and exactly what a training loop keeps.
+// Which columns, in lay_out()'s order, hold a few bytes per sample (indices, labels, offsets):
+// cheap to copy whatever the batch size, and exactly what a training loop keeps.
 std::vector<bool> per_sample_columns(const std::vector<FieldSpec>& fields) {
   std::vector<bool> per_sample = {true};  // "__index__"
   for (const FieldSpec& field : fields) {
-    switch (field.decode.kind) {
-      case FieldDecode::Kind::kRaw:
-        per_sample.insert(per_sample.end(), {false, true});  // "f", "f.offsets"
-        break;
-      case FieldDecode::Kind::kInt:
-        per_sample.push_back(true);
-        break;
-      case FieldDecode::Kind::kDeviceImage:
-        per_sample.insert(per_sample.end(), {false, true, true});  // "f", "f.offsets", "f.crop"
-        break;
-      case FieldDecode::Kind::kImage:
-      case FieldDecode::Kind::kArray:
-        per_sample.push_back(false);
-        break;
-      case FieldDecode::Kind::kTokens:
-      case FieldDecode::Kind::kAudio:
-        per_sample.insert(per_sample.end(), {false, true});  // "f", "f.lengths"
-        break;
+    if (field.layout.byte_rows) per_sample.insert(per_sample.end(), {false, true});
+    for (const DecodedColumn& column : field.layout.columns) {
+      per_sample.push_back(column.small_rows);
     }
   }
   return per_sample;
@@ -169,30 +112,7 @@ std::string sample_name(const ShardReader& shard, uint64_t local) {
          std::string(shard.key(local)) + "')";
 }
 
-Result<int64_t> parse_label(std::span<const std::byte> bytes) {
-  std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) {
-    text.remove_suffix(1);
-  }
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) {
-    text.remove_prefix(1);
-  }
-  int64_t value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
-    const std::string shown(text.substr(0, 32));
-    return corrupt("is not a decimal integer ('" + shown + "')");
-  }
-  return value;
-}
-
 }  // namespace
-
-uint64_t row_bytes_room(const FieldDecode& decode, uint64_t field_bytes) {
-  if (decode.kind != FieldDecode::Kind::kDeviceImage) return field_bytes;
-  const uint64_t side = uint64_t(decode.image.size);
-  return std::max(field_bytes, side * side * 3);
-}
 
 uint64_t batch_out_bytes(const std::vector<FieldSpec>& fields, uint64_t samples,
                          const std::vector<uint64_t>& raw_bytes) {
@@ -209,7 +129,12 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, const LoaderOptions& options,
       per_sample_column_(per_sample_columns(fields)),
       shards_(dataset.shard_count()),
       blocks_(blocks),
-      decoded_here_(fields.size(), false) {}
+      written_(fields.size(), 0) {
+  for (const FieldSpec& field : fields) {
+    scratch_.push_back(field.decoder->make_scratch());
+    rows_.emplace_back(field.layout.columns.size(), nullptr);
+  }
+}
 
 Result<BatchBuilder::Needs> BatchBuilder::plan(const std::vector<uint64_t>& indices) {
   items_.clear();
@@ -229,11 +154,8 @@ Result<BatchBuilder::Needs> BatchBuilder::plan(const std::vector<uint64_t>& indi
     for (const format::FieldEntry& f : index.fields_of(where.local)) {
       const std::string& name = index.names[f.name_id];
       for (size_t i = 0; i < fields_.size(); ++i) {
-        const FieldDecode::Kind kind = fields_[i].decode.kind;
-        const bool bytes_column =
-            kind == FieldDecode::Kind::kRaw || kind == FieldDecode::Kind::kDeviceImage;
-        if (bytes_column && fields_[i].name == name) {
-          raw_bytes_[i] += row_bytes_room(fields_[i].decode, f.size);
+        if (fields_[i].layout.byte_rows && fields_[i].name == name) {
+          raw_bytes_[i] += fields_[i].decoder->row_bytes_room(f.size);
         }
       }
     }
@@ -362,103 +284,39 @@ Status BatchBuilder::fill_sample(const Item& item, uint64_t global_index, uint64
   if (options_.verify) ZW_RETURN_IF_ERROR(shard.check_sample(item.local, bytes));
   const SampleView view = shard.make_view(item.local, bytes);
   std::vector<BatchColumn>& columns = batch->columns;
+  const uint64_t seed = augment_seed(epoch, global_index);
   for (size_t f = 0; f < fields_.size(); ++f) {
     const FieldSpec& spec = fields_[f];
     const FieldView* field = view.field(spec.name);
-    BatchColumn& column = columns[column_of_field_[f]];
-    auto field_error = [&](const std::string& what) {
-      return corrupt(sample_name(shard, item.local) + ": field '" + spec.name + "' " + what);
-    };
-    switch (spec.decode.kind) {
-      case FieldDecode::Kind::kRaw:
-        break;  // copied below, once nothing else about this sample can fail
-      case FieldDecode::Kind::kDeviceImage: {
-        if (field == nullptr) return field_error("is missing");
-        // An image decoded here lands where the row's bytes go (the room has space for it,
-        // row_bytes_room); a JPEG is copied below, like a raw field.
-        const ImageTransform& t = spec.decode.image;
-        const uint64_t pixel_bytes = uint64_t(t.size) * t.size * 3;
-        auto* pixels = reinterpret_cast<uint8_t*>(column.data + raw_filled[f]);
-        Result<DeviceCrop> crop = decoder_.prepare_for_device(
-            field->bytes, t, augment_seed(epoch, global_index), {pixels, pixel_bytes});
-        if (!crop.is_ok()) return field_error(crop.status().message());
-        decoded_here_[f] = crop->decoded;
-        double row_values[kDeviceCropColumns];
-        row_values[kDeviceCropX0] = crop->area.x0;
-        row_values[kDeviceCropY0] = crop->area.y0;
-        row_values[kDeviceCropX1] = crop->area.x1;
-        row_values[kDeviceCropY1] = crop->area.y1;
-        row_values[kDeviceCropFlip] = crop->area.flip ? 1.0 : 0.0;
-        row_values[kDeviceCropWidth] = crop->width;
-        row_values[kDeviceCropHeight] = crop->height;
-        row_values[kDeviceCropDecoded] = crop->decoded ? 1.0 : 0.0;
-        std::memcpy(columns[column_of_field_[f] + 2].data + row * sizeof row_values, row_values,
-                    sizeof row_values);
-        break;
-      }
-      case FieldDecode::Kind::kInt: {
-        if (field == nullptr) return field_error("is missing");
-        Result<int64_t> label = parse_label(field->bytes);
-        if (!label.is_ok()) return field_error(label.status().message());
-        std::memcpy(column.data + row * 8, &label.value(), 8);
-        break;
-      }
-      case FieldDecode::Kind::kImage: {
-        if (field == nullptr) return field_error("is missing");
-        const ImageTransform& t = spec.decode.image;
-        const uint64_t row_bytes = uint64_t(t.size) * t.size * 3;
-        auto* out = reinterpret_cast<uint8_t*>(column.data + row * row_bytes);
-        Status decoded =
-            decoder_.decode(field->bytes, t, augment_seed(epoch, global_index), {out, row_bytes});
-        if (!decoded.is_ok()) return field_error(decoded.message());
-        break;
-      }
-      case FieldDecode::Kind::kTokens: {
-        if (field == nullptr) return field_error("is missing");
-        const TokenWindow& t = spec.decode.tokens;
-        std::byte* out = column.data + row * t.seq_len * t.row_value_bytes();
-        Result<uint64_t> taken = t.decode(field->bytes, augment_seed(epoch, global_index), out);
-        if (!taken.is_ok()) return field_error(taken.status().message());
-        const auto length = static_cast<int64_t>(*taken);
-        std::memcpy(columns[column_of_field_[f] + 1].data + row * 8, &length, 8);
-        break;
-      }
-      case FieldDecode::Kind::kArray: {
-        if (field == nullptr) return field_error("is missing");
-        const ArrayField& a = spec.decode.array;
-        Status copied = a.decode(field->bytes, column.data + row * a.row_bytes());
-        if (!copied.is_ok()) return field_error(copied.message());
-        break;
-      }
-      case FieldDecode::Kind::kAudio: {
-        if (field == nullptr) return field_error("is missing");
-        const AudioClip& a = spec.decode.audio;
-        auto* out = reinterpret_cast<float*>(column.data + row * a.row_bytes());
-        Result<uint64_t> frames = a.decode(field->bytes, augment_seed(epoch, global_index), out);
-        if (!frames.is_ok()) return field_error(frames.status().message());
-        const auto length = static_cast<int64_t>(*frames);
-        std::memcpy(columns[column_of_field_[f] + 1].data + row * 8, &length, 8);
-        break;
-      }
+    size_t column = column_of_field_[f];
+    DecodeOutput out;
+    out.seed = seed;
+    if (spec.layout.byte_rows) {
+      const uint64_t room =
+          field == nullptr ? 0 : spec.decoder->row_bytes_room(field->bytes.size());
+      out.bytes = {columns[column].data + raw_filled[f], room};
+      column += 2;
     }
+    std::vector<std::byte*>& rows = rows_[f];
+    for (size_t c = 0; c < rows.size(); ++c) {
+      rows[c] = columns[column + c].data + row * spec.layout.columns[c].row_bytes();
+    }
+    out.rows = rows;
+    Status decoded = spec.decoder->decode(
+        field == nullptr ? std::nullopt : std::optional(field->bytes), out, scratch_[f].get());
+    if (!decoded.is_ok()) {
+      return corrupt(sample_name(shard, item.local) + ": field '" + spec.name + "' " +
+                     decoded.message());
+    }
+    written_[f] = out.bytes_written;
   }
-  // Raw and kDeviceImage fields: append the bytes, record the end offset of this row.
+  // Byte rows: now that nothing else about this sample can fail, take its bytes and record the
+  // end offset of its row.
   for (size_t f = 0; f < fields_.size(); ++f) {
-    const FieldDecode& decode = fields_[f].decode;
-    if (decode.kind != FieldDecode::Kind::kRaw && decode.kind != FieldDecode::Kind::kDeviceImage) {
-      continue;
-    }
-    const FieldView* field = view.field(fields_[f].name);
-    const size_t column = column_of_field_[f];
-    uint64_t size = field == nullptr ? 0 : field->bytes.size();
-    if (decode.kind == FieldDecode::Kind::kDeviceImage && decoded_here_[f]) {
-      size = uint64_t(decode.image.size) * decode.image.size * 3;  // already in place
-    } else if (size > 0) {
-      std::memcpy(columns[column].data + raw_filled[f], field->bytes.data(), size);
-    }
-    raw_filled[f] += size;
+    if (!fields_[f].layout.byte_rows) continue;
+    raw_filled[f] += written_[f];
     const auto end = static_cast<int64_t>(raw_filled[f]);
-    std::memcpy(columns[column + 1].data + (row + 1) * 8, &end, 8);
+    std::memcpy(columns[column_of_field_[f] + 1].data + (row + 1) * 8, &end, 8);
   }
   std::memcpy(columns[0].data + row * 8, &global_index, 8);
   return Status::ok();
@@ -482,8 +340,7 @@ Status BatchBuilder::build(const std::vector<uint64_t>& indices, uint64_t epoch,
   lay_out(fields_, room, room, arena->out.data(), &batch->columns);
   std::vector<uint64_t> raw_filled(fields_.size(), 0);
   for (size_t f = 0; f < fields_.size(); ++f) {
-    const FieldDecode::Kind kind = fields_[f].decode.kind;
-    if (kind == FieldDecode::Kind::kRaw || kind == FieldDecode::Kind::kDeviceImage) {
+    if (fields_[f].layout.byte_rows) {
       std::memset(batch->columns[column_of_field_[f] + 1].data, 0, 8);  // offsets[0] = 0
     }
   }

@@ -1,6 +1,7 @@
 // Fills one batch arena: reads the batch's samples with coalesced reads per shard, checks their
 // checksums, decodes the selected fields and lays out the columns. Runs on a loader worker thread;
-// one BatchBuilder per thread (it owns that thread's reusable scratch: read plan, JPEG decoder).
+// one BatchBuilder per thread (it owns that thread's reusable scratch: read plan, each decoder's
+// DecodeScratch).
 #pragma once
 
 #include <chrono>
@@ -12,16 +13,18 @@
 #include "loader/arena_pool.hpp"
 #include "loader/batch.hpp"
 #include "loader/block_window.hpp"
-#include "zerowait/loader/image_transform.hpp"
+#include "zerowait/loader/field_decoder.hpp"
 #include "zerowait/loader/loader.hpp"
 #include "zerowait/shard/dataset.hpp"
 
 namespace zerowait {
 
-// A delivered column set, resolved once per loader from LoaderOptions::fields and ::decode.
+// A delivered field, resolved once per loader from LoaderOptions::fields and ::decode: its
+// decoder (shared by the builders, const) and that decoder's columns.
 struct FieldSpec {
   std::string name;
-  FieldDecode decode;
+  std::shared_ptr<const FieldDecoder> decoder;
+  FieldLayout layout;
 };
 
 // What one worker measured while building one batch.
@@ -102,6 +105,8 @@ class BatchBuilder {
   const std::vector<FieldSpec>& fields_;
   std::vector<size_t> column_of_field_;  // first batch column of each field
   std::vector<bool> per_sample_column_;  // 8 bytes a sample: always copied out
+  std::vector<std::unique_ptr<DecodeScratch>> scratch_;  // per field: this thread's
+  std::vector<std::vector<std::byte*>> rows_;  // per field: the sample's row in each column
   // The shards of the batch being built, by shard number; released when the next batch is
   // planned, so the dataset's index budget decides what stays open.
   std::vector<std::shared_ptr<ShardReader>> shards_;
@@ -113,18 +118,10 @@ class BatchBuilder {
   const BlockReads* blocks_;
   std::vector<BlockWindow::Want> wants_;
   std::vector<std::shared_ptr<const WindowBlock>> held_blocks_;  // wants_' bytes, while building
-  // Per field: room for all samples' bytes (raw and kDeviceImage fields, row_bytes_room()).
+  // Per field: room for all samples' bytes (fields with byte rows, row_bytes_room()).
   std::vector<uint64_t> raw_bytes_;
-  // Per field, for the sample being filled: a kDeviceImage field's output pixels are already in
-  // place (decoded on the CPU) rather than its JPEG still to be copied.
-  std::vector<bool> decoded_here_;
-  ImageDecoder decoder_;
+  std::vector<uint64_t> written_;  // per field: the byte rows the sample being filled wrote
 };
-
-// The room a sample's `field_bytes` of a field take in its batch's bytes column: the bytes
-// themselves for a raw field; for a kDeviceImage field at least its decoded size, since an image
-// the GPU decoder would not take is decoded into that room instead (prepare_for_device).
-uint64_t row_bytes_room(const FieldDecode& decode, uint64_t field_bytes);
 
 // Column layout of a batch of `samples` rows, shared by plan() and build().
 uint64_t batch_out_bytes(const std::vector<FieldSpec>& fields, uint64_t samples,

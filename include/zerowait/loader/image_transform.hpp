@@ -73,6 +73,21 @@ struct DeviceCrop {
   bool decoded = false;
 };
 
+// The columns of an "image_device" field's "<field>.crop" rows (each row's DeviceCrop): the area
+// shown (x0, y0, x1, y1, in pixels of the full-resolution image), flip (0 or 1), the JPEG's width
+// and height, and decoded (1: the row's bytes are the output pixels, decoded on the CPU).
+enum DeviceCropColumn : int {
+  kDeviceCropX0,
+  kDeviceCropY0,
+  kDeviceCropX1,
+  kDeviceCropY1,
+  kDeviceCropFlip,
+  kDeviceCropWidth,
+  kDeviceCropHeight,
+  kDeviceCropDecoded,
+  kDeviceCropColumns,
+};
+
 // Decodes images into transformed images, reusing its buffers and its libjpeg state from call to
 // call, so a worker that decodes image after image does not allocate once the buffers have grown
 // to the largest image seen (the libraries' own per-image allocations aside). Not thread-safe: one

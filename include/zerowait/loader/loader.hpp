@@ -1,9 +1,9 @@
 // The training input pipeline: shuffled, rank-partitioned, exactly resumable batches.
 //
 //   plan (sample_plan.hpp) -> coalesced reads per shard (ByteSource) -> checksum check ->
-//   decode on worker threads (raw bytes, integer labels, images -> uint8 HWC, token windows,
-//   NumPy arrays, audio clips) -> a batch arena from a bounded pool -> the consumer, who
-//   returns the arena by dropping the batch.
+//   decode on worker threads (field_decoder.hpp: raw bytes, integer labels, images -> uint8 HWC,
+//   token windows, NumPy arrays, audio clips, ...) -> a batch arena from a bounded pool -> the
+//   consumer, who returns the arena by dropping the batch.
 //
 // Memory: every byte the pipeline holds lives in the arena pool, whose size is derived from
 // `memory_budget`; a consumer that keeps every batch it got gets an error, not unbounded growth.
@@ -22,6 +22,7 @@
 #include "zerowait/loader/array_field.hpp"
 #include "zerowait/loader/audio_clip.hpp"
 #include "zerowait/loader/dtype.hpp"
+#include "zerowait/loader/field_decoder.hpp"
 #include "zerowait/loader/image_transform.hpp"
 #include "zerowait/loader/numa.hpp"
 #include "zerowait/loader/sample_plan.hpp"
@@ -29,47 +30,6 @@
 #include "zerowait/shard/dataset.hpp"
 
 namespace zerowait {
-
-// How one field of every sample becomes a batch column.
-struct FieldDecode {
-  enum class Kind {
-    kRaw,    // "<field>": uint8 [total bytes], "<field>.offsets": int64 [n + 1]
-    kInt,    // "<field>": int64 [n], from the field's ASCII decimal text (e.g. a "cls" label)
-    kImage,  // "<field>": uint8 [n, size, size, 3], a JPEG decoded and transformed
-    // "<field>": int64 (or int32) [n, seq_len], a token sequence (token_window.hpp);
-    // "<field>.lengths": int64 [n], the tokens of each row before its padding
-    kTokens,
-    kArray,  // "<field>": [n, *shape], one NumPy array a sample (array_field.hpp)
-    // "<field>": float32 [n, channels, length], an audio file's clip (audio_clip.hpp);
-    // "<field>.lengths": int64 [n], the frames of each row before its zero padding
-    kAudio,
-    // An image for a GPU decoder (python/zerowait/gpu_decode.py): "<field>": uint8 [total bytes]
-    // and "<field>.offsets": int64 [n + 1], each row a JPEG or, where
-    // ImageDecoder::prepare_for_device decoded the image here, its size * size * 3 output pixels;
-    // "<field>.crop": float64 [n, kDeviceCropColumns], each row's DeviceCrop (see kDeviceCrop*).
-    kDeviceImage,
-  };
-  Kind kind = Kind::kRaw;
-  ImageTransform image;  // kImage and kDeviceImage only
-  TokenWindow tokens;    // kTokens only
-  ArrayField array;      // kArray only
-  AudioClip audio;       // kAudio only
-};
-
-// The columns of a kDeviceImage field's "<field>.crop" rows: the area shown (x0, y0, x1, y1, in
-// pixels of the full-resolution image), flip (0 or 1), the JPEG's width and height, and decoded
-// (1: the row's bytes are the output pixels, decoded on the CPU).
-enum DeviceCropColumn : int {
-  kDeviceCropX0,
-  kDeviceCropY0,
-  kDeviceCropX1,
-  kDeviceCropY1,
-  kDeviceCropFlip,
-  kDeviceCropWidth,
-  kDeviceCropHeight,
-  kDeviceCropDecoded,
-  kDeviceCropColumns,
-};
 
 // The seed of sample `index`'s random augmentations in `epoch` (crops, flips, token and audio
 // offsets) for a loader whose shuffle seed is `seed`: a function of these three alone, so the
@@ -103,7 +63,7 @@ struct LoaderOptions {
   IoBackend io = IoBackend::kPread;  // the dataset's shards are opened with this backend
   CorruptPolicy on_corrupt = CorruptPolicy::kRaise;
   std::vector<std::string> fields;            // empty: every field in the dataset's schema
-  std::map<std::string, FieldDecode> decode;  // fields not listed here come raw
+  std::map<std::string, FieldDecode> decode;  // fields not listed here come raw (field_decoder.hpp)
   bool keys = false;                          // also deliver each sample's key
   bool verify = true;                         // check every sample's checksum (xxHash3, ~20 GB/s)
   std::chrono::milliseconds read_timeout{30000};  // deadline of each batch's reads
@@ -147,8 +107,9 @@ struct BatchColumn {
 // A batch handed to the consumer. Made by the loader only; its zero-copy columns live in an
 // arena that goes back to the loader's pool when the Batch is destroyed, from any thread, also
 // after the Loader is gone. Always holds "__index__" (int64 [n], the global sample indices), then
-// one or two columns per field (see FieldDecode::Kind). Thread-safety: const methods may be called
-// from any thread; the Batch never changes after the loader hands it over.
+// the columns of each field as its decoder lays them out (FieldDecoder::layout). Thread-safety:
+// const methods may be called from any thread; the Batch never changes after the loader hands it
+// over.
 class Batch {
  public:
   struct Impl;  // the arena and everything the loader fills in (src/loader/batch.hpp)

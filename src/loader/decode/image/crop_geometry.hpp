@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "loader/image/resample.hpp"
+#include "loader/decode/image/resample.hpp"
 #include "zerowait/loader/image_transform.hpp"
 
 namespace zerowait::internal {

@@ -1,7 +1,7 @@
 // The crop geometry of the image transforms (image_transform.hpp): torchvision's RandomResizedCrop
 // and Resize + CenterCrop as boxes in the source image, from portable arithmetic so that a seed
 // gives the same box on every machine.
-#include "loader/image/crop_geometry.hpp"
+#include "loader/decode/image/crop_geometry.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "loader/image/crop_geometry.hpp"
-#include "loader/image/resample.hpp"
-#include "loader/image/rgb_decode.hpp"
+#include "loader/decode/image/crop_geometry.hpp"
+#include "loader/decode/image/resample.hpp"
+#include "loader/decode/image/rgb_decode.hpp"
 
 namespace zerowait {
 namespace {

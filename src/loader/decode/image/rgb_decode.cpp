@@ -1,4 +1,4 @@
-#include "loader/image/rgb_decode.hpp"
+#include "loader/decode/image/rgb_decode.hpp"
 
 #include <png.h>
 #include <webp/decode.h>

@@ -1,4 +1,4 @@
-#include "loader/image/resample.hpp"
+#include "loader/decode/image/resample.hpp"
 
 #include <algorithm>
 #include <cassert>

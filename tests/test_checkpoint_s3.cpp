@@ -6,7 +6,7 @@
 
 #include <filesystem>
 
-#include "io/remote/s3_client.hpp"
+#include "storage/s3/s3_client.hpp"
 #include "testing/checkpoint_state.hpp"
 #include "testing/s3_server.hpp"
 #include "testing/testing.hpp"

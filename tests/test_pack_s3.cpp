@@ -15,7 +15,7 @@
 #include <set>
 #include <string>
 
-#include "io/remote/s3_client.hpp"
+#include "storage/s3/s3_client.hpp"
 #include "testing/s3_server.hpp"
 #include "testing/testing.hpp"
 #include "zerowait/shard/dataset.hpp"

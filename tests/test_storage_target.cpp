@@ -7,7 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "io/remote/s3_client.hpp"
+#include "storage/s3/s3_client.hpp"
 #include "testing/s3_server.hpp"
 #include "testing/testing.hpp"
 #include "zerowait/checkpoint/storage_target.hpp"

@@ -17,7 +17,7 @@
 #include "commands/ckpt_common.hpp"
 #include "common/file.hpp"
 #include "common/path_check.hpp"
-#include "io/remote/remote_object.hpp"
+#include "storage/remote_object.hpp"
 #include "output.hpp"
 #include "progress_bar.hpp"
 #include "zerowait/checkpoint/checkpointer.hpp"

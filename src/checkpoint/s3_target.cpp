@@ -25,8 +25,8 @@
 #include "checkpoint/checkpoint_io.hpp"
 #include "checkpoint/checkpoint_manifest.hpp"
 #include "common/file.hpp"
-#include "io/remote/remote_object.hpp"
-#include "io/remote/s3_upload.hpp"
+#include "storage/remote_object.hpp"
+#include "storage/s3/s3_upload.hpp"
 #include "zerowait/checkpoint/storage_target.hpp"
 
 namespace zerowait {

@@ -14,7 +14,7 @@
 #include "common/file.hpp"
 #include "common/log.hpp"
 #include "common/path_check.hpp"
-#include "io/file_sources.hpp"
+#include "storage/local/file_sources.hpp"
 
 namespace zerowait {
 namespace {

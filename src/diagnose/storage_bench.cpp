@@ -28,7 +28,7 @@
 #include "common/align.hpp"
 #include "common/file.hpp"
 #include "common/random.hpp"
-#include "zerowait/io/byte_source.hpp"
+#include "zerowait/storage/byte_source.hpp"
 
 extern char** environ;
 

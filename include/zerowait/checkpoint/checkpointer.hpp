@@ -21,7 +21,7 @@
 
 #include "zerowait/checkpoint/storage_target.hpp"
 #include "zerowait/common/status.hpp"
-#include "zerowait/io/byte_source.hpp"
+#include "zerowait/storage/byte_source.hpp"
 
 namespace zerowait {
 

@@ -13,7 +13,7 @@
 #include "common/clock.hpp"
 #include "common/file.hpp"
 #include "common/path_check.hpp"
-#include "io/remote/remote_object.hpp"
+#include "storage/remote_object.hpp"
 #include "shard/pack/image_check.hpp"
 #include "shard/pack/pack_part.hpp"
 #include "shard/pack/pack_plan.hpp"

@@ -17,13 +17,13 @@
 #include "commands/ckpt_common.hpp"
 #include "common/file.hpp"
 #include "common/path_check.hpp"
-#include "storage/remote_object.hpp"
 #include "output.hpp"
 #include "progress_bar.hpp"
+#include "storage/remote_object.hpp"
 #include "zerowait/checkpoint/checkpointer.hpp"
 #include "zerowait/checkpoint/maintenance.hpp"
 #include "zerowait/checkpoint/manifest.hpp"
-#include "zerowait/checkpoint/storage_target.hpp"
+#include "zerowait/storage/open.hpp"
 
 namespace zerowait::cli {
 namespace {
@@ -53,15 +53,15 @@ std::vector<std::string> step_texts(const std::vector<uint64_t>& steps) {
 }
 
 // Throws a CliError saying which steps exist when `step` is not committed.
-void require_committed(StorageTarget& target, const std::string& dir, uint64_t step) {
+void require_committed(Store& target, const std::string& dir, uint64_t step) {
   const std::vector<uint64_t> steps = unwrap(list_steps(target));
   if (std::binary_search(steps.begin(), steps.end(), step)) return;
   const std::string name = step_directory(step);
   std::string message =
       "step " + std::to_string(step) + " is not a committed checkpoint in '" + dir + "'";
-  if (unwrap(target.exists(name + internal::kTempSuffix))) {
+  if (unwrap(target.exists(name + internal::kTempSuffix, metadata_deadline()))) {
     message += " (" + name + internal::kTempSuffix + " is a save that did not commit)";
-  } else if (unwrap(target.is_directory(name))) {
+  } else if (unwrap(target.is_directory(name, metadata_deadline()))) {
     message += " (" + name + " was retired: it has no " + internal::kCommitRecordName + ")";
   }
   if (steps.empty()) {
@@ -88,29 +88,29 @@ struct UncommittedDir {
 
 // Counts the files directly in `dir->name` (step directories are flat). A file that vanishes
 // meanwhile (a save or gc running) is not counted.
-void measure_directory(StorageTarget& target, UncommittedDir* dir) {
-  Result<std::vector<std::string>> names = target.list(dir->name);
+void measure_directory(Store& target, UncommittedDir* dir) {
+  Result<std::vector<std::string>> names = target.list(dir->name, metadata_deadline());
   if (!names.is_ok() && names.status().code() == ErrorCode::kNotFound) return;
   for (const std::string& name : unwrap(std::move(names))) {
     const std::string path = dir->name + "/" + name;
-    Result<bool> is_dir = target.is_directory(path);
+    Result<bool> is_dir = target.is_directory(path, metadata_deadline());
     if (is_dir.is_ok() && is_dir.value()) continue;
-    Result<uint64_t> size = target.file_size(path);
+    Result<uint64_t> size = target.size(path, metadata_deadline());
     if (!size.is_ok() && size.status().code() == ErrorCode::kNotFound) continue;
     dir->bytes += unwrap(std::move(size));
     dir->files += 1;
   }
 }
 
-std::vector<UncommittedDir> find_uncommitted(StorageTarget& target,
+std::vector<UncommittedDir> find_uncommitted(Store& target,
                                              const std::vector<uint64_t>& committed) {
   std::vector<UncommittedDir> found;
-  for (const std::string& name : unwrap(target.list(""))) {
+  for (const std::string& name : unwrap(target.list("", metadata_deadline()))) {
     bool tmp = false;
     std::optional<uint64_t> step = internal::parse_step_directory(name, &tmp);
     if (!step) continue;
     if (!tmp && std::binary_search(committed.begin(), committed.end(), *step)) continue;
-    if (!unwrap(target.is_directory(name))) continue;
+    if (!unwrap(target.is_directory(name, metadata_deadline()))) continue;
     UncommittedDir dir;
     dir.name = name;
     dir.step = *step;
@@ -148,7 +148,7 @@ std::string uncommitted_note(const UncommittedDir& dir) {
 }
 
 int run_ls(const CkptArgs& args) {
-  std::shared_ptr<StorageTarget> target = open_checkpoint_directory(args.dir);
+  std::shared_ptr<Store> target = open_checkpoint_directory(args.dir);
   const std::vector<uint64_t> committed = unwrap(list_steps(*target));
   std::vector<ListedStep> steps;
   for (uint64_t step : committed) {
@@ -247,7 +247,7 @@ int run_ls(const CkptArgs& args) {
 
 // The bytes verify_step will read for `step` (every rank's files, older steps' included), or 0
 // when a manifest cannot be read (verify_step reports why).
-uint64_t bytes_to_verify(StorageTarget& target, uint64_t step) {
+uint64_t bytes_to_verify(Store& target, uint64_t step) {
   Result<std::vector<RankManifest>> manifests = read_rank_manifests(target, step);
   if (!manifests.is_ok()) return 0;
   std::set<std::string> seen;
@@ -261,7 +261,7 @@ uint64_t bytes_to_verify(StorageTarget& target, uint64_t step) {
 }
 
 int run_verify(const CkptArgs& args) {
-  std::shared_ptr<StorageTarget> target = open_checkpoint_directory(args.dir);
+  std::shared_ptr<Store> target = open_checkpoint_directory(args.dir);
   std::vector<uint64_t> steps;
   if (args.step_option->count() > 0) {
     require_committed(*target, args.dir, args.step);
@@ -402,7 +402,7 @@ void print_rank(const RankManifest& m) {
 }
 
 int run_inspect(const CkptArgs& args) {
-  std::shared_ptr<StorageTarget> target = open_checkpoint_directory(args.dir);
+  std::shared_ptr<Store> target = open_checkpoint_directory(args.dir);
   require_committed(*target, args.dir, args.step);
   const StepInfo info = unwrap(read_step_info(*target, args.step));
   std::vector<RankManifest> manifests;
@@ -463,7 +463,7 @@ int run_inspect(const CkptArgs& args) {
 // --- gc ----------------------------------------------------------------------------------------
 
 int run_gc(const CkptArgs& args) {
-  std::shared_ptr<StorageTarget> target = open_checkpoint_directory(args.dir);
+  std::shared_ptr<Store> target = open_checkpoint_directory(args.dir);
   const std::vector<uint64_t> before = unwrap(list_steps(*target));
   const GcReport report =
       unwrap(collect_garbage(*target, args.keep_last, args.keep_every, !args.all_tmp));
@@ -513,13 +513,14 @@ CLI::Option* add_step_argument(CLI::App* command, CkptArgs* args, const std::str
 
 }  // namespace
 
-std::shared_ptr<StorageTarget> open_checkpoint_directory(const std::string& dir) {
+std::shared_ptr<Store> open_checkpoint_directory(const std::string& dir) {
   if (!internal::is_s3_url(dir)) check(internal::require_local_path(dir, "checkpoint directory"));
-  std::shared_ptr<StorageTarget> target = unwrap(open_storage_target(dir));
-  if (!unwrap(target->exists(""))) {
+  std::shared_ptr<Store> target = unwrap(open_store(dir));
+  if (!unwrap(target->exists("", metadata_deadline()))) {
     throw CliError("checkpoint directory '" + dir + "' does not exist");
   }
-  if (!unwrap(target->is_directory(""))) throw CliError("'" + dir + "' is not a directory");
+  if (!unwrap(target->is_directory("", metadata_deadline())))
+    throw CliError("'" + dir + "' is not a directory");
   return target;
 }
 

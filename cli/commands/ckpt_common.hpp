@@ -5,13 +5,13 @@
 #include <string>
 
 #include "commands.hpp"
-#include "zerowait/checkpoint/storage_target.hpp"
+#include "zerowait/storage/open.hpp"
 
 namespace zerowait::cli {
 
 // The checkpoint directory `dir` as a storage target; CliError when it does not exist or is not
 // a directory.
-std::shared_ptr<StorageTarget> open_checkpoint_directory(const std::string& dir);
+std::shared_ptr<Store> open_checkpoint_directory(const std::string& dir);
 // A subcommand's --help footer: what it does, its exit codes (`problems`: when it exits 3, or
 // empty), and an example.
 std::string help_footer(const std::string& description, const std::string& problems,

@@ -19,15 +19,15 @@
 #include "checkpoint/safetensors.hpp"
 #include "checkpoint/tensor_codec.hpp"
 #include "common/align.hpp"
-#include "host/aligned_buffer.hpp"
 #include "common/clock.hpp"
-#include "common/crash_points.hpp"
 #include "common/file.hpp"
 #include "common/thread_pool.hpp"
 #include "common/xxhash.hpp"
+#include "host/aligned_buffer.hpp"
 #include "host/cuda_runtime.hpp"
 #include "zerowait/checkpoint/maintenance.hpp"
 #include "zerowait/checkpoint/manifest.hpp"
+#include "zerowait/storage/fault_store.hpp"
 
 namespace zerowait {
 
@@ -50,20 +50,6 @@ bool is_floating_group_candidate(const TensorToSave& t) {
   return t.floating_point && t.element_size > 1;
 }
 
-// Crash tests through any entry point (the Python layer included): the crash point
-// $ZEROWAIT_FAULT_EXIT_AT_OPERATION=N (common/crash_points.hpp) ends the process instead of the
-// N-th mutating operation (docs: StorageOperation) of this Checkpointer on its directory.
-std::shared_ptr<StorageTarget> with_exit_fault(std::shared_ptr<StorageTarget> target) {
-  const uint64_t fatal = internal::crash_point_setting("ZEROWAIT_FAULT_EXIT_AT_OPERATION");
-  if (fatal == 0) return target;
-  auto faults = std::make_shared<FaultInjectingTarget>(std::move(target));
-  faults->set_fault_rule([fatal, count = uint64_t{0}](const StorageOperation&) mutable {
-    if (++count == fatal) internal::crash_now();
-    return 0;
-  });
-  return faults;
-}
-
 // 64 random bits in hex: two runs sharing a tier tell their steps apart by it.
 std::string random_run_id() {
   std::random_device device;
@@ -84,7 +70,7 @@ std::string step_directory(uint64_t step) { return "step-" + std::to_string(step
 // --- shared state ---------------------------------------------------------------------------
 
 struct CheckpointerState {
-  std::shared_ptr<StorageTarget> target;
+  std::shared_ptr<Store> target;
   CheckpointOptions options;
   internal::ThreadPool pool;
   // A pointer so that a pool a device copy may still be writing into can be abandoned (leaked)
@@ -108,7 +94,7 @@ struct CheckpointerState {
   bool stopping = false;
   std::thread mirror_thread;
 
-  CheckpointerState(std::shared_ptr<StorageTarget> t, CheckpointOptions o)
+  CheckpointerState(std::shared_ptr<Store> t, CheckpointOptions o)
       : target(std::move(t)),
         options(std::move(o)),
         pool((options.threads != 0 ? options.threads : internal::available_cpus()) - 1) {}
@@ -313,11 +299,12 @@ class PartWriter {
 
 Status PartWriter::write_part() {
   const CheckpointOptions& opt = state_.options;
-  StorageTarget& target = *state_.target;
+  Store& target = *state_.target;
   const std::string final_dir = step_directory(job_.step);
   tmp_dir_ = final_dir + kTempSuffix;
 
-  ZW_ASSIGN_OR_RETURN(bool committed, target.exists(final_dir + "/" + internal::kCommitRecordName));
+  ZW_ASSIGN_OR_RETURN(bool committed, target.exists(final_dir + "/" + internal::kCommitRecordName,
+                                                    metadata_deadline()));
   if (committed) {
     return Status(ErrorCode::kAlreadyExists, "step " + std::to_string(job_.step) +
                                                  " is already committed in " + target.describe() +
@@ -380,7 +367,7 @@ Status PartWriter::write_part() {
     current += bytes;
   }
 
-  ZW_RETURN_IF_ERROR(target.create_directory(tmp_dir_));
+  ZW_RETURN_IF_ERROR(target.make_directory(tmp_dir_, metadata_deadline()));
   std::vector<StoredFile> files(plans.size());
   if (compressed) {
     for (size_t f = 0; f < plans.size(); ++f) {
@@ -464,7 +451,8 @@ Status PartWriter::write_safetensors(const FilePlan& plan, StoredFile& out) {
   }
   ZW_ASSIGN_OR_RETURN(std::string header,
                       internal::safetensors::encode_header(entries, {{"format", "pt"}}));
-  ZW_ASSIGN_OR_RETURN(auto file, state_.target->create_file(tmp_path_of(plan.path)));
+  ZW_ASSIGN_OR_RETURN(auto file,
+                      state_.target->create(tmp_path_of(plan.path), metadata_deadline()));
   FileStream stream(*file);
   ZW_RETURN_IF_ERROR(stream.append(std::span<const std::byte>(
       reinterpret_cast<const std::byte*>(header.data()), header.size())));
@@ -510,7 +498,8 @@ Status PartWriter::write_compressed(const FilePlan& plan, StoredFile& out) {
     chunk.status = r.status();
   });
 
-  ZW_ASSIGN_OR_RETURN(auto file, state_.target->create_file(tmp_path_of(plan.path)));
+  ZW_ASSIGN_OR_RETURN(auto file,
+                      state_.target->create(tmp_path_of(plan.path), metadata_deadline()));
   FileStream stream(*file);
   ZW_RETURN_IF_ERROR(stream.append(std::span<const std::byte>(
       reinterpret_cast<const std::byte*>(internal::kCompressedFileMagic.data()),
@@ -546,21 +535,22 @@ namespace {
 // Renames step-N back to step-N.tmp after a failure past the rename, so a step whose save
 // reported an error is never accepted, and points `latest` back at the newest committed step.
 // Best effort: the error being reported is the first one.
-void unpublish(StorageTarget& target, uint64_t step) {
+void unpublish(Store& target, uint64_t step) {
   const std::string dir = step_directory(step);
-  if (!target.rename(dir, dir + kTempSuffix).is_ok()) return;
-  (void)target.sync_directory("");
+  if (!target.publish(dir, dir + kTempSuffix, metadata_deadline(), internal::kCommitRecordName)
+           .is_ok())
+    return;
+  (void)target.sync_directory("", metadata_deadline());
   auto steps = list_steps(target);
   if (steps.is_ok() && !steps.value().empty()) {
     (void)publish_small_file(target, "", internal::kLatestPointerName,
                              step_directory(steps.value().back()) + "\n");
   } else {
-    (void)target.remove_file(internal::kLatestPointerName);
+    (void)target.remove(internal::kLatestPointerName, metadata_deadline());
   }
 }
 
-Status commit_step(StorageTarget& target, uint64_t step, uint32_t world_size,
-                   const std::string& run_id) {
+Status commit_step(Store& target, uint64_t step, uint32_t world_size, const std::string& run_id) {
   const std::string dir = step_directory(step);
   const std::string tmp = dir + kTempSuffix;
   internal::CommitRecord record;
@@ -571,7 +561,7 @@ Status commit_step(StorageTarget& target, uint64_t step, uint32_t world_size,
   std::set<uint64_t> references;
   for (uint32_t r = 0; r < world_size; ++r) {
     const std::string path = tmp + "/" + internal::rank_manifest_name(r);
-    ZW_ASSIGN_OR_RETURN(std::string text, target.read_file(path));
+    ZW_ASSIGN_OR_RETURN(std::string text, target.read(path, metadata_deadline()));
     ZW_ASSIGN_OR_RETURN(RankManifest m, internal::decode_rank_manifest(text, path));
     if (m.step != step || m.rank != r || m.world_size != world_size) {
       return corrupt("'" + path + "' is rank " + std::to_string(m.rank) + " of " +
@@ -596,9 +586,9 @@ Status commit_step(StorageTarget& target, uint64_t step, uint32_t world_size,
   // file fsync (done by each rank) → manifest fsync → rename → directory fsync → latest.
   ZW_RETURN_IF_ERROR(write_small_file(target, tmp + "/" + internal::kCommitRecordName,
                                       internal::encode_commit_record(record)));
-  ZW_RETURN_IF_ERROR(target.sync_directory(tmp));
-  ZW_RETURN_IF_ERROR(target.rename(tmp, dir));
-  Status status = target.sync_directory("");
+  ZW_RETURN_IF_ERROR(target.sync_directory(tmp, metadata_deadline()));
+  ZW_RETURN_IF_ERROR(target.publish(tmp, dir, metadata_deadline(), internal::kCommitRecordName));
+  Status status = target.sync_directory("", metadata_deadline());
   if (status.is_ok()) {
     status = publish_small_file(target, "", internal::kLatestPointerName, dir + "\n");
   }
@@ -611,7 +601,7 @@ Status commit_step(StorageTarget& target, uint64_t step, uint32_t world_size,
 
 // Waits, polling the step's directory, until every rank's manifest is there (rank 0) or the
 // step is committed (other ranks). File coordination: no process group needed.
-Status wait_for_ranks(StorageTarget& target, uint64_t step, uint32_t rank, uint32_t world_size,
+Status wait_for_ranks(Store& target, uint64_t step, uint32_t rank, uint32_t world_size,
                       double timeout_s) {
   const std::string dir = step_directory(step);
   const auto deadline = Clock::now() + internal::from_seconds(timeout_s);
@@ -620,8 +610,9 @@ Status wait_for_ranks(StorageTarget& target, uint64_t step, uint32_t rank, uint3
     if (rank == 0) {
       uint32_t present = 0;
       for (uint32_t r = 0; r < world_size; ++r) {
-        ZW_ASSIGN_OR_RETURN(
-            bool there, target.exists(dir + kTempSuffix + "/" + internal::rank_manifest_name(r)));
+        ZW_ASSIGN_OR_RETURN(bool there,
+                            target.exists(dir + kTempSuffix + "/" + internal::rank_manifest_name(r),
+                                          metadata_deadline()));
         present += there ? 1 : 0;
       }
       if (present == world_size) return Status::ok();
@@ -633,11 +624,13 @@ Status wait_for_ranks(StorageTarget& target, uint64_t step, uint32_t rank, uint3
                           " s (a rank died or is stuck); the previous step stays the latest");
       }
     } else {
-      ZW_ASSIGN_OR_RETURN(bool committed, target.exists(dir + "/" + internal::kCommitRecordName));
+      ZW_ASSIGN_OR_RETURN(bool committed, target.exists(dir + "/" + internal::kCommitRecordName,
+                                                        metadata_deadline()));
       if (committed) return Status::ok();
-      ZW_ASSIGN_OR_RETURN(bool failed, target.exists(dir + kTempSuffix + "/FAILED"));
+      ZW_ASSIGN_OR_RETURN(bool failed,
+                          target.exists(dir + kTempSuffix + "/FAILED", metadata_deadline()));
       if (failed) {
-        auto why = target.read_file(dir + kTempSuffix + "/FAILED");
+        auto why = target.read(dir + kTempSuffix + "/FAILED", metadata_deadline());
         return Status(ErrorCode::kIo, "step " + std::to_string(step) +
                                           " was not committed: rank 0 failed: " +
                                           (why.is_ok() ? why.value() : std::string("?")));
@@ -785,27 +778,31 @@ void CheckpointerState::mirror_loop() {
 
 // --- Checkpointer -----------------------------------------------------------------------------
 
-Checkpointer::Checkpointer(std::shared_ptr<StorageTarget> target, CheckpointOptions options)
+Checkpointer::Checkpointer(std::shared_ptr<Store> target, CheckpointOptions options)
     : target_(target),
       options_(options),
       state_(std::make_shared<CheckpointerState>(target, options)) {}
 
-Result<std::unique_ptr<Checkpointer>> Checkpointer::open(std::shared_ptr<StorageTarget> target,
+Result<std::unique_ptr<Checkpointer>> Checkpointer::open(std::shared_ptr<Store> target,
                                                          CheckpointOptions options) {
   if (options.world_size == 0 || options.rank >= options.world_size) {
     return invalid_argument("rank " + std::to_string(options.rank) + " is not below world_size " +
                             std::to_string(options.world_size));
   }
   if (options.max_file_bytes == 0) return invalid_argument("max_file_bytes must be positive");
-  target = with_exit_fault(std::move(target));
+  // Crash tests through any entry point (the Python layer included): the process ends at the
+  // N-th mutating operation on its directory (storage/fault_store.hpp).
+  target = with_exit_fault_from_environment(std::move(target));
   // A tier that cannot be used at all (a URL given as a local directory fails every operation)
   // is named before anything is created in the other.
-  ZW_RETURN_IF_ERROR(target->exists("").status().with_context("checkpoint directory"));
+  ZW_RETURN_IF_ERROR(
+      target->exists("", metadata_deadline()).status().with_context("checkpoint directory"));
   if (options.mirror) {
-    ZW_RETURN_IF_ERROR(options.mirror->exists("").status().with_context("checkpoint mirror"));
+    ZW_RETURN_IF_ERROR(
+        options.mirror->exists("", metadata_deadline()).status().with_context("checkpoint mirror"));
   }
-  ZW_RETURN_IF_ERROR(target->create_directory(""));
-  if (options.mirror) ZW_RETURN_IF_ERROR(options.mirror->create_directory(""));
+  ZW_RETURN_IF_ERROR(target->make_directory("", metadata_deadline()));
+  if (options.mirror) ZW_RETURN_IF_ERROR(options.mirror->make_directory("", metadata_deadline()));
   if (options.run_id.empty()) options.run_id = random_run_id();
   std::unique_ptr<Checkpointer> cp(new Checkpointer(target, options));
   if (options.rank == 0) {

@@ -1,6 +1,8 @@
-// make_memory_target(): a StorageTarget held in memory. It has what an object store has and a
-// local directory adds nothing to — no local path, no O_DIRECT — so tests prove that saving,
-// restoring, verifying and mirroring need nothing beyond the StorageTarget interface.
+// make_memory_store(): a Store held in memory. It has what an object store has and a local
+// directory adds nothing to — no local path, no O_DIRECT — so tests prove that saving,
+// restoring, verifying and mirroring need nothing beyond the Store interface.
+#include "checkpoint/memory_target.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -8,8 +10,7 @@
 #include <mutex>
 #include <set>
 
-#include "checkpoint/checkpoint_io.hpp"
-#include "zerowait/checkpoint/storage_target.hpp"
+#include "storage/store_path.hpp"
 
 namespace zerowait {
 namespace {
@@ -54,14 +55,14 @@ bool is_within(const std::string& path, const std::string& dir) {
                          path[dir.size()] == '/');
 }
 
-class MemoryTarget : public StorageTarget {
+class MemoryTarget : public Store {
  public:
   explicit MemoryTarget(std::string name)
       : root_("memory:" + std::move(name)), state_(std::make_shared<MemoryFiles>()) {}
 
   std::string describe() const override { return root_; }
 
-  Status create_directory(const std::string& path) override {
+  Status make_directory(const std::string& path, Deadline) override {
     ZW_ASSIGN_OR_RETURN(std::string full, full_path(path));
     std::lock_guard<std::mutex> lock(state_->mutex);
     if (state_->files.count(path) != 0)
@@ -74,7 +75,7 @@ class MemoryTarget : public StorageTarget {
     return Status::ok();
   }
 
-  Result<std::unique_ptr<WritableFile>> create_file(const std::string& path) override {
+  Result<std::unique_ptr<WritableFile>> create(const std::string& path, Deadline) override {
     ZW_ASSIGN_OR_RETURN(std::string full, full_path(path));
     std::lock_guard<std::mutex> lock(state_->mutex);
     if (state_->directories.count(parent_of(path)) == 0) {
@@ -86,7 +87,7 @@ class MemoryTarget : public StorageTarget {
     return std::unique_ptr<WritableFile>(new MemoryWritableFile(state_, std::move(bytes)));
   }
 
-  Status sync_directory(const std::string& path) override {
+  Status sync_directory(const std::string& path, Deadline) override {
     ZW_ASSIGN_OR_RETURN(std::string full, full_path(path));
     std::lock_guard<std::mutex> lock(state_->mutex);
     if (state_->directories.count(path) == 0) {
@@ -95,7 +96,8 @@ class MemoryTarget : public StorageTarget {
     return Status::ok();
   }
 
-  Status rename(const std::string& from, const std::string& to) override {
+  Status publish(const std::string& from, const std::string& to, Deadline,
+                 std::string_view) override {
     ZW_ASSIGN_OR_RETURN(std::string full_from, full_path(from));
     ZW_ASSIGN_OR_RETURN(std::string full_to, full_path(to));
     const std::string what = "cannot rename to '" + full_to + "' from";
@@ -130,7 +132,7 @@ class MemoryTarget : public StorageTarget {
     return Status::ok();
   }
 
-  Result<std::vector<std::string>> list(const std::string& path) override {
+  Result<std::vector<std::string>> list(const std::string& path, Deadline) override {
     ZW_ASSIGN_OR_RETURN(std::string full, full_path(path));
     std::lock_guard<std::mutex> lock(state_->mutex);
     if (state_->directories.count(path) == 0) {
@@ -146,41 +148,31 @@ class MemoryTarget : public StorageTarget {
     return std::vector<std::string>(names.begin(), names.end());
   }
 
-  Result<bool> exists(const std::string& path) override {
+  Result<ObjectStat> stat(const std::string& path, Deadline) override {
     ZW_RETURN_IF_ERROR(full_path(path).status());
     std::lock_guard<std::mutex> lock(state_->mutex);
-    return state_->directories.count(path) != 0 || state_->files.count(path) != 0;
+    if (state_->directories.count(path) != 0) return ObjectStat{true, true, 0};
+    auto file = state_->files.find(path);
+    if (file == state_->files.end()) return ObjectStat{};
+    return ObjectStat{true, false, static_cast<uint64_t>(file->second->size())};
   }
 
-  Result<bool> is_directory(const std::string& path) override {
-    ZW_RETURN_IF_ERROR(full_path(path).status());
-    std::lock_guard<std::mutex> lock(state_->mutex);
-    return state_->directories.count(path) != 0;
-  }
-
-  Result<std::string> read_file(const std::string& path) override {
+  Result<std::string> read(const std::string& path, Deadline) override {
     ZW_ASSIGN_OR_RETURN(std::string full, full_path(path));
     std::lock_guard<std::mutex> lock(state_->mutex);
     ZW_ASSIGN_OR_RETURN(const Bytes* bytes, find_file(path, full, "cannot open"));
     return std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size());
   }
 
-  Result<uint64_t> file_size(const std::string& path) override {
-    ZW_ASSIGN_OR_RETURN(std::string full, full_path(path));
-    std::lock_guard<std::mutex> lock(state_->mutex);
-    ZW_ASSIGN_OR_RETURN(const Bytes* bytes, find_file(path, full, "cannot stat"));
-    return static_cast<uint64_t>(bytes->size());
-  }
-
   // A copy of the bytes: the source reads what the file held when it was opened.
-  Result<std::unique_ptr<ByteSource>> open_for_read(const std::string& path, IoBackend) override {
+  Result<std::unique_ptr<ByteSource>> open(const std::string& path, IoBackend, Deadline) override {
     ZW_ASSIGN_OR_RETURN(std::string full, full_path(path));
     std::lock_guard<std::mutex> lock(state_->mutex);
     ZW_ASSIGN_OR_RETURN(const Bytes* bytes, find_file(path, full, "cannot open"));
     return make_memory_source(full, *bytes);
   }
 
-  Status remove_file(const std::string& path) override {
+  Status remove(const std::string& path, Deadline) override {
     ZW_ASSIGN_OR_RETURN(std::string full, full_path(path));
     std::lock_guard<std::mutex> lock(state_->mutex);
     if (state_->directories.count(path) != 0) return errno_status(EISDIR, "cannot remove", full);
@@ -188,7 +180,7 @@ class MemoryTarget : public StorageTarget {
     return Status::ok();
   }
 
-  Status remove_all(const std::string& path) override {
+  Status remove_all(const std::string& path, Deadline, std::string_view) override {
     if (path.empty()) return invalid_argument("refusing to remove the whole of " + describe());
     ZW_RETURN_IF_ERROR(full_path(path).status());
     std::lock_guard<std::mutex> lock(state_->mutex);
@@ -199,7 +191,7 @@ class MemoryTarget : public StorageTarget {
 
  private:
   Result<std::string> full_path(const std::string& path) const {
-    return internal::join_target_path(root_, path);
+    return internal::join_store_path(root_, path);
   }
 
   // The bytes of file `path`; kNotFound / EISDIR otherwise. Call with the lock held.
@@ -216,7 +208,7 @@ class MemoryTarget : public StorageTarget {
 
 }  // namespace
 
-std::shared_ptr<StorageTarget> make_memory_target(const std::string& name) {
+std::shared_ptr<Store> make_memory_store(const std::string& name) {
   return std::make_shared<MemoryTarget>(name);
 }
 

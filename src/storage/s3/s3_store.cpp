@@ -1,5 +1,5 @@
-// A checkpoint StorageTarget in an S3 bucket (s3://BUCKET/PREFIX): the checkpoint engine's
-// create / write / publish / list / read contract on objects.
+// A Store in an S3 bucket (s3://BUCKET/PREFIX): the create / write / publish / list / read
+// contract on objects.
 //
 // An object store has no directories, no writes at offsets and no rename, so:
 // - A file is written into a spool file of this process (O_TMPFILE under $TMPDIR: no name, so
@@ -7,12 +7,13 @@
 //   close(): one PUT, or a multipart upload with parts in parallel from 64 MiB. Every request
 //   carries the SHA-256 of its payload (SigV4), which the server checks.
 // - A directory exists while a key lies under its prefix; creating one does nothing.
-// - rename copies each object on the server (CopyObject, up to 5 GiB an object) and then deletes
-//   the source. The commit rule survives because a step counts only when its commit record
-//   (manifest.json) is in step-N/: a directory's objects named manifest.json are copied last and
-//   deleted first, so a reader sees a step either whole or not at all. Unlike a rename(2), two
-//   writers publishing the same new directory at once are not refused atomically; each run
-//   therefore needs its own prefix (as it needs its own directory today).
+// - publish copies each object on the server (CopyObject, up to 5 GiB an object) and then deletes
+//   the source. A directory's commit record (the name the caller gives) is copied last and
+//   deleted first, so a reader that goes by it sees the directory either whole or not at all.
+//   Unlike a rename(2), two writers publishing the same new directory at once are not refused
+//   atomically; each run therefore needs its own prefix (as it needs its own directory).
+#include "storage/s3/s3_store.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -22,12 +23,10 @@
 #include <filesystem>
 #include <set>
 
-#include "checkpoint/checkpoint_io.hpp"
-#include "checkpoint/checkpoint_manifest.hpp"
 #include "common/file.hpp"
 #include "storage/remote_object.hpp"
 #include "storage/s3/s3_upload.hpp"
-#include "zerowait/checkpoint/storage_target.hpp"
+#include "storage/store_path.hpp"
 
 namespace zerowait {
 namespace {
@@ -37,13 +36,10 @@ using internal::S3Client;
 using internal::S3Location;
 using namespace std::chrono_literals;
 
-// Small requests (HEAD, list, delete, small files) and transfers. The HTTP client's stall timeout
-// ends a transfer that stops moving long before the latter.
-constexpr auto kRequestTimeout = 60s;
+// Uploads from a spool file: a WritableFile's calls carry no deadline of their own. The HTTP
+// client's stall timeout ends a transfer that stops moving long before this.
 constexpr auto kTransferTimeout = 30min;
 constexpr uint64_t kMaxCopyBytes = 5ull << 30;  // S3's limit for one CopyObject
-
-Deadline request_deadline() { return Deadline::after(kRequestTimeout); }
 
 class S3WritableFile final : public WritableFile {
  public:
@@ -87,9 +83,9 @@ class S3WritableFile final : public WritableFile {
   bool uploaded_ = false;
 };
 
-class S3Target final : public StorageTarget {
+class S3Store final : public Store {
  public:
-  S3Target(std::shared_ptr<S3Client> client, S3Location root)
+  S3Store(std::shared_ptr<S3Client> client, S3Location root)
       : client_(std::move(client)), bucket_(std::move(root.bucket)), prefix_(std::move(root.key)) {
     while (prefix_.ends_with('/')) prefix_.pop_back();
   }
@@ -98,9 +94,11 @@ class S3Target final : public StorageTarget {
     return "s3://" + bucket_ + (prefix_.empty() ? "" : "/" + prefix_);
   }
 
-  Status create_directory(const std::string& path) override { return key_of(path).status(); }
+  Status make_directory(const std::string& path, Deadline) override {
+    return key_of(path).status();
+  }
 
-  Result<std::unique_ptr<WritableFile>> create_file(const std::string& path) override {
+  Result<std::unique_ptr<WritableFile>> create(const std::string& path, Deadline) override {
     ZW_ASSIGN_OR_RETURN(std::string key, key_of(path));
     const std::string spool_dir = std::filesystem::temp_directory_path().string();
     const int fd = ::open(spool_dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
@@ -111,38 +109,41 @@ class S3Target final : public StorageTarget {
         client_, bucket_, key, File(fd, spool_dir + " (spool of " + url(key) + ")")));
   }
 
-  Status sync_directory(const std::string& path) override { return key_of(path).status(); }
+  Status sync_directory(const std::string& path, Deadline) override {
+    return key_of(path).status();
+  }
 
-  Status rename(const std::string& from, const std::string& to) override {
+  Status publish(const std::string& from, const std::string& to, Deadline deadline,
+                 std::string_view commit_record) override {
     ZW_ASSIGN_OR_RETURN(std::string from_key, key_of(from));
     ZW_ASSIGN_OR_RETURN(std::string to_key, key_of(to));
-    auto file = client_->head(bucket_, from_key, request_deadline());
+    auto file = client_->head(bucket_, from_key, deadline);
     if (file.is_ok()) {
-      ZW_RETURN_IF_ERROR(copy_object(*file, to_key));
-      return client_->remove(bucket_, from_key, request_deadline());
+      ZW_RETURN_IF_ERROR(copy_object(*file, to_key, deadline));
+      return client_->remove(bucket_, from_key, deadline);
     }
     if (file.status().code() != ErrorCode::kNotFound) return file.status();
-    ZW_ASSIGN_OR_RETURN(auto objects, client_->list(bucket_, from_key + "/", request_deadline()));
+    ZW_ASSIGN_OR_RETURN(auto objects, client_->list(bucket_, from_key + "/", deadline));
     if (objects.empty()) {
       return not_found("cannot rename '" + url(from_key) + "' to '" + url(to_key) +
                        "': it does not exist");
     }
-    ZW_ASSIGN_OR_RETURN(auto there, client_->list(bucket_, to_key + "/", request_deadline(), 1));
+    ZW_ASSIGN_OR_RETURN(auto there, client_->list(bucket_, to_key + "/", deadline, 1));
     if (!there.empty()) {
       return Status(ErrorCode::kAlreadyExists,
                     "cannot publish '" + url(from_key) + "' as '" + url(to_key) + "': it exists");
     }
-    for (const internal::S3Object& object : commit_records_last(objects)) {
+    for (const internal::S3Object& object : commit_records_last(objects, commit_record)) {
       ZW_RETURN_IF_ERROR(
-          copy_object(object, to_key + "/" + object.key.substr(from_key.size() + 1)));
+          copy_object(object, to_key + "/" + object.key.substr(from_key.size() + 1), deadline));
     }
-    return remove_objects(objects);
+    return remove_objects(objects, commit_record, deadline);
   }
 
-  Result<std::vector<std::string>> list(const std::string& path) override {
+  Result<std::vector<std::string>> list(const std::string& path, Deadline deadline) override {
     ZW_ASSIGN_OR_RETURN(std::string key, key_of(path));
     const std::string prefix = key.empty() ? "" : key + "/";
-    ZW_ASSIGN_OR_RETURN(auto objects, client_->list(bucket_, prefix, request_deadline()));
+    ZW_ASSIGN_OR_RETURN(auto objects, client_->list(bucket_, prefix, deadline));
     if (objects.empty() && !path.empty()) {
       return not_found("cannot list '" + url(key) + "': no object lies under it");
     }
@@ -154,85 +155,80 @@ class S3Target final : public StorageTarget {
     return std::vector<std::string>(names.begin(), names.end());
   }
 
-  Result<bool> exists(const std::string& path) override {
+  Result<ObjectStat> stat(const std::string& path, Deadline deadline) override {
     ZW_ASSIGN_OR_RETURN(std::string key, key_of(path));
-    if (path.empty()) return true;  // the root: objects appear under it as they are written
-    auto file = client_->head(bucket_, key, request_deadline());
-    if (file.is_ok()) return true;
+    // The root: objects appear under it as they are written.
+    if (path.empty()) return ObjectStat{true, true, 0};
+    auto file = client_->head(bucket_, key, deadline);
+    if (file.is_ok()) return ObjectStat{true, false, file->size};
     if (file.status().code() != ErrorCode::kNotFound) return file.status();
-    return is_directory(path);
+    ZW_ASSIGN_OR_RETURN(auto objects, client_->list(bucket_, key + "/", deadline, 1));
+    return objects.empty() ? ObjectStat{} : ObjectStat{true, true, 0};
   }
 
-  Result<bool> is_directory(const std::string& path) override {
+  Result<std::string> read(const std::string& path, Deadline deadline) override {
     ZW_ASSIGN_OR_RETURN(std::string key, key_of(path));
-    if (path.empty()) return true;
-    ZW_ASSIGN_OR_RETURN(auto objects, client_->list(bucket_, key + "/", request_deadline(), 1));
-    return !objects.empty();
+    return client_->get(bucket_, key, deadline);
   }
 
-  Result<std::string> read_file(const std::string& path) override {
+  Result<std::unique_ptr<ByteSource>> open(const std::string& path, IoBackend,
+                                           Deadline deadline) override {
     ZW_ASSIGN_OR_RETURN(std::string key, key_of(path));
-    return client_->get(bucket_, key, Deadline::after(kTransferTimeout));
+    return internal::open_s3_source(client_, S3Location{bucket_, key}, deadline);
   }
 
-  Result<uint64_t> file_size(const std::string& path) override {
+  Status remove(const std::string& path, Deadline deadline) override {
     ZW_ASSIGN_OR_RETURN(std::string key, key_of(path));
-    ZW_ASSIGN_OR_RETURN(auto object, client_->head(bucket_, key, request_deadline()));
-    return object.size;
-  }
-
-  Result<std::unique_ptr<ByteSource>> open_for_read(const std::string& path, IoBackend) override {
-    ZW_ASSIGN_OR_RETURN(std::string key, key_of(path));
-    return internal::open_s3_source(client_, S3Location{bucket_, key}, request_deadline());
-  }
-
-  Status remove_file(const std::string& path) override {
-    ZW_ASSIGN_OR_RETURN(std::string key, key_of(path));
-    Status removed = client_->remove(bucket_, key, request_deadline());
+    Status removed = client_->remove(bucket_, key, deadline);
     return removed.code() == ErrorCode::kNotFound ? Status::ok() : removed;
   }
 
-  Status remove_all(const std::string& path) override {
+  Status remove_all(const std::string& path, Deadline deadline,
+                    std::string_view commit_record) override {
     ZW_ASSIGN_OR_RETURN(std::string key, key_of(path));
     if (path.empty()) return invalid_argument("refusing to remove the whole of " + describe());
-    ZW_ASSIGN_OR_RETURN(auto objects, client_->list(bucket_, key + "/", request_deadline()));
-    return remove_objects(std::move(objects));
+    ZW_ASSIGN_OR_RETURN(auto objects, client_->list(bucket_, key + "/", deadline));
+    return remove_objects(std::move(objects), commit_record, deadline);
   }
 
  private:
   // The key of `path`: the prefix joined with it, refused (kInvalidArgument) when it would leave
   // the prefix (absolute, or with a ".." component), as on a local directory.
   Result<std::string> key_of(const std::string& path) const {
-    ZW_RETURN_IF_ERROR(internal::join_target_path(describe(), path).status());
+    ZW_RETURN_IF_ERROR(internal::join_store_path(describe(), path).status());
     if (prefix_.empty()) return path;
     return path.empty() ? prefix_ : prefix_ + "/" + path;
   }
   std::string url(const std::string& key) const { return "s3://" + bucket_ + "/" + key; }
 
-  static bool is_commit_record(const internal::S3Object& object) {
-    return object.key.ends_with(std::string("/") + internal::kCommitRecordName);
+  static bool is_commit_record(const internal::S3Object& object, std::string_view record) {
+    return !record.empty() && object.key.ends_with("/" + std::string(record));
   }
   static std::vector<internal::S3Object> commit_records_last(
-      std::vector<internal::S3Object> objects) {
-    std::stable_partition(objects.begin(), objects.end(),
-                          [](const internal::S3Object& o) { return !is_commit_record(o); });
+      std::vector<internal::S3Object> objects, std::string_view record) {
+    std::stable_partition(objects.begin(), objects.end(), [&](const internal::S3Object& o) {
+      return !is_commit_record(o, record);
+    });
     return objects;
   }
 
-  Status copy_object(const internal::S3Object& object, const std::string& to_key) {
+  Status copy_object(const internal::S3Object& object, const std::string& to_key,
+                     Deadline deadline) {
     if (object.size > kMaxCopyBytes) {
       return unsupported("cannot move " + url(object.key) + " (" + std::to_string(object.size) +
-                         " bytes): S3 copies at most 5 GiB in one request; keep checkpoint "
-                         "files smaller (max_file_bytes)");
+                         " bytes): S3 copies at most 5 GiB in one request; keep the objects "
+                         "smaller (a checkpoint's max_file_bytes)");
     }
-    return client_->copy(bucket_, object.key, to_key, Deadline::after(kTransferTimeout));
+    return client_->copy(bucket_, object.key, to_key, deadline);
   }
 
-  // Commit records first, so that a step stops counting before any of its files go.
-  Status remove_objects(std::vector<internal::S3Object> objects) {
-    std::stable_partition(objects.begin(), objects.end(), is_commit_record);
+  // Commit records first, so that a directory stops counting before any of its objects go.
+  Status remove_objects(std::vector<internal::S3Object> objects, std::string_view record,
+                        Deadline deadline) {
+    std::stable_partition(objects.begin(), objects.end(),
+                          [&](const internal::S3Object& o) { return is_commit_record(o, record); });
     for (const internal::S3Object& object : objects) {
-      Status removed = client_->remove(bucket_, object.key, request_deadline());
+      Status removed = client_->remove(bucket_, object.key, deadline);
       if (!removed.is_ok() && removed.code() != ErrorCode::kNotFound) return removed;
     }
     return Status::ok();
@@ -245,15 +241,14 @@ class S3Target final : public StorageTarget {
 
 }  // namespace
 
-Result<std::shared_ptr<StorageTarget>> make_s3_target(const std::string& url) {
-  ZW_ASSIGN_OR_RETURN(S3Location root, internal::parse_s3_url(url));
-  ZW_ASSIGN_OR_RETURN(auto client, internal::default_s3_client());
-  return std::shared_ptr<StorageTarget>(std::make_shared<S3Target>(client, std::move(root)));
+namespace internal {
+
+Result<std::shared_ptr<Store>> open_s3_store(const std::string& url) {
+  ZW_ASSIGN_OR_RETURN(S3Location root, parse_s3_url(url));
+  ZW_ASSIGN_OR_RETURN(auto client, default_s3_client());
+  return std::shared_ptr<Store>(std::make_shared<S3Store>(client, std::move(root)));
 }
 
-Result<std::shared_ptr<StorageTarget>> open_storage_target(const std::string& path_or_url) {
-  if (internal::is_s3_url(path_or_url)) return make_s3_target(path_or_url);
-  return make_local_directory_target(path_or_url);
-}
+}  // namespace internal
 
 }  // namespace zerowait

@@ -7,6 +7,7 @@
 #include "common/path_check.hpp"
 #include "common/text.hpp"
 #include "storage/local/file_sources.hpp"
+#include "storage/memory/memory_store.hpp"
 #include "storage/remote_object.hpp"
 #include "storage/s3/s3_store.hpp"
 
@@ -43,6 +44,7 @@ constexpr Driver kLocal = {"", open_local_store, open_local_source};
 constexpr Driver kDrivers[] = {
     {"http", nullptr, open_url_source},
     {"https", nullptr, open_url_source},
+    {"memory", internal::open_memory_store, internal::open_memory_source},
     {"s3", internal::open_s3_store, open_url_source},
 };
 

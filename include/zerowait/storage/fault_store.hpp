@@ -4,6 +4,7 @@
 // whichever operation a rule picks. Tests use it where a failure is hard to cause for real.
 #pragma once
 
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <functional>
@@ -102,11 +103,12 @@ class FaultStore final : public Store {
 
  private:
   std::shared_ptr<Store> inner_;
-  mutable std::mutex mutex_;
+  std::mutex rule_mutex_;  // guards rule_
   Rule rule_;
+  mutable std::mutex mutex_;  // orders the mutations: guards mutation_rule_ and operations_
   std::function<int(const StoreOperation&)> mutation_rule_;
   std::vector<StoreOperation> operations_;
-  uint64_t count_ = 0;
+  std::atomic<uint64_t> count_{0};
   // Shared with the sources it opened, which may outlive it.
   struct Stalls;
   std::shared_ptr<Stalls> stalls_;

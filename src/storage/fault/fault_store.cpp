@@ -127,7 +127,7 @@ FaultStore::FaultStore(std::shared_ptr<Store> inner)
 FaultStore::~FaultStore() { release_stalls(); }
 
 void FaultStore::set_rule(Rule rule) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(rule_mutex_);
   rule_ = std::move(rule);
 }
 
@@ -170,14 +170,16 @@ std::string FaultStore::full_name(const std::string& path) const {
 }
 
 Fault FaultStore::decide(StoreOperation& operation) {
+  operation.number = ++count_;
   Rule rule;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    operation.number = ++count_;
+    std::lock_guard<std::mutex> lock(rule_mutex_);
     rule = rule_;
   }
   Fault fault = rule ? rule(operation) : Fault{};
   if (!operation.mutates()) return fault;
+  // Only mutations wait for each other here: a rule that holds one back (a slow mirror) does not
+  // hold back the store's reads.
   std::lock_guard<std::mutex> lock(mutex_);
   if (fault.kind == Fault::Kind::kNone && mutation_rule_) {
     if (const int err = mutation_rule_(operation); err != 0) fault = {Fault::Kind::kError, err};

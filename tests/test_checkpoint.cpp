@@ -15,7 +15,6 @@
 #include <thread>
 
 #include "checkpoint/checkpoint_io.hpp"
-#include "checkpoint/memory_target.hpp"
 #include "testing/checkpoint_state.hpp"
 #include "testing/testing.hpp"
 #include "zerowait/checkpoint/checkpointer.hpp"

@@ -13,7 +13,6 @@
 #include <thread>
 
 #include "checkpoint/checkpoint_io.hpp"
-#include "checkpoint/memory_target.hpp"
 #include "host/cuda_runtime.hpp"
 #include "testing/checkpoint_state.hpp"
 #include "testing/testing.hpp"
@@ -58,7 +57,7 @@ TEST(CheckpointRestore, RestoresVerifiesAndMirrorsThroughATargetWithNoLocalPath)
     save_two_steps(dir.path(), state, compressed);
 
     // The directory's bytes, on a target that has nothing but the Store interface.
-    auto memory = make_memory_store("primary");
+    auto memory = testing::fresh_memory_store("primary");
     testing::copy_directory_into(dir.path(), *memory);
     ASSERT_EQ(list_steps(*memory).value(), (std::vector<uint64_t>{1, 2}));
     for (bool direct : {true, false}) {
@@ -72,7 +71,7 @@ TEST(CheckpointRestore, RestoresVerifiesAndMirrorsThroughATargetWithNoLocalPath)
 
     // Mirrored from memory into another memory target and into a local directory: both read
     // back tensor for tensor and verify.
-    auto memory_mirror = make_memory_store("mirror");
+    auto memory_mirror = testing::fresh_memory_store("mirror");
     TempDir mirror_dir;
     auto local_mirror = make_local_store(mirror_dir.path());
     for (Store* mirror : {memory_mirror.get(), local_mirror.get()}) {
@@ -87,7 +86,7 @@ TEST(CheckpointRestore, RestoresVerifiesAndMirrorsThroughATargetWithNoLocalPath)
 
 TEST(CheckpointRestore, ACheckpointerMirrorsIntoATargetWithNoLocalPath) {
   TempDir dir;
-  auto mirror = make_memory_store("mirror");
+  auto mirror = testing::fresh_memory_store("mirror");
   CheckpointOptions options;
   options.mirror = mirror;
   options.incremental = true;
@@ -287,7 +286,7 @@ TEST_P(ReadFaultTest, VerifyAndTheMirrorCopyReportAFailingRead) {
       << report.value().problems[0];
 
   inject(Fault::Kind::kFlipByte);
-  auto mirror = make_memory_store("mirror");
+  auto mirror = testing::fresh_memory_store("mirror");
   Status mirrored = internal::mirror_step(*faulty_, *mirror, 1);
   EXPECT_EQ(mirrored.code(), ErrorCode::kCorrupt) << mirrored.to_string();
   EXPECT_TRUE(contains(mirrored.message(), dir_ / tensor_.file)) << mirrored.message();

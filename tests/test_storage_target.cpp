@@ -7,8 +7,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "checkpoint/memory_target.hpp"
 #include "storage/s3/s3_client.hpp"
+#include "testing/checkpoint_state.hpp"
 #include "testing/s3_server.hpp"
 #include "testing/testing.hpp"
 #include "zerowait/storage/fault_store.hpp"
@@ -82,8 +82,8 @@ class StoreContract : public ::testing::TestWithParam<std::string> {
       target = make_local_store(dir.path());
       root = dir.path();
     } else if (GetParam() == "memory") {
-      target = make_memory_store("contract");
-      root = "memory:contract";
+      target = testing::fresh_memory_store("contract");
+      root = target->describe();
     } else {
       auto bucket = testing::make_test_bucket();
       if (!bucket) GTEST_SKIP() << testing::kNoS3Server;

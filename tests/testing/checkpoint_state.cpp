@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 
 #include "testing/testing.hpp"
+#include "zerowait/storage/open.hpp"
 
 namespace zerowait::testing {
 
@@ -109,6 +111,13 @@ void copy_directory_into(const std::string& dir, Store& target) {
             .is_ok());
     ASSERT_TRUE((*file)->close().is_ok());
   }
+}
+
+std::shared_ptr<Store> fresh_memory_store(const std::string& name) {
+  static std::atomic<int> made{0};
+  auto store = open_store("memory://" + name + "-" + std::to_string(++made));
+  EXPECT_TRUE(store.is_ok()) << store.status().to_string();
+  return store.is_ok() ? *store : nullptr;
 }
 
 }  // namespace zerowait::testing

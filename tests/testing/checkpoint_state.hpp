@@ -44,6 +44,10 @@ SaveResult save_and_wait(Checkpointer& cp, const SaveRequest& request);
 std::unique_ptr<Checkpointer> open_or_die(std::shared_ptr<Store> target,
                                           CheckpointOptions options = {});
 
+// A store with no local path, made empty for the caller: "memory://<name>-<n>", a new n each
+// call (memory stores live as long as the process, one per name).
+std::shared_ptr<Store> fresh_memory_store(const std::string& name);
+
 // Copies every directory and file under local directory `dir` into `target` (same relative
 // paths) with plain file reads and the target's writes: how a test puts a checkpoint written to
 // a directory onto a target with no local path.

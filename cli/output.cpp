@@ -10,7 +10,7 @@
 
 #include "common/text.hpp"
 #include "zerowait/diagnose/cold_cache.hpp"
-#include "zerowait/io/cache_directory.hpp"
+#include "zerowait/storage/cache_directory.hpp"
 
 namespace zerowait::cli {
 

@@ -14,8 +14,8 @@
 
 #include "common.hpp"
 #include "zerowait/common/status.hpp"
-#include "zerowait/io/byte_source.hpp"
-#include "zerowait/io/cache_directory.hpp"
+#include "zerowait/storage/byte_source.hpp"
+#include "zerowait/storage/cache_directory.hpp"
 #include "zerowait/shard/dataset.hpp"
 #include "zerowait/shard/pack.hpp"
 #include "zerowait/shard/reader.hpp"

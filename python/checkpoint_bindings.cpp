@@ -15,6 +15,7 @@
 #include "zerowait/checkpoint/maintenance.hpp"
 #include "zerowait/checkpoint/manifest.hpp"
 #include "zerowait/checkpoint/restore.hpp"
+#include "zerowait/storage/open.hpp"
 
 namespace zerowait {
 namespace {
@@ -24,8 +25,8 @@ using internal::from_seconds;
 double default_read_timeout_s() { return internal::seconds(kDefaultReadTimeout); }
 
 // A checkpoint directory or s3://BUCKET/PREFIX (other URLs are refused by name when used).
-std::shared_ptr<StorageTarget> checkpoint_target(py::handle directory) {
-  return value_or_throw(open_storage_target(fs_path(directory)));
+std::shared_ptr<Store> checkpoint_target(py::handle directory) {
+  return value_or_throw(open_store(fs_path(directory)));
 }
 
 py::dict save_result_dict(const SaveResult& r) {
@@ -63,7 +64,7 @@ class CheckpointReader {
   py::object manifest() const { return manifest_object(manifest_); }
 
  private:
-  std::shared_ptr<StorageTarget> target_;
+  std::shared_ptr<Store> target_;
   RankManifest manifest_;
 };
 
@@ -77,7 +78,7 @@ py::dict restore_newest_py(py::handle directory, py::object mirror, std::optiona
                            uint32_t rank, bool fallback, py::function plan, py::function on_skip,
                            unsigned threads, bool direct, double read_timeout_s) {
   auto primary = checkpoint_target(directory);
-  std::shared_ptr<StorageTarget> mirror_target;
+  std::shared_ptr<Store> mirror_target;
   if (!mirror.is_none()) mirror_target = checkpoint_target(mirror);
   std::exception_ptr raised;
   RestoreNewestOptions options;

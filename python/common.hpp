@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "zerowait/common/status.hpp"
-#include "zerowait/io/block_cache.hpp"
+#include "zerowait/storage/block_cache.hpp"
 
 namespace py = pybind11;
 

@@ -16,7 +16,7 @@
 #include "common.hpp"
 #include "common/clock.hpp"
 #include "common/path_check.hpp"
-#include "zerowait/io/device_reader.hpp"
+#include "zerowait/storage/device_reader.hpp"
 #include "zerowait/shard/dataset.hpp"
 
 namespace zerowait {

@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "io/remote/aws_config.hpp"
+#include "storage/s3/aws_config.hpp"
 #include "testing/testing.hpp"
 
 namespace zerowait::internal {

@@ -19,13 +19,13 @@
 #include <vector>
 
 #include "common/log.hpp"
-#include "io/remote/http_client.hpp"
-#include "io/remote/remote_object.hpp"
+#include "storage/http/http_client.hpp"
+#include "storage/remote_object.hpp"
 #include "testing/child_processes.hpp"
 #include "testing/http_server.hpp"
 #include "testing/image_dataset.hpp"
 #include "testing/testing.hpp"
-#include "zerowait/io/block_cache.hpp"
+#include "zerowait/storage/block_cache.hpp"
 #include "zerowait/loader/loader.hpp"
 #include "zerowait/shard/dataset.hpp"
 

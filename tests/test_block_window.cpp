@@ -8,7 +8,7 @@
 
 #include "loader/block_window.hpp"
 #include "testing/testing.hpp"
-#include "zerowait/io/byte_source.hpp"
+#include "zerowait/storage/byte_source.hpp"
 
 namespace zerowait {
 namespace {

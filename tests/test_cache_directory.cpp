@@ -12,7 +12,7 @@
 #include <string>
 
 #include "testing/testing.hpp"
-#include "zerowait/io/cache_directory.hpp"
+#include "zerowait/storage/cache_directory.hpp"
 #include "zerowait/shard/webdataset.hpp"
 
 namespace zerowait {

@@ -21,6 +21,8 @@
 #include "zerowait/checkpoint/maintenance.hpp"
 #include "zerowait/checkpoint/manifest.hpp"
 #include "zerowait/checkpoint/restore.hpp"
+#include "zerowait/storage/fault_store.hpp"
+#include "zerowait/storage/open.hpp"
 
 namespace zerowait {
 namespace {
@@ -37,7 +39,7 @@ TEST(Checkpoint, RoundTripsAcrossFilesBackendsAndCompression) {
   for (bool compressed : {false, true}) {
     for (bool direct : {false, true}) {
       TempDir dir;
-      auto target = make_local_directory_target(dir.path());
+      auto target = make_local_store(dir.path());
       CheckpointOptions options;
       options.max_file_bytes = 1 << 20;  // several files
       options.compression = compressed ? Compression::kZstd : Compression::kNone;
@@ -61,7 +63,7 @@ TEST(Checkpoint, RoundTripsAcrossFilesBackendsAndCompression) {
 
 TEST(Checkpoint, RefusesToOverwriteACommittedStep) {
   TempDir dir;
-  auto target = make_local_directory_target(dir.path());
+  auto target = make_local_store(dir.path());
   auto cp = open_or_die(target);
   State state = State::make({10});
   save_and_wait(*cp, state.request(1));
@@ -75,7 +77,7 @@ TEST(Checkpoint, RefusesToOverwriteACommittedStep) {
 
 TEST(Checkpoint, RejectsBadRequestsUpFront) {
   TempDir dir;
-  auto cp = open_or_die(make_local_directory_target(dir.path()));
+  auto cp = open_or_die(make_local_store(dir.path()));
   State state = State::make({4, 4});
   SaveRequest dup = state.request(1);
   dup.tensors[1].name = dup.tensors[0].name;
@@ -89,7 +91,7 @@ TEST(Checkpoint, RejectsBadRequestsUpFront) {
 
 TEST(Checkpoint, APreparedSaveThatIsNeverStartedHoldsNothingUp) {
   TempDir dir;
-  auto target = make_local_directory_target(dir.path());
+  auto target = make_local_store(dir.path());
   auto cp = open_or_die(target);
   State state = State::make({100, 200});
   {
@@ -114,7 +116,7 @@ TEST(Checkpoint, APreparedSaveThatIsNeverStartedHoldsNothingUp) {
 }
 
 // The position of the first operation equal to `op` (kind + " " + path) after `after`, or -1.
-long position(const std::vector<StorageOperation>& ops, const std::string& op, long after = -1) {
+long position(const std::vector<StoreOperation>& ops, const std::string& op, long after = -1) {
   for (size_t i = static_cast<size_t>(after + 1); i < ops.size(); ++i) {
     if (ops[i].to_string() == op) return static_cast<long>(i);
   }
@@ -123,7 +125,7 @@ long position(const std::vector<StorageOperation>& ops, const std::string& op, l
 
 TEST(Checkpoint, CommitsInTheDurableOrder) {
   TempDir dir;
-  auto faults = std::make_shared<FaultInjectingTarget>(make_local_directory_target(dir.path()));
+  auto faults = std::make_shared<FaultStore>(make_local_store(dir.path()));
   CheckpointOptions options;
   options.max_file_bytes = 4096;
   auto cp = open_or_die(faults, options);
@@ -139,9 +141,9 @@ TEST(Checkpoint, CommitsInTheDurableOrder) {
   const long rank_manifest = position(ops, "fsync step-5.tmp/rank-00000.json.tmp");
   const long manifest = position(ops, "fsync step-5.tmp/manifest.json");
   const long manifest_dir = position(ops, "fsync-dir step-5.tmp", manifest);
-  const long rename = position(ops, "rename step-5.tmp -> step-5");
+  const long rename = position(ops, "publish step-5.tmp -> step-5");
   const long root = position(ops, "fsync-dir ");
-  const long latest = position(ops, "rename latest.tmp -> latest");
+  const long latest = position(ops, "publish latest.tmp -> latest");
   for (long p : {file0, file1, rank_manifest, manifest, manifest_dir, rename, root, latest}) {
     ASSERT_GE(p, 0) << trace;
   }
@@ -159,10 +161,10 @@ TEST(Checkpoint, CommitsInTheDurableOrder) {
 // newest committed step and reads back intact, and a later save succeeds.
 TEST(Checkpoint, AnInjectedErrorAtAnyStepLeavesThePreviousStepIntact) {
   State state = State::make({3000, 100, 2000});
-  std::vector<StorageOperation> clean_ops;
+  std::vector<StoreOperation> clean_ops;
   {
     TempDir dir;
-    auto faults = std::make_shared<FaultInjectingTarget>(make_local_directory_target(dir.path()));
+    auto faults = std::make_shared<FaultStore>(make_local_store(dir.path()));
     CheckpointOptions options;
     options.max_file_bytes = 8192;
     auto cp = open_or_die(faults, options);
@@ -171,7 +173,7 @@ TEST(Checkpoint, AnInjectedErrorAtAnyStepLeavesThePreviousStepIntact) {
     save_and_wait(*cp, state.request(2));
     clean_ops = faults->operations();
   }
-  std::vector<StorageOperation> faultable;
+  std::vector<StoreOperation> faultable;
   for (const auto& op : clean_ops) {
     if (op.kind != "writeback") faultable.push_back(op);  // a hint: it has no error to report
   }
@@ -180,7 +182,7 @@ TEST(Checkpoint, AnInjectedErrorAtAnyStepLeavesThePreviousStepIntact) {
   for (int err : {EIO, ENOSPC}) {
     for (size_t k = 0; k < faultable.size(); ++k) {
       TempDir dir;
-      auto faults = std::make_shared<FaultInjectingTarget>(make_local_directory_target(dir.path()));
+      auto faults = std::make_shared<FaultStore>(make_local_store(dir.path()));
       CheckpointOptions options;
       options.max_file_bytes = 8192;
       auto cp = open_or_die(faults, options);
@@ -189,7 +191,7 @@ TEST(Checkpoint, AnInjectedErrorAtAnyStepLeavesThePreviousStepIntact) {
       save_and_wait(*cp, saved.request(1));
       size_t seen = 0;
       std::string failed_op;
-      faults->set_fault_rule([&](const StorageOperation& op) {
+      faults->set_fault_rule([&](const StoreOperation& op) {
         if (!failed_op.empty() || op.kind == "writeback" || seen++ != k) return 0;
         failed_op = op.to_string();
         return err;
@@ -224,7 +226,7 @@ TEST(Checkpoint, AnInjectedErrorAtAnyStepLeavesThePreviousStepIntact) {
 
 TEST(Checkpoint, IncrementalSavesWriteOnlyChangesAndRetentionKeepsWhatIsReferenced) {
   TempDir dir;
-  auto target = make_local_directory_target(dir.path());
+  auto target = make_local_store(dir.path());
   CheckpointOptions options;
   options.incremental = true;
   options.keep_last = 2;
@@ -267,13 +269,13 @@ TEST(Checkpoint, IncrementalSavesWriteOnlyChangesAndRetentionKeepsWhatIsReferenc
 
 // A URL is not a local folder: "s3://bucket/ck" once became a folder "s3:" under the working
 // directory. Refused by a local directory target before anything is created, for the directory
-// and for the mirror (open_storage_target gives s3:// URLs a target of their own).
+// and for the mirror (open_store gives s3:// URLs a target of their own).
 TEST(Checkpoint, RefusesAUrlAsDirectoryOrMirror) {
   TempDir cwd;
   const fs::path previous = fs::current_path();
   fs::current_path(cwd.path());
   for (const std::string url : {"s3://bucket/ck", "https://host/ck", "file:///tmp/ck"}) {
-    auto opened = Checkpointer::open(make_local_directory_target(url), {});
+    auto opened = Checkpointer::open(make_local_store(url), {});
     ASSERT_FALSE(opened.is_ok()) << url;
     EXPECT_EQ(opened.status().code(), ErrorCode::kInvalidArgument);
     EXPECT_NE(opened.status().message().find(url), std::string::npos) << opened.status().message();
@@ -282,8 +284,8 @@ TEST(Checkpoint, RefusesAUrlAsDirectoryOrMirror) {
         << opened.status().message();
 
     CheckpointOptions options;
-    options.mirror = make_local_directory_target(url);
-    opened = Checkpointer::open(make_local_directory_target(cwd / "ck"), options);
+    options.mirror = make_local_store(url);
+    opened = Checkpointer::open(make_local_store(cwd / "ck"), options);
     ASSERT_FALSE(opened.is_ok()) << url;
     EXPECT_EQ(opened.status().code(), ErrorCode::kInvalidArgument);
     EXPECT_NE(opened.status().message().find("mirror"), std::string::npos)
@@ -300,8 +302,8 @@ TEST(Checkpoint, RefusesAUrlAsDirectoryOrMirror) {
 TEST(Checkpoint, MirrorGetsEveryCommittedStepVerified) {
   TempDir local_dir;
   TempDir mirror_dir;
-  auto local = make_local_directory_target(local_dir.path());
-  auto mirror = make_local_directory_target(mirror_dir.path());
+  auto local = make_local_store(local_dir.path());
+  auto mirror = make_local_store(mirror_dir.path());
   CheckpointOptions options;
   options.mirror = mirror;
   options.incremental = true;
@@ -324,12 +326,11 @@ TEST(Checkpoint, MirrorGetsEveryCommittedStepVerified) {
 TEST(Checkpoint, ALaggingMirrorGetsEveryStepBeforeRetentionRetiresItLocally) {
   TempDir local_dir;
   TempDir mirror_dir;
-  auto local = make_local_directory_target(local_dir.path());
-  auto mirror =
-      std::make_shared<FaultInjectingTarget>(make_local_directory_target(mirror_dir.path()));
+  auto local = make_local_store(local_dir.path());
+  auto mirror = std::make_shared<FaultStore>(make_local_store(mirror_dir.path()));
   std::atomic<bool> mirror_may_go{false};
   // The mirror's copy of a step waits until four steps are committed locally.
-  mirror->set_fault_rule([&](const StorageOperation& op) {
+  mirror->set_fault_rule([&](const StoreOperation& op) {
     while (op.path.starts_with("step-") && !mirror_may_go) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
@@ -357,8 +358,8 @@ TEST(Checkpoint, ALaggingMirrorGetsEveryStepBeforeRetentionRetiresItLocally) {
   EXPECT_EQ(list_steps(*mirror).value(), (std::vector<uint64_t>{4}));
   EXPECT_EQ(read_all(*mirror, 4), state.values);
   std::vector<std::string> commits_copied;
-  for (const StorageOperation& op : mirror->operations()) {
-    if (op.kind == "rename" && op.path.starts_with("step-")) {
+  for (const StoreOperation& op : mirror->operations()) {
+    if (op.kind == "publish" && op.path.starts_with("step-")) {
       commits_copied.push_back(op.path);
     }
   }
@@ -371,14 +372,12 @@ TEST(Checkpoint, ALaggingMirrorGetsEveryStepBeforeRetentionRetiresItLocally) {
 TEST(Checkpoint, AFailingMirrorIsReportedAndLeavesLocalStepsAlone) {
   TempDir local_dir;
   TempDir mirror_dir;
-  auto local = make_local_directory_target(local_dir.path());
-  auto mirror =
-      std::make_shared<FaultInjectingTarget>(make_local_directory_target(mirror_dir.path()));
+  auto local = make_local_store(local_dir.path());
+  auto mirror = std::make_shared<FaultStore>(make_local_store(mirror_dir.path()));
   CheckpointOptions options;
   options.mirror = mirror;
   auto cp = open_or_die(local, options);
-  mirror->set_fault_rule(
-      [](const StorageOperation& op) { return op.kind == "write" ? ENOSPC : 0; });
+  mirror->set_fault_rule([](const StoreOperation& op) { return op.kind == "write" ? ENOSPC : 0; });
   State state = State::make({1000, 2000});
   save_and_wait(*cp, state.request(1));
   Status mirrored = cp->wait_all();
@@ -401,7 +400,7 @@ TEST(Checkpoint, AFailingMirrorIsReportedAndLeavesLocalStepsAlone) {
 // 2^64) is a corrupt record naming the file, never a value converted with undefined behaviour.
 TEST(Checkpoint, RecordIntegersThatDoNotFitAreCorrupt) {
   TempDir dir;
-  auto target = make_local_directory_target(dir.path());
+  auto target = make_local_store(dir.path());
   State state = State::make({100});
   state.fill_all(1);
   {
@@ -443,8 +442,8 @@ TEST(Checkpoint, RecordIntegersThatDoNotFitAreCorrupt) {
 TEST(Checkpoint, MirrorRefusesACorruptLocalCopy) {
   TempDir local_dir;
   TempDir mirror_dir;
-  auto local = make_local_directory_target(local_dir.path());
-  auto mirror = make_local_directory_target(mirror_dir.path());
+  auto local = make_local_store(local_dir.path());
+  auto mirror = make_local_store(mirror_dir.path());
   State state = State::make({1000, 2000});
   state.fill_all(1);
   CheckpointOptions options;
@@ -484,14 +483,14 @@ TEST(Checkpoint, TwoRunsSharingAMirrorNeverPassOffOneRunsStepAsTheOthers) {
   TempDir first_dir;
   TempDir second_dir;
   TempDir mirror_dir;
-  auto mirror = make_local_directory_target(mirror_dir.path());
+  auto mirror = make_local_store(mirror_dir.path());
   State first = State::make({1000, 300});
   first.fill_all(1);
   CheckpointOptions options;
   options.mirror = mirror;
   options.run_id = "first-run";
   {
-    auto cp = open_or_die(make_local_directory_target(first_dir.path()), options);
+    auto cp = open_or_die(make_local_store(first_dir.path()), options);
     save_and_wait(*cp, first.request(5));
     ASSERT_TRUE(cp->wait_all().is_ok());
   }
@@ -500,7 +499,7 @@ TEST(Checkpoint, TwoRunsSharingAMirrorNeverPassOffOneRunsStepAsTheOthers) {
   State second = State::make({1000, 300});
   second.fill_all(2);
   options.run_id = "second-run";
-  auto second_local = make_local_directory_target(second_dir.path());
+  auto second_local = make_local_store(second_dir.path());
   auto cp = open_or_die(second_local, options);
   auto handle = cp->save(second.request(5));
   ASSERT_TRUE(handle.is_ok()) << handle.status().to_string();
@@ -532,8 +531,8 @@ TEST(Checkpoint, AMirrorStepThatAppearsMeanwhileIsAConflictNotAnOverwrite) {
   TempDir first_dir;
   TempDir second_dir;
   TempDir mirror_dir;
-  auto mirror = make_local_directory_target(mirror_dir.path());
-  auto first_local = make_local_directory_target(first_dir.path());
+  auto mirror = make_local_store(mirror_dir.path());
+  auto first_local = make_local_store(first_dir.path());
   State first = State::make({500});
   first.fill_all(1);
   {
@@ -544,9 +543,9 @@ TEST(Checkpoint, AMirrorStepThatAppearsMeanwhileIsAConflictNotAnOverwrite) {
   }
   // The second run's mirror: once its step 5 is committed locally, the first run's step 5
   // reaches the mirror just before the second run's copy starts.
-  auto racing = std::make_shared<FaultInjectingTarget>(mirror);
+  auto racing = std::make_shared<FaultStore>(mirror);
   bool raced = false;
-  racing->set_fault_rule([&](const StorageOperation& op) {
+  racing->set_fault_rule([&](const StoreOperation& op) {
     if (!raced && op.path.starts_with("step-5")) {
       raced = true;
       EXPECT_TRUE(internal::mirror_step(*first_local, *mirror, 5).is_ok());
@@ -558,7 +557,7 @@ TEST(Checkpoint, AMirrorStepThatAppearsMeanwhileIsAConflictNotAnOverwrite) {
   options.mirror = racing;
   State second = State::make({500});
   second.fill_all(2);
-  auto cp = open_or_die(make_local_directory_target(second_dir.path()), options);
+  auto cp = open_or_die(make_local_store(second_dir.path()), options);
   save_and_wait(*cp, second.request(5));  // committed locally: the mirror was free then
   Status mirrored = cp->wait_all();
   ASSERT_TRUE(raced);
@@ -573,7 +572,7 @@ TEST(Checkpoint, AMirrorStepThatAppearsMeanwhileIsAConflictNotAnOverwrite) {
 
 TEST(Checkpoint, ReadNamesTheDamagedTensorAndFile) {
   TempDir dir;
-  auto target = make_local_directory_target(dir.path());
+  auto target = make_local_store(dir.path());
   State state = State::make({100, 5000});
   state.fill_all(3);
   auto cp = open_or_die(target);
@@ -611,7 +610,7 @@ TEST(Checkpoint, RanksMeetThroughFilesAndEachReadsItsOwnPart) {
       CheckpointOptions options;
       options.rank = r;
       options.world_size = kRanks;
-      auto cp = Checkpointer::open(make_local_directory_target(dir.path()), options);
+      auto cp = Checkpointer::open(make_local_store(dir.path()), options);
       if (!cp.is_ok()) {
         statuses[r] = cp.status();
         return;
@@ -625,7 +624,7 @@ TEST(Checkpoint, RanksMeetThroughFilesAndEachReadsItsOwnPart) {
   }
   for (auto& t : ranks) t.join();
   for (const Status& s : statuses) ASSERT_TRUE(s.is_ok()) << s.to_string();
-  auto target = make_local_directory_target(dir.path());
+  auto target = make_local_store(dir.path());
   EXPECT_EQ(list_steps(*target).value(), (std::vector<uint64_t>{1, 2}));
   EXPECT_EQ(read_step_info(*target, 2).value().world_size, kRanks);
   for (uint32_t r = 0; r < kRanks; ++r) EXPECT_EQ(read_all(*target, 2, r), states[r].values);
@@ -636,7 +635,7 @@ TEST(Checkpoint, AStepIsNotCommittedWhenARankNeverFinishes) {
   CheckpointOptions options;
   options.world_size = 2;
   options.commit_timeout_s = 0.3;
-  auto target = make_local_directory_target(dir.path());
+  auto target = make_local_store(dir.path());
   auto cp = open_or_die(target, options);
   State state = State::make({100});
   auto handle = cp->save(state.request(1));
@@ -682,7 +681,7 @@ void save_steps(Checkpointer& cp, uint64_t first, uint64_t last) {
 // After a death: every committed step verifies and holds exactly what it saved, and a new
 // Checkpointer removes the debris and saves the next step.
 void expect_intact_and_resumable(const std::string& dir, int mode, const std::string& when) {
-  auto target = make_local_directory_target(dir);
+  auto target = make_local_store(dir);
   auto steps = list_steps(*target);
   ASSERT_TRUE(steps.is_ok()) << when << ": " << steps.status().to_string();
   for (uint64_t step : steps.value()) {
@@ -707,19 +706,19 @@ TEST(Checkpoint, DyingAtEachStepOfTheCommitNeverLeavesATornStep) {
   constexpr int kDiedAtTheFault = 86;
   for (int mode = 0; mode < 3; ++mode) {
     // A run that does not die: its operations, and the one that publishes each step.
-    std::vector<StorageOperation> operations;
+    std::vector<StoreOperation> operations;
     {
       TempDir dir;
-      auto faults = std::make_shared<FaultInjectingTarget>(make_local_directory_target(dir.path()));
+      auto faults = std::make_shared<FaultStore>(make_local_store(dir.path()));
       auto cp = open_or_die(faults, kill_test_options(mode));
       save_steps(*cp, 1, kSteps);
       operations = faults->operations();
     }
-    std::vector<size_t> published;  // 1-based position of "rename step-s.tmp -> step-s"
+    std::vector<size_t> published;  // 1-based position of "publish step-s.tmp -> step-s"
     for (uint64_t step = 1; step <= kSteps; ++step) {
       const std::string rename = step_directory(step) + ".tmp -> " + step_directory(step);
-      auto it = std::find_if(operations.begin(), operations.end(), [&](const StorageOperation& op) {
-        return op.kind == "rename" && op.path == rename;
+      auto it = std::find_if(operations.begin(), operations.end(), [&](const StoreOperation& op) {
+        return op.kind == "publish" && op.path == rename;
       });
       ASSERT_NE(it, operations.end()) << rename;
       published.push_back(static_cast<size_t>(it - operations.begin()) + 1);
@@ -729,10 +728,9 @@ TEST(Checkpoint, DyingAtEachStepOfTheCommitNeverLeavesATornStep) {
       const pid_t pid = fork();
       ASSERT_GE(pid, 0);
       if (pid == 0) {
-        auto faults =
-            std::make_shared<FaultInjectingTarget>(make_local_directory_target(dir.path()));
+        auto faults = std::make_shared<FaultStore>(make_local_store(dir.path()));
         size_t count = 0;
-        faults->set_fault_rule([&](const StorageOperation&) {
+        faults->set_fault_rule([&](const StoreOperation&) {
           if (++count == fatal) _exit(kDiedAtTheFault);
           return 0;
         });
@@ -750,7 +748,7 @@ TEST(Checkpoint, DyingAtEachStepOfTheCommitNeverLeavesATornStep) {
           << when << ": the child did not die there (status " << wstatus << ")";
       const uint64_t committed = static_cast<uint64_t>(
           std::count_if(published.begin(), published.end(), [&](size_t p) { return p < fatal; }));
-      auto steps = list_steps(*make_local_directory_target(dir.path()));
+      auto steps = list_steps(*make_local_store(dir.path()));
       ASSERT_TRUE(steps.is_ok()) << when;
       ASSERT_EQ(steps.value().empty() ? 0 : steps.value().back(), committed) << when;
       expect_intact_and_resumable(dir.path(), mode, when);
@@ -770,8 +768,7 @@ TEST(Checkpoint, KillNineAtRandomMomentsNeverLeavesATornStep) {
     const pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-      auto cp =
-          Checkpointer::open(make_local_directory_target(dir.path()), kill_test_options(mode));
+      auto cp = Checkpointer::open(make_local_store(dir.path()), kill_test_options(mode));
       if (!cp.is_ok()) _exit(3);
       auto steps = list_steps(cp.value()->target());
       save_steps(*cp.value(),
@@ -784,7 +781,7 @@ TEST(Checkpoint, KillNineAtRandomMomentsNeverLeavesATornStep) {
     ASSERT_TRUE(WIFSIGNALED(wstatus))
         << "the saving child exited by itself with status " << WEXITSTATUS(wstatus);
     const std::string when = "kill " + std::to_string(kill_index);
-    auto steps = list_steps(*make_local_directory_target(dir.path()));
+    auto steps = list_steps(*make_local_store(dir.path()));
     ASSERT_TRUE(steps.is_ok()) << when;
     const uint64_t now = steps.value().empty() ? 0 : steps.value().back();
     ASSERT_GE(now, newest) << when << ": the newest step went back";

@@ -20,6 +20,8 @@
 #include "zerowait/checkpoint/maintenance.hpp"
 #include "zerowait/checkpoint/manifest.hpp"
 #include "zerowait/checkpoint/restore.hpp"
+#include "zerowait/storage/fault_store.hpp"
+#include "zerowait/storage/open.hpp"
 
 namespace zerowait {
 namespace {
@@ -39,7 +41,7 @@ void save_two_steps(const std::string& dir, TrainingState& state, bool compresse
   CheckpointOptions options;
   options.max_file_bytes = 1 << 20;
   options.compression = compressed ? Compression::kZstd : Compression::kNone;
-  auto cp = testing::open_or_die(make_local_directory_target(dir), options);
+  auto cp = testing::open_or_die(make_local_store(dir), options);
   state.fill_all(1);
   save_and_wait(*cp, state.request(1));
   state.fill_all(2);
@@ -54,8 +56,8 @@ TEST(CheckpointRestore, RestoresVerifiesAndMirrorsThroughATargetWithNoLocalPath)
     TrainingState state = TrainingState::make({0, 3, 1000, 300000, 5 << 20});
     save_two_steps(dir.path(), state, compressed);
 
-    // The directory's bytes, on a target that has nothing but the StorageTarget interface.
-    auto memory = make_memory_target("primary");
+    // The directory's bytes, on a target that has nothing but the Store interface.
+    auto memory = testing::fresh_memory_store("primary");
     testing::copy_directory_into(dir.path(), *memory);
     ASSERT_EQ(list_steps(*memory).value(), (std::vector<uint64_t>{1, 2}));
     for (bool direct : {true, false}) {
@@ -69,10 +71,10 @@ TEST(CheckpointRestore, RestoresVerifiesAndMirrorsThroughATargetWithNoLocalPath)
 
     // Mirrored from memory into another memory target and into a local directory: both read
     // back tensor for tensor and verify.
-    auto memory_mirror = make_memory_target("mirror");
+    auto memory_mirror = testing::fresh_memory_store("mirror");
     TempDir mirror_dir;
-    auto local_mirror = make_local_directory_target(mirror_dir.path());
-    for (StorageTarget* mirror : {memory_mirror.get(), local_mirror.get()}) {
+    auto local_mirror = make_local_store(mirror_dir.path());
+    for (Store* mirror : {memory_mirror.get(), local_mirror.get()}) {
       SCOPED_TRACE(mirror->describe());
       ASSERT_TRUE(internal::mirror_step(*memory, *mirror, 2).is_ok());
       EXPECT_EQ(list_steps(*mirror).value(), std::vector<uint64_t>{2});
@@ -84,11 +86,11 @@ TEST(CheckpointRestore, RestoresVerifiesAndMirrorsThroughATargetWithNoLocalPath)
 
 TEST(CheckpointRestore, ACheckpointerMirrorsIntoATargetWithNoLocalPath) {
   TempDir dir;
-  auto mirror = make_memory_target("mirror");
+  auto mirror = testing::fresh_memory_store("mirror");
   CheckpointOptions options;
   options.mirror = mirror;
   options.incremental = true;
-  auto cp = testing::open_or_die(make_local_directory_target(dir.path()), options);
+  auto cp = testing::open_or_die(make_local_store(dir.path()), options);
   TrainingState state = TrainingState::make({1000, 2000, 3000});
   for (uint64_t step = 1; step <= 3; ++step) {
     state.fill(step % 3, step);
@@ -108,7 +110,7 @@ TEST(CheckpointRestore, ReadsThroughStagingInBatchesAndVerifiesThere) {
   TempDir dir;
   TrainingState state = TrainingState::make({0, 3, 1000, 300000, 5 << 20, 7, 20000, 1});
   save_two_steps(dir.path(), state, /*compressed=*/false);
-  auto target = make_local_directory_target(dir.path());
+  auto target = make_local_store(dir.path());
   const RankManifest manifest = read_rank_manifest(*target, 2, 0).value();
   for (uint64_t batch_bytes : {uint64_t{64} << 10, uint64_t{1} << 20, uint64_t{512} << 20}) {
     for (bool direct : {true, false}) {
@@ -153,7 +155,7 @@ TEST(CheckpointRestore, AReadIntoDeviceMemoryWithoutCudaNamesTheTensor) {
   TempDir dir;
   TrainingState state = TrainingState::make({1000});
   save_two_steps(dir.path(), state, /*compressed=*/false);
-  auto target = make_local_directory_target(dir.path());
+  auto target = make_local_store(dir.path());
   const RankManifest manifest = read_rank_manifest(*target, 2, 0).value();
   std::vector<float> out(1000);
   TensorRead read{0, reinterpret_cast<std::byte*>(out.data()), false, /*device=*/0};
@@ -168,7 +170,7 @@ TEST(CheckpointRestore, AReadIntoDeviceMemoryWithoutCudaNamesTheTensor) {
 TEST(CheckpointRestore, WaitingForADeviceStreamWithoutCudaIsRefused) {
   if (internal::cuda_runtime().ok) GTEST_SKIP() << "CUDA is present: the GPU tests cover this";
   TempDir dir;
-  auto cp = testing::open_or_die(make_local_directory_target(dir.path()));
+  auto cp = testing::open_or_die(make_local_store(dir.path()));
   TrainingState state = TrainingState::make({1000});
   state.fill_all(4);
   {
@@ -178,18 +180,18 @@ TEST(CheckpointRestore, WaitingForADeviceStreamWithoutCudaIsRefused) {
     EXPECT_EQ(s.code(), ErrorCode::kUnsupported) << s.to_string();
   }
   save_and_wait(*cp, state.request(2));
-  EXPECT_EQ(read_all(*make_local_directory_target(dir.path()), 2), state.values);
+  EXPECT_EQ(read_all(*make_local_store(dir.path()), 2), state.values);
 }
 
-// A step saved in a local directory, read through a FaultInjectingTarget whose rule faults the
+// A step saved in a local directory, read through a FaultStore whose rule faults the
 // read that covers one byte of the largest tensor.
 class ReadFaultTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     state_.fill_all(1);
-    auto cp = testing::open_or_die(make_local_directory_target(dir_.path()));
+    auto cp = testing::open_or_die(make_local_store(dir_.path()));
     save_and_wait(*cp, state_.request(1));
-    faulty_ = std::make_shared<FaultInjectingTarget>(make_local_directory_target(dir_.path()));
+    faulty_ = std::make_shared<FaultStore>(make_local_store(dir_.path()));
     manifest_ = read_rank_manifest(*faulty_, 1, 0).value();
     tensor_ = manifest_.tensors[1];
     target_byte_ = tensor_.offset + tensor_.nbytes / 2;
@@ -197,15 +199,15 @@ class ReadFaultTest : public ::testing::TestWithParam<bool> {
 
   // Faults the read of the tensor's file that covers its middle byte with `kind`; remembers the
   // offset of the faulted request.
-  void inject(ReadFault::Kind kind) {
+  void inject(Fault::Kind kind) {
     faulty_->set_read_fault_rule(
         [this, kind](const std::string& path, uint64_t offset, uint64_t length) {
           if (path != tensor_.file || target_byte_ < offset || target_byte_ >= offset + length) {
-            return ReadFault{};
+            return Fault{};
           }
           faulted_offset_ = offset;
           faulted_length_ = length;
-          return ReadFault{kind, EIO, target_byte_};
+          return Fault{kind, EIO, target_byte_};
         });
   }
 
@@ -226,7 +228,7 @@ class ReadFaultTest : public ::testing::TestWithParam<bool> {
   static constexpr std::chrono::milliseconds kDeadline{300};
   TempDir dir_;
   TrainingState state_ = TrainingState::make({1000, 3 << 20, 5000});
-  std::shared_ptr<FaultInjectingTarget> faulty_;
+  std::shared_ptr<FaultStore> faulty_;
   RankManifest manifest_;
   StoredTensor tensor_;
   uint64_t target_byte_ = 0;
@@ -240,14 +242,14 @@ INSTANTIATE_TEST_SUITE_P(Reads, ReadFaultTest, ::testing::Values(true, false),
 TEST_P(ReadFaultTest, EveryFaultNamesTheFileAndOffsetWithinItsDeadline) {
   const std::string file = dir_ / tensor_.file;
   struct Case {
-    ReadFault::Kind kind;
+    Fault::Kind kind;
     const char* name;
     ErrorCode code;
   };
-  for (const Case& c : {Case{ReadFault::Kind::kError, "EIO", ErrorCode::kIo},
-                        Case{ReadFault::Kind::kShortRead, "short read", ErrorCode::kCorrupt},
-                        Case{ReadFault::Kind::kStall, "stall", ErrorCode::kDeadlineExceeded},
-                        Case{ReadFault::Kind::kFlipByte, "flipped byte", ErrorCode::kCorrupt}}) {
+  for (const Case& c : {Case{Fault::Kind::kError, "EIO", ErrorCode::kIo},
+                        Case{Fault::Kind::kShortRead, "short read", ErrorCode::kCorrupt},
+                        Case{Fault::Kind::kStall, "stall", ErrorCode::kDeadlineExceeded},
+                        Case{Fault::Kind::kFlipByte, "flipped byte", ErrorCode::kCorrupt}}) {
     SCOPED_TRACE(c.name);
     inject(c.kind);
     const auto start = std::chrono::steady_clock::now();
@@ -261,10 +263,10 @@ TEST_P(ReadFaultTest, EveryFaultNamesTheFileAndOffsetWithinItsDeadline) {
     // A corrupt tensor is named with its own offset, a failed read with the read's, a short
     // read with where the bytes ran out (half-way through the read).
     uint64_t offset = faulted_offset_.load();
-    if (c.kind == ReadFault::Kind::kFlipByte) offset = tensor_.offset;
-    if (c.kind == ReadFault::Kind::kShortRead) offset += faulted_length_.load() / 2;
+    if (c.kind == Fault::Kind::kFlipByte) offset = tensor_.offset;
+    if (c.kind == Fault::Kind::kShortRead) offset += faulted_length_.load() / 2;
     EXPECT_TRUE(contains(s.message(), "offset " + std::to_string(offset))) << s.message();
-    if (c.kind == ReadFault::Kind::kFlipByte) {
+    if (c.kind == Fault::Kind::kFlipByte) {
       EXPECT_TRUE(contains(s.message(), tensor_.name)) << s.message();
     }
     // Bounded by the restore's own deadline, not the 60 s default nor forever.
@@ -276,15 +278,15 @@ TEST_P(ReadFaultTest, EveryFaultNamesTheFileAndOffsetWithinItsDeadline) {
 }
 
 TEST_P(ReadFaultTest, VerifyAndTheMirrorCopyReportAFailingRead) {
-  inject(ReadFault::Kind::kError);
+  inject(Fault::Kind::kError);
   auto report = verify_step(*faulty_, 1);
   ASSERT_TRUE(report.is_ok()) << report.status().to_string();
   ASSERT_EQ(report.value().problems.size(), 1u);
   EXPECT_TRUE(contains(report.value().problems[0], dir_ / tensor_.file))
       << report.value().problems[0];
 
-  inject(ReadFault::Kind::kFlipByte);
-  auto mirror = make_memory_target("mirror");
+  inject(Fault::Kind::kFlipByte);
+  auto mirror = testing::fresh_memory_store("mirror");
   Status mirrored = internal::mirror_step(*faulty_, *mirror, 1);
   EXPECT_EQ(mirrored.code(), ErrorCode::kCorrupt) << mirrored.to_string();
   EXPECT_TRUE(contains(mirrored.message(), dir_ / tensor_.file)) << mirrored.message();
@@ -294,14 +296,14 @@ TEST_P(ReadFaultTest, VerifyAndTheMirrorCopyReportAFailingRead) {
 TEST(CheckpointRestore, AStalledReadWithoutADeadlineEndsWhenReleased) {
   TempDir dir;
   testing::write_file(dir / "f", std::string(100, 'x'));
-  FaultInjectingTarget faulty(make_local_directory_target(dir.path()));
+  FaultStore faulty(make_local_store(dir.path()));
   faulty.set_read_fault_rule(
-      [](const std::string&, uint64_t, uint64_t) { return ReadFault{ReadFault::Kind::kStall}; });
-  auto source = faulty.open_for_read("f", IoBackend::kPread);
+      [](const std::string&, uint64_t, uint64_t) { return Fault{Fault::Kind::kStall}; });
+  auto source = faulty.open("f", IoBackend::kPread, metadata_deadline());
   ASSERT_TRUE(source.is_ok());
   std::thread release([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    faulty.release_stalled_reads();
+    faulty.release_stalls();
   });
   std::vector<std::byte> buffer(10);
   Status s = (*source)->read_at(20, buffer);
@@ -315,8 +317,8 @@ TEST(CheckpointRestore, AStalledReadWithoutADeadlineEndsWhenReleased) {
 class RestoreNewestTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    local_ = make_local_directory_target(local_dir_.path());
-    mirror_ = make_local_directory_target(mirror_dir_.path());
+    local_ = make_local_store(local_dir_.path());
+    mirror_ = make_local_store(mirror_dir_.path());
     CheckpointOptions options;
     options.mirror = mirror_;
     auto cp = testing::open_or_die(local_, options);
@@ -342,15 +344,15 @@ class RestoreNewestTest : public ::testing::Test {
     testing::write_file(file, bytes);
   }
 
-  Result<RestoredStep> restore(StorageTarget& primary, StorageTarget* mirror,
-                               RestoreNewestOptions options, RestoreOptions read = {}) {
+  Result<RestoredStep> restore(Store& primary, Store* mirror, RestoreNewestOptions options,
+                               RestoreOptions read = {}) {
     return testing::restore_newest_into(primary, mirror, options, &restored_, read);
   }
 
   TempDir local_dir_;
   TempDir mirror_dir_;
-  std::shared_ptr<StorageTarget> local_;
-  std::shared_ptr<StorageTarget> mirror_;
+  std::shared_ptr<Store> local_;
+  std::shared_ptr<Store> mirror_;
   TrainingState state_ = TrainingState::make({1000, 3 << 20});
   std::vector<std::vector<float>> restored_;
 };
@@ -407,7 +409,7 @@ TEST_F(RestoreNewestTest, ADamagedPrimaryCopyIsReadFromTheMirrorThenAnOlderStep)
 }
 
 TEST_F(RestoreNewestTest, AStepOnlyTheMirrorHoldsIsReadThere) {
-  ASSERT_TRUE(local_->remove_all("step-3").is_ok());
+  ASSERT_TRUE(local_->remove_all("step-3", metadata_deadline()).is_ok());
   auto r = restore(*local_, mirror_.get(), {});
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_EQ(r.value().step, 3u);
@@ -424,10 +426,9 @@ TEST_F(RestoreNewestTest, AStepOnlyTheMirrorHoldsIsReadThere) {
 }
 
 TEST_F(RestoreNewestTest, AStalledPrimaryReadFallsBackToTheMirrorWithinItsDeadline) {
-  FaultInjectingTarget stalling(local_);
+  FaultStore stalling(local_);
   stalling.set_read_fault_rule([](const std::string& path, uint64_t, uint64_t) {
-    return ReadFault{path.starts_with("step-3/") ? ReadFault::Kind::kStall
-                                                 : ReadFault::Kind::kNone};
+    return Fault{path.starts_with("step-3/") ? Fault::Kind::kStall : Fault::Kind::kNone};
   });
   RestoreOptions read;
   read.read_timeout = std::chrono::milliseconds(200);
@@ -441,6 +442,31 @@ TEST_F(RestoreNewestTest, AStalledPrimaryReadFallsBackToTheMirrorWithinItsDeadli
       << r.value().skipped[0].why.message();
 }
 
+// A mirror on a hung mount: every call on it stalls, metadata included (listing it, reading a
+// commit record). The restore gives the mirror up at its metadata timeout and reads the primary.
+TEST_F(RestoreNewestTest, AStalledMirrorFallsBackToThePrimaryWithinItsDeadline) {
+  FaultStore hung(mirror_);
+  hung.set_rule([](const StoreOperation&) { return Fault{Fault::Kind::kStall}; });
+  RestoreNewestOptions options;
+  options.metadata_timeout = std::chrono::milliseconds(300);
+  const auto start = std::chrono::steady_clock::now();
+  auto r = restore(*local_, &hung, options);
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r.value().step, 3u);
+  EXPECT_EQ(r.value().tier, Tier::kPrimary);
+  EXPECT_EQ(restored_, saved(3));
+  // Bounded by the timeout, not by the hung mirror (which would never answer).
+  EXPECT_LT(took, options.metadata_timeout + std::chrono::seconds(1));
+
+  // With the primary's step 3 gone the mirror is still given up, and step 2 is read.
+  ASSERT_TRUE(local_->remove_all("step-3", metadata_deadline()).is_ok());
+  r = restore(*local_, &hung, options);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r.value().step, 2u);
+  EXPECT_EQ(r.value().tier, Tier::kPrimary);
+}
+
 TEST_F(RestoreNewestTest, ACallerErrorIsReturnedAtOnceAndNothingIsFoundInEmptyTiers) {
   int calls = 0;
   auto r = restore_newest(*local_, mirror_.get(), {}, [&](const StepCopy&) {
@@ -451,8 +477,8 @@ TEST_F(RestoreNewestTest, ACallerErrorIsReturnedAtOnceAndNothingIsFoundInEmptyTi
   EXPECT_EQ(calls, 1) << "not a damaged copy: no other copy is tried";
 
   TempDir empty;
-  auto none = make_local_directory_target(empty.path());
-  auto missing = make_local_directory_target(empty / "no-such-mirror");
+  auto none = make_local_store(empty.path());
+  auto missing = make_local_store(empty / "no-such-mirror");
   r = restore_newest(*none, missing.get(), {}, [](const StepCopy&) { return Status::ok(); });
   EXPECT_EQ(r.status().code(), ErrorCode::kNotFound);
   EXPECT_TRUE(contains(r.status().message(), "no committed checkpoint in " + empty.path()))

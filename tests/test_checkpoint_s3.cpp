@@ -6,7 +6,7 @@
 
 #include <filesystem>
 
-#include "io/remote/s3_client.hpp"
+#include "storage/s3/s3_client.hpp"
 #include "testing/checkpoint_state.hpp"
 #include "testing/s3_server.hpp"
 #include "testing/testing.hpp"
@@ -14,6 +14,7 @@
 #include "zerowait/checkpoint/maintenance.hpp"
 #include "zerowait/checkpoint/manifest.hpp"
 #include "zerowait/checkpoint/restore.hpp"
+#include "zerowait/storage/open.hpp"
 
 namespace zerowait {
 namespace {
@@ -33,8 +34,8 @@ class S3CheckpointTest : public ::testing::Test {
     bucket_ = bucket->name;
   }
 
-  std::shared_ptr<StorageTarget> bucket_target(const std::string& prefix) {
-    auto target = open_storage_target("s3://" + bucket_ + "/" + prefix);
+  std::shared_ptr<Store> bucket_target(const std::string& prefix) {
+    auto target = open_store("s3://" + bucket_ + "/" + prefix);
     EXPECT_TRUE(target.is_ok()) << target.status().to_string();
     return target.is_ok() ? *target : nullptr;
   }
@@ -52,7 +53,7 @@ TEST_F(S3CheckpointTest, AStepMirroredToTheBucketRestoresExactlyOnceTheLocalCopy
   CheckpointOptions options;
   options.mirror = mirror;
   {
-    auto cp = testing::open_or_die(make_local_directory_target(local_dir.path()), options);
+    auto cp = testing::open_or_die(make_local_store(local_dir.path()), options);
     for (uint64_t step = 1; step <= 2; ++step) {
       state.fill_all(step);
       save_and_wait(*cp, state.request(step));
@@ -78,8 +79,8 @@ TEST_F(S3CheckpointTest, AStepMirroredToTheBucketRestoresExactlyOnceTheLocalCopy
   }
 
   std::filesystem::remove_all(local_dir.path());
-  auto empty_local = make_local_directory_target(local_dir.path());
-  ASSERT_TRUE(empty_local->create_directory("").is_ok());
+  auto empty_local = make_local_store(local_dir.path());
+  ASSERT_TRUE(empty_local->make_directory("", metadata_deadline()).is_ok());
   std::vector<std::vector<float>> restored;
   auto r = testing::restore_newest_into(*empty_local, mirror.get(), {}, &restored);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
@@ -112,7 +113,7 @@ TEST_F(S3CheckpointTest, APrimaryInTheBucketSavesIncrementallyKeepsTheNewestAndV
     EXPECT_TRUE(verified->problems.empty()) << verified->problems[0];
   }
   // Nothing left under a temporary name.
-  const std::vector<std::string> names = target->list("").value();
+  const std::vector<std::string> names = target->list("", metadata_deadline()).value();
   for (const std::string& name : names) EXPECT_FALSE(name.ends_with(".tmp")) << name;
 }
 
@@ -126,7 +127,7 @@ TEST_F(S3CheckpointTest, AStepWhoseCommitRecordNeverArrivedDoesNotCount) {
     save_and_wait(*cp, state.request(1));
   }
   // Step 2 copied to the bucket without its commit record, as an interrupted publish leaves it.
-  const std::vector<std::string> names = target->list("step-1").value();
+  const std::vector<std::string> names = target->list("step-1", metadata_deadline()).value();
   for (const std::string& name : names) {
     if (name == "manifest.json") continue;
     ASSERT_TRUE(

@@ -16,11 +16,11 @@
 #include "common/random.hpp"
 #include "host/cuda_runtime.hpp"
 #include "host/cufile.hpp"
-#include "io/device_posix_path.hpp"
-#include "io/device_read_plan.hpp"
-#include "io/file_sources.hpp"
+#include "storage/local/device_posix_path.hpp"
+#include "storage/local/device_read_plan.hpp"
+#include "storage/local/file_sources.hpp"
 #include "testing/testing.hpp"
-#include "zerowait/io/device_reader.hpp"
+#include "zerowait/storage/device_reader.hpp"
 
 namespace zerowait {
 namespace {

@@ -14,10 +14,10 @@
 
 #include "host/cuda_runtime.hpp"
 #include "host/cufile.hpp"
-#include "io/file_sources.hpp"
+#include "storage/local/file_sources.hpp"
 #include "testing/cuda.hpp"
 #include "testing/testing.hpp"
-#include "zerowait/io/device_reader.hpp"
+#include "zerowait/storage/device_reader.hpp"
 
 namespace zerowait {
 namespace {

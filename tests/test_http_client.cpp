@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "io/remote/remote_object.hpp"
+#include "storage/remote_object.hpp"
 #include "testing/http_server.hpp"
 #include "testing/testing.hpp"
 

@@ -19,10 +19,10 @@
 
 #include "common/file.hpp"
 #include "common/log.hpp"
-#include "io/file_sources.hpp"
-#include "io/read_engine.hpp"
+#include "storage/local/file_sources.hpp"
+#include "storage/local/read_engine.hpp"
 #include "testing/testing.hpp"
-#include "zerowait/io/byte_source.hpp"
+#include "zerowait/storage/byte_source.hpp"
 
 namespace zerowait {
 namespace {

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "testing/http_server.hpp"
 #include "testing/testing.hpp"
 #include "zerowait/shard/dataset.hpp"
 #include "zerowait/shard/format.hpp"
@@ -187,6 +188,46 @@ TEST(Pack, TarAndTarGzSources) {
   EXPECT_EQ(all["000"]["jpg"], testing::read_file(dir / "tree/000.jpg"));
   EXPECT_EQ(all["001"]["cls"], "4");
   EXPECT_EQ(all["other/000"]["cls"], "3");
+}
+
+// The same archives served over HTTP pack to the same shards: pack reads a URL through the
+// storage layer's registry, gzip included, as it reads a local file.
+TEST(Pack, TarsAtAnHttpURLPackAsTheLocalFilesDo) {
+  TempDir dir;
+  testing::write_file(dir / "tree/000.jpg", testing::make_jpeg(8, 8, 1));
+  testing::write_file(dir / "tree/000.cls", "3");
+  testing::write_file(dir / "tree/001.jpg", testing::make_jpeg(8, 8, 2));
+  testing::write_file(dir / "tree/001.cls", "4");
+  ASSERT_EQ(testing::run_command({"/bin/tar", "-cf", dir / "a.tar", "-C", dir / "tree", "000.jpg",
+                                  "000.cls", "001.jpg", "001.cls"})
+                .exit_code,
+            0);
+  ASSERT_EQ(testing::run_command({"/bin/tar", "-czf", dir / "b.tgz", "-C", dir / "tree",
+                                  "--transform", "s,^,other/,", "000.jpg", "000.cls"})
+                .exit_code,
+            0);
+  testing::TestHttpServer server;
+  server.put("/tars/a.tar", testing::read_file(dir / "a.tar"));
+  server.put("/tars/b.tgz", testing::read_file(dir / "b.tgz"));
+  auto local = pack({.sources = {dir / "a.tar", dir / "b.tgz"}, .out_dir = dir / "local"});
+  ASSERT_TRUE(local.is_ok()) << local.status().to_string();
+  auto remote = pack({.sources = {server.url("/tars/a.tar"), server.url("/tars/b.tgz")},
+                      .out_dir = dir / "remote"});
+  ASSERT_TRUE(remote.is_ok()) << remote.status().to_string();
+  EXPECT_EQ(remote->samples, 3u);
+  size_t shards = 0;
+  for (const auto& entry : fs::directory_iterator(dir / "local")) {
+    if (entry.path().extension() != ".zws") continue;
+    ++shards;
+    EXPECT_EQ(testing::read_file(entry.path()),
+              testing::read_file(dir / ("remote/" + entry.path().filename().string())))
+        << entry.path();
+  }
+  EXPECT_GT(shards, 0u);
+  // A URL that names a tree rather than an archive is refused by name.
+  auto tree = pack({.sources = {server.url("/tars/")}, .out_dir = dir / "none"});
+  EXPECT_EQ(tree.status().code(), ErrorCode::kInvalidArgument) << tree.status().to_string();
+  EXPECT_NE(tree.status().message().find(server.url("/tars/")), std::string::npos);
 }
 
 // Tar member names come from the data: one that escapes the output (`..`, absolute) must never

@@ -15,7 +15,7 @@
 #include <set>
 #include <string>
 
-#include "io/remote/s3_client.hpp"
+#include "storage/s3/s3_client.hpp"
 #include "testing/s3_server.hpp"
 #include "testing/testing.hpp"
 #include "zerowait/shard/dataset.hpp"
@@ -313,6 +313,73 @@ TEST_F(PackS3Test, TheCommandPacksToS3AndNamesWhatFails) {
   EXPECT_NE(help.out.find("s3://BUCKET/PREFIX"), std::string::npos) << help.out;
   EXPECT_NE(help.out.find("--tmp"), std::string::npos) << help.out;
   EXPECT_TRUE(spool_is_empty());
+}
+
+// `zerowait pack s3://BUCKET/tars/shard-{000..003}.tar -o s3://BUCKET/ds`: WebDataset tars in a
+// bucket are read through the storage layer, as local tars are, and give the shards a local
+// pack of the same tars gives, byte for byte (one gzip-compressed, as tars often are).
+TEST_F(PackS3Test, TarsInABucketPackToTheShardsLocalTarsGive) {
+  std::vector<std::string> local_tars, remote_tars;
+  for (int t = 0; t < 4; ++t) {
+    const std::string dir = dir_ / ("tar" + std::to_string(t));
+    std::vector<std::string> argv = {"/usr/bin/tar", "--format=gnu", "-cf",
+                                     dir_ / ("shard-00" + std::to_string(t) + ".tar"), "-C", dir};
+    for (int i = 0; i < 10; ++i) {
+      const std::string key = std::to_string(10000 + t * 10 + i);
+      testing::write_file(dir + "/" + key + ".jpg", testing::make_jpeg(24, 16, t * 10 + i));
+      testing::write_file(dir + "/" + key + ".cls", std::to_string(i % 3));
+      argv.push_back(key + ".cls");
+      argv.push_back(key + ".jpg");
+    }
+    auto made = testing::run_command(argv);
+    ASSERT_EQ(made.exit_code, 0) << made.err;
+    std::string name = "shard-00" + std::to_string(t) + ".tar";
+    if (t == 3) {
+      ASSERT_EQ(testing::run_command({"/usr/bin/gzip", "-n", dir_ / name}).exit_code, 0);
+      name += ".gz";
+    }
+    local_tars.push_back(dir_ / name);
+    remote_tars.push_back(url("tars/" + name));
+    ASSERT_TRUE(client_->put(bucket_, "tars/" + name, testing::read_file(dir_ / name),
+                             Deadline::after(60s))
+                    .is_ok());
+  }
+  const std::string tmp = "--tmp=" + spool_.path();
+  std::vector<std::string> local_args = {"pack"};
+  local_args.insert(local_args.end(), local_tars.begin(), local_tars.end());
+  local_args.insert(local_args.end(), {"-o", dir_ / "local", "--shard-size", "24K", "--threads",
+                                       "1"});
+  auto local = testing::run_cli(local_args);
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  std::vector<std::string> remote_args = {"pack"};
+  remote_args.insert(remote_args.end(), remote_tars.begin(), remote_tars.end());
+  remote_args.insert(remote_args.end(), {"-o", url("ds"), "--shard-size", "24K", "--threads",
+                                         "1", tmp});
+  auto remote = testing::run_cli(remote_args);
+  ASSERT_EQ(remote.exit_code, 0) << remote.err;
+
+  auto manifest_text = client_->get(bucket_, "ds/manifest.json", Deadline::after(60s));
+  ASSERT_TRUE(manifest_text.is_ok()) << manifest_text.status().to_string();
+  auto manifest = Manifest::parse(*manifest_text, "manifest.json");
+  ASSERT_TRUE(manifest.is_ok()) << manifest.status().to_string();
+  auto local_manifest = Manifest::load(dir_ / "local/manifest.json");
+  ASSERT_TRUE(local_manifest.is_ok()) << local_manifest.status().to_string();
+  EXPECT_EQ(manifest->samples, 40u);
+  ASSERT_EQ(manifest->shards.size(), local_manifest->shards.size());
+  ASSERT_GT(manifest->shards.size(), 1u);
+  for (size_t i = 0; i < manifest->shards.size(); ++i) {
+    const std::string& path = manifest->shards[i].path;
+    auto shard = client_->get(bucket_, "ds/" + path, Deadline::after(60s));
+    ASSERT_TRUE(shard.is_ok()) << shard.status().to_string();
+    EXPECT_EQ(*shard, testing::read_file(dir_ / ("local/" + local_manifest->shards[i].path)))
+        << path;
+  }
+
+  // A tar that is not there is named, and nothing is published.
+  auto missing = testing::run_cli({"pack", url("tars/none.tar"), "-o", url("ds-missing"), tmp});
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.err.find(url("tars/none.tar")), std::string::npos) << missing.err;
+  EXPECT_TRUE(objects("ds-missing").empty());
 }
 
 }  // namespace

@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "io/remote/s3_client.hpp"
+#include "storage/s3/s3_client.hpp"
 #include "testing/http_server.hpp"
 #include "testing/image_dataset.hpp"
 #include "testing/s3_server.hpp"
 #include "testing/testing.hpp"
-#include "zerowait/io/block_cache.hpp"
+#include "zerowait/storage/block_cache.hpp"
 #include "zerowait/loader/loader.hpp"
 #include "zerowait/shard/dataset.hpp"
 #include "zerowait/shard/manifest.hpp"

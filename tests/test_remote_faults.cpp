@@ -19,7 +19,7 @@
 #include "testing/image_dataset.hpp"
 #include "testing/s3_server.hpp"
 #include "testing/testing.hpp"
-#include "zerowait/io/block_cache.hpp"
+#include "zerowait/storage/block_cache.hpp"
 #include "zerowait/loader/loader.hpp"
 #include "zerowait/shard/dataset.hpp"
 

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "io/remote/s3_client.hpp"
+#include "storage/s3/s3_client.hpp"
 #include "testing/s3_server.hpp"
 #include "testing/testing.hpp"
 

@@ -9,7 +9,7 @@
 
 #include "common/endian.hpp"
 #include "testing/testing.hpp"
-#include "zerowait/io/byte_source.hpp"
+#include "zerowait/storage/byte_source.hpp"
 #include "zerowait/shard/reader.hpp"
 #include "zerowait/shard/writer.hpp"
 

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "io/remote/sigv4.hpp"
+#include "storage/s3/sigv4.hpp"
 
 namespace zerowait::internal::sigv4 {
 namespace {

@@ -7,10 +7,12 @@
 #include <cstring>
 #include <filesystem>
 
-#include "io/remote/s3_client.hpp"
+#include "storage/s3/s3_client.hpp"
+#include "testing/checkpoint_state.hpp"
 #include "testing/s3_server.hpp"
 #include "testing/testing.hpp"
-#include "zerowait/checkpoint/storage_target.hpp"
+#include "zerowait/storage/fault_store.hpp"
+#include "zerowait/storage/open.hpp"
 
 namespace zerowait {
 namespace {
@@ -28,9 +30,10 @@ bool contains(const std::string& haystack, const std::string& needle) {
 
 // Creates `path` (and its directory) holding `bytes` through the target, the way the checkpoint
 // engine writes.
-void write_through(StorageTarget& target, const std::string& path, std::string_view bytes) {
-  ASSERT_TRUE(target.create_directory(fs::path(path).parent_path().string()).is_ok());
-  auto file = target.create_file(path);
+void write_through(Store& target, const std::string& path, std::string_view bytes) {
+  ASSERT_TRUE(
+      target.make_directory(fs::path(path).parent_path().string(), metadata_deadline()).is_ok());
+  auto file = target.create(path, metadata_deadline());
   ASSERT_TRUE(file.is_ok()) << file.status().to_string();
   ASSERT_TRUE((*file)->write_at(0, as_bytes(bytes)).is_ok());
   (*file)->start_writeback(0, bytes.size());
@@ -40,12 +43,13 @@ void write_through(StorageTarget& target, const std::string& path, std::string_v
 
 TEST(LocalDirectoryTarget, WritesAtOffsetsSyncsAndCloses) {
   TempDir dir;
-  auto target = make_local_directory_target(dir.path());
+  auto target = make_local_store(dir.path());
   EXPECT_EQ(target->describe(), dir.path());
-  ASSERT_TRUE(target->create_directory("step_1/shards").is_ok());
-  ASSERT_TRUE(target->create_directory("step_1/shards").is_ok()) << "an existing one is fine";
+  ASSERT_TRUE(target->make_directory("step_1/shards", metadata_deadline()).is_ok());
+  ASSERT_TRUE(target->make_directory("step_1/shards", metadata_deadline()).is_ok())
+      << "an existing one is fine";
 
-  auto file = target->create_file("step_1/shards/a.bin");
+  auto file = target->create("step_1/shards/a.bin", metadata_deadline());
   ASSERT_TRUE(file.is_ok()) << file.status().to_string();
   // Out of order, as several writer threads would.
   ASSERT_TRUE((*file)->write_at(5, as_bytes("world")).is_ok());
@@ -53,17 +57,17 @@ TEST(LocalDirectoryTarget, WritesAtOffsetsSyncsAndCloses) {
   (*file)->start_writeback(0, 10);
   ASSERT_TRUE((*file)->sync().is_ok());
   ASSERT_TRUE((*file)->close().is_ok());
-  ASSERT_TRUE(target->sync_directory("step_1/shards").is_ok());
-  ASSERT_TRUE(target->sync_directory("").is_ok());
+  ASSERT_TRUE(target->sync_directory("step_1/shards", metadata_deadline()).is_ok());
+  ASSERT_TRUE(target->sync_directory("", metadata_deadline()).is_ok());
 
   EXPECT_EQ(testing::read_file(dir / "step_1/shards/a.bin"), "helloworld");
-  EXPECT_EQ(*target->read_file("step_1/shards/a.bin"), "helloworld");
-  EXPECT_EQ(*target->file_size("step_1/shards/a.bin"), 10u);
-  EXPECT_TRUE(*target->exists("step_1/shards/a.bin"));
-  EXPECT_FALSE(*target->is_directory("step_1/shards/a.bin"));
-  EXPECT_TRUE(*target->is_directory("step_1"));
-  EXPECT_FALSE(*target->exists("step_2"));
-  EXPECT_FALSE(*target->is_directory("step_2"));
+  EXPECT_EQ(*target->read("step_1/shards/a.bin", metadata_deadline()), "helloworld");
+  EXPECT_EQ(*target->size("step_1/shards/a.bin", metadata_deadline()), 10u);
+  EXPECT_TRUE(*target->exists("step_1/shards/a.bin", metadata_deadline()));
+  EXPECT_FALSE(*target->is_directory("step_1/shards/a.bin", metadata_deadline()));
+  EXPECT_TRUE(*target->is_directory("step_1", metadata_deadline()));
+  EXPECT_FALSE(*target->exists("step_2", metadata_deadline()));
+  EXPECT_FALSE(*target->is_directory("step_2", metadata_deadline()));
 }
 
 // The contract every target keeps, shown on a local directory, on memory and on a bucket of the
@@ -71,138 +75,141 @@ TEST(LocalDirectoryTarget, WritesAtOffsetsSyncsAndCloses) {
 // the storage. One difference is allowed: an object store has no empty directories (a directory
 // exists while something is in it), so creating one is not enough to list it or to block a
 // publish, and files need no parent made first.
-class StorageTargetContract : public ::testing::TestWithParam<std::string> {
+class StoreContract : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (GetParam() == "local") {
-      target = make_local_directory_target(dir.path());
+      target = make_local_store(dir.path());
       root = dir.path();
     } else if (GetParam() == "memory") {
-      target = make_memory_target("contract");
-      root = "memory:contract";
+      target = testing::fresh_memory_store("contract");
+      root = target->describe();
     } else {
       auto bucket = testing::make_test_bucket();
       if (!bucket) GTEST_SKIP() << testing::kNoS3Server;
       root = "s3://" + bucket->name + "/contract";
-      auto made = make_s3_target(root);
+      auto made = open_store(root);
       ASSERT_TRUE(made.is_ok()) << made.status().to_string();
       target = *made;
       empty_directories = false;
     }
   }
   TempDir dir;
-  std::shared_ptr<StorageTarget> target;
+  std::shared_ptr<Store> target;
   std::string root;  // what errors name
   bool empty_directories = true;
 };
 
-INSTANTIATE_TEST_SUITE_P(Targets, StorageTargetContract, ::testing::Values("local", "memory", "s3"),
+INSTANTIATE_TEST_SUITE_P(Targets, StoreContract, ::testing::Values("local", "memory", "s3"),
                          [](const auto& info) { return info.param; });
 
-TEST_P(StorageTargetContract, CreateTruncatesAnExistingFile) {
+TEST_P(StoreContract, CreateTruncatesAnExistingFile) {
   write_through(*target, "pointer", "a long first version");
   write_through(*target, "pointer", "short");
-  EXPECT_EQ(*target->read_file("pointer"), "short");
+  EXPECT_EQ(*target->read("pointer", metadata_deadline()), "short");
 }
 
-TEST_P(StorageTargetContract, RenameReplacesAFile) {
+TEST_P(StoreContract, RenameReplacesAFile) {
   write_through(*target, "latest.tmp", "step_2");
   write_through(*target, "latest", "step_1");
-  ASSERT_TRUE(target->rename("latest.tmp", "latest").is_ok());
-  EXPECT_EQ(*target->read_file("latest"), "step_2");
-  EXPECT_FALSE(*target->exists("latest.tmp"));
+  ASSERT_TRUE(target->publish("latest.tmp", "latest", metadata_deadline()).is_ok());
+  EXPECT_EQ(*target->read("latest", metadata_deadline()), "step_2");
+  EXPECT_FALSE(*target->exists("latest.tmp", metadata_deadline()));
 }
 
-TEST_P(StorageTargetContract, PublishesADirectoryButNeverOntoAnExistingOne) {
+TEST_P(StoreContract, PublishesADirectoryButNeverOntoAnExistingOne) {
   write_through(*target, "step_1.tmp/a.bin", "new");
-  ASSERT_TRUE(target->rename("step_1.tmp", "step_1").is_ok());
-  EXPECT_EQ(*target->read_file("step_1/a.bin"), "new");
-  EXPECT_FALSE(*target->exists("step_1.tmp"));
+  ASSERT_TRUE(target->publish("step_1.tmp", "step_1", metadata_deadline()).is_ok());
+  EXPECT_EQ(*target->read("step_1/a.bin", metadata_deadline()), "new");
+  EXPECT_FALSE(*target->exists("step_1.tmp", metadata_deadline()));
 
   // rename(2) would replace an empty directory silently; publishing must refuse, empty or not.
   if (empty_directories) {
-    ASSERT_TRUE(target->create_directory("step_2").is_ok());
+    ASSERT_TRUE(target->make_directory("step_2", metadata_deadline()).is_ok());
     write_through(*target, "step_2.tmp/a.bin", "again");
-    Status st = target->rename("step_2.tmp", "step_2");
+    Status st = target->publish("step_2.tmp", "step_2", metadata_deadline());
     EXPECT_EQ(st.code(), ErrorCode::kAlreadyExists) << st.to_string();
     EXPECT_TRUE(contains(st.message(), root + "/step_2")) << st.message();
-    EXPECT_TRUE(*target->exists("step_2.tmp/a.bin")) << "the source stays in place";
+    EXPECT_TRUE(*target->exists("step_2.tmp/a.bin", metadata_deadline()))
+        << "the source stays in place";
   }
 
   write_through(*target, "step_3.tmp/a.bin", "third");
-  Status st = target->rename("step_3.tmp", "step_1");
+  Status st = target->publish("step_3.tmp", "step_1", metadata_deadline());
   EXPECT_TRUE(contains(st.message(), root + "/step_1")) << st.message();
-  EXPECT_TRUE(*target->exists("step_3.tmp/a.bin")) << "the source stays in place";
+  EXPECT_TRUE(*target->exists("step_3.tmp/a.bin", metadata_deadline()))
+      << "the source stays in place";
   EXPECT_EQ(st.code(), ErrorCode::kAlreadyExists) << st.to_string();
-  EXPECT_EQ(*target->read_file("step_1/a.bin"), "new");
+  EXPECT_EQ(*target->read("step_1/a.bin", metadata_deadline()), "new");
 }
 
-TEST_P(StorageTargetContract, ListsSortedNames) {
+TEST_P(StoreContract, ListsSortedNames) {
   for (const char* name : {"step_10", "step_2", "latest", "step_1"}) {
-    ASSERT_TRUE(target->create_directory(name).is_ok());
+    ASSERT_TRUE(target->make_directory(name, metadata_deadline()).is_ok());
   }
   write_through(*target, "step_2/b", "");
   write_through(*target, "step_2/a", "");
-  EXPECT_EQ(*target->list("step_2"), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(*target->list("step_2", metadata_deadline()), (std::vector<std::string>{"a", "b"}));
   if (!empty_directories) {
-    EXPECT_EQ(*target->list(""), std::vector<std::string>{"step_2"});
-    EXPECT_EQ(target->list("step_1").status().code(), ErrorCode::kNotFound);
+    EXPECT_EQ(*target->list("", metadata_deadline()), std::vector<std::string>{"step_2"});
+    EXPECT_EQ(target->list("step_1", metadata_deadline()).status().code(), ErrorCode::kNotFound);
     return;
   }
-  EXPECT_EQ(*target->list(""), (std::vector<std::string>{"latest", "step_1", "step_10", "step_2"}));
-  EXPECT_TRUE(target->list("step_1")->empty());
+  EXPECT_EQ(*target->list("", metadata_deadline()),
+            (std::vector<std::string>{"latest", "step_1", "step_10", "step_2"}));
+  EXPECT_TRUE(target->list("step_1", metadata_deadline())->empty());
 }
 
-TEST_P(StorageTargetContract, MissingPathsAreNotFoundAndNamed) {
+TEST_P(StoreContract, MissingPathsAreNotFoundAndNamed) {
   const std::string missing = root + "/nope/x";
 
-  auto listed = target->list("nope/x");
+  auto listed = target->list("nope/x", metadata_deadline());
   EXPECT_EQ(listed.status().code(), ErrorCode::kNotFound);
   EXPECT_TRUE(contains(listed.status().message(), missing)) << listed.status().message();
 
-  auto read = target->read_file("nope/x");
+  auto read = target->read("nope/x", metadata_deadline());
   EXPECT_EQ(read.status().code(), ErrorCode::kNotFound);
   EXPECT_TRUE(contains(read.status().message(), missing)) << read.status().message();
 
-  auto size = target->file_size("nope/x");
+  auto size = target->size("nope/x", metadata_deadline());
   EXPECT_EQ(size.status().code(), ErrorCode::kNotFound);
   EXPECT_TRUE(contains(size.status().message(), missing)) << size.status().message();
 
-  Status renamed = target->rename("nope/x", "y");
+  Status renamed = target->publish("nope/x", "y", metadata_deadline());
   EXPECT_EQ(renamed.code(), ErrorCode::kNotFound);
   EXPECT_TRUE(contains(renamed.message(), missing)) << renamed.message();
 
   if (!empty_directories) return;  // an object store has no parents to miss
-  auto created = target->create_file("nope/x");
+  auto created = target->create("nope/x", metadata_deadline());
   EXPECT_EQ(created.status().code(), ErrorCode::kNotFound) << "parents are not created";
   EXPECT_TRUE(contains(created.status().message(), missing)) << created.status().message();
 
-  Status synced = target->sync_directory("nope/x");
+  Status synced = target->sync_directory("nope/x", metadata_deadline());
   EXPECT_EQ(synced.code(), ErrorCode::kNotFound);
   EXPECT_TRUE(contains(synced.message(), missing)) << synced.message();
 }
 
-TEST_P(StorageTargetContract, RemovesFilesAndTreesAndMissingOnesAreFine) {
+TEST_P(StoreContract, RemovesFilesAndTreesAndMissingOnesAreFine) {
   write_through(*target, "step_1/shards/a.bin", "a");
   write_through(*target, "step_1/manifest.json", "{}");
   write_through(*target, "latest", "step_1");
 
-  ASSERT_TRUE(target->remove_file("latest").is_ok());
-  EXPECT_FALSE(*target->exists("latest"));
-  EXPECT_TRUE(target->remove_file("latest").is_ok());
+  ASSERT_TRUE(target->remove("latest", metadata_deadline()).is_ok());
+  EXPECT_FALSE(*target->exists("latest", metadata_deadline()));
+  EXPECT_TRUE(target->remove("latest", metadata_deadline()).is_ok());
 
-  ASSERT_TRUE(target->remove_all("step_1").is_ok());
-  EXPECT_FALSE(*target->exists("step_1"));
-  EXPECT_TRUE(target->remove_all("step_1").is_ok());
-  EXPECT_TRUE(*target->is_directory("")) << "the root stays";
+  ASSERT_TRUE(target->remove_all("step_1", metadata_deadline()).is_ok());
+  EXPECT_FALSE(*target->exists("step_1", metadata_deadline()));
+  EXPECT_TRUE(target->remove_all("step_1", metadata_deadline()).is_ok());
+  EXPECT_TRUE(*target->is_directory("", metadata_deadline())) << "the root stays";
 }
 
-TEST_P(StorageTargetContract, ReadsRangesWithDeadlinesAndNamesTheFile) {
+TEST_P(StoreContract, ReadsRangesWithDeadlinesAndNamesTheFile) {
   write_through(*target, "step_1/a.bin", "0123456789");
   EXPECT_EQ(target->describe(), root);
   for (IoBackend backend : {IoBackend::kPread, IoBackend::kIoUring, IoBackend::kDirect}) {
     SCOPED_TRACE(io_backend_name(backend));
-    auto source = target->open_for_read("step_1/a.bin", backend);
+    auto source = target->open("step_1/a.bin", backend, metadata_deadline());
     ASSERT_TRUE(source.is_ok()) << source.status().to_string();
     EXPECT_EQ((*source)->name(), root + "/step_1/a.bin");
     EXPECT_EQ((*source)->size(), 10u);
@@ -216,11 +223,11 @@ TEST_P(StorageTargetContract, ReadsRangesWithDeadlinesAndNamesTheFile) {
     EXPECT_EQ(past.code(), ErrorCode::kCorrupt) << past.to_string();
     EXPECT_TRUE(contains(past.message(), root + "/step_1/a.bin")) << past.message();
   }
-  auto missing = target->open_for_read("step_1/b.bin", IoBackend::kPread);
+  auto missing = target->open("step_1/b.bin", IoBackend::kPread, metadata_deadline());
   EXPECT_EQ(missing.status().code(), ErrorCode::kNotFound);
   EXPECT_TRUE(contains(missing.status().message(), root + "/step_1/b.bin"))
       << missing.status().message();
-  EXPECT_EQ(target->open_for_read("../x", IoBackend::kPread).status().code(),
+  EXPECT_EQ(target->open("../x", IoBackend::kPread, metadata_deadline()).status().code(),
             ErrorCode::kInvalidArgument);
 }
 
@@ -228,62 +235,65 @@ TEST(LocalDirectoryTarget, RejectsPathsThatLeaveTheRoot) {
   TempDir dir;
   ASSERT_TRUE(fs::create_directory(dir / "root"));
   testing::write_file(dir / "outside", "keep me");
-  auto target = make_local_directory_target(dir / "root");
+  auto target = make_local_store(dir / "root");
 
   for (const std::string bad : {"../outside", "/etc/passwd", "a/../../outside", "..", "a/.."}) {
     SCOPED_TRACE(bad);
-    Status st = target->remove_file(bad);
+    Status st = target->remove(bad, metadata_deadline());
     EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << st.to_string();
     EXPECT_TRUE(contains(st.message(), bad)) << st.message();
-    EXPECT_EQ(target->read_file(bad).status().code(), ErrorCode::kInvalidArgument);
-    EXPECT_EQ(target->create_file(bad).status().code(), ErrorCode::kInvalidArgument);
-    EXPECT_EQ(target->remove_all(bad).code(), ErrorCode::kInvalidArgument);
-    EXPECT_EQ(target->rename("x", bad).code(), ErrorCode::kInvalidArgument);
-    EXPECT_EQ(target->open_for_read(bad, IoBackend::kPread).status().code(),
+    EXPECT_EQ(target->read(bad, metadata_deadline()).status().code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(target->create(bad, metadata_deadline()).status().code(),
+              ErrorCode::kInvalidArgument);
+    EXPECT_EQ(target->remove_all(bad, metadata_deadline()).code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(target->publish("x", bad, metadata_deadline()).code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(target->open(bad, IoBackend::kPread, metadata_deadline()).status().code(),
               ErrorCode::kInvalidArgument);
   }
   EXPECT_EQ(testing::read_file(dir / "outside"), "keep me");
   // ".." only as a whole component: these are ordinary names.
   write_through(*target, "a..b", "x");
   write_through(*target, "..c", "y");
-  EXPECT_EQ(*target->list(""), (std::vector<std::string>{"..c", "a..b"}));
-  EXPECT_EQ(target->remove_all("").code(), ErrorCode::kInvalidArgument) << "never the root";
+  EXPECT_EQ(*target->list("", metadata_deadline()), (std::vector<std::string>{"..c", "a..b"}));
+  EXPECT_EQ(target->remove_all("", metadata_deadline()).code(), ErrorCode::kInvalidArgument)
+      << "never the root";
 }
 
 TEST(LocalDirectoryTarget, RelativeRootBecomesAbsolute) {
-  auto target = make_local_directory_target("some/dir/");
+  auto target = make_local_store("some/dir/");
   EXPECT_EQ(target->describe(), (fs::current_path() / "some/dir").string());
 }
 
 // The checkpoint engine's commit sequence, written through the wrapper; stops at the first error.
-Status write_step(StorageTarget& target) {
-  ZW_RETURN_IF_ERROR(target.create_directory("step_1.tmp"));
-  ZW_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, target.create_file("step_1.tmp/a.bin"));
+Status write_step(Store& target) {
+  ZW_RETURN_IF_ERROR(target.make_directory("step_1.tmp", metadata_deadline()));
+  ZW_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
+                      target.create("step_1.tmp/a.bin", metadata_deadline()));
   ZW_RETURN_IF_ERROR(file->write_at(0, as_bytes("data")));
   file->start_writeback(0, 4);
   ZW_RETURN_IF_ERROR(file->sync());
   ZW_RETURN_IF_ERROR(file->close());
-  ZW_RETURN_IF_ERROR(target.sync_directory("step_1.tmp"));
-  ZW_RETURN_IF_ERROR(target.rename("step_1.tmp", "step_1"));
-  return target.sync_directory("");
+  ZW_RETURN_IF_ERROR(target.sync_directory("step_1.tmp", metadata_deadline()));
+  ZW_RETURN_IF_ERROR(target.publish("step_1.tmp", "step_1", metadata_deadline()));
+  return target.sync_directory("", metadata_deadline());
 }
 
-std::vector<std::string> recorded(const FaultInjectingTarget& target) {
+std::vector<std::string> recorded(const FaultStore& target) {
   std::vector<std::string> out;
-  for (const StorageOperation& op : target.operations()) out.push_back(op.to_string());
+  for (const StoreOperation& op : target.operations()) out.push_back(op.to_string());
   return out;
 }
 
-TEST(FaultInjectingTarget, RecordsMutatingOperationsInOrder) {
+TEST(FaultStore, RecordsMutatingOperationsInOrder) {
   TempDir dir;
-  FaultInjectingTarget target(make_local_directory_target(dir.path()));
+  FaultStore target(make_local_store(dir.path()));
   ASSERT_TRUE(write_step(target).is_ok());
   // Reads go through but are not recorded.
-  EXPECT_EQ(*target.read_file("step_1/a.bin"), "data");
-  EXPECT_TRUE(*target.exists("step_1"));
-  EXPECT_EQ(*target.list(""), std::vector<std::string>{"step_1"});
-  ASSERT_TRUE(target.remove_file("step_1/a.bin").is_ok());
-  ASSERT_TRUE(target.remove_all("step_1").is_ok());
+  EXPECT_EQ(*target.read("step_1/a.bin", metadata_deadline()), "data");
+  EXPECT_TRUE(*target.exists("step_1", metadata_deadline()));
+  EXPECT_EQ(*target.list("", metadata_deadline()), std::vector<std::string>{"step_1"});
+  ASSERT_TRUE(target.remove("step_1/a.bin", metadata_deadline()).is_ok());
+  ASSERT_TRUE(target.remove_all("step_1", metadata_deadline()).is_ok());
 
   EXPECT_EQ(recorded(target), (std::vector<std::string>{
                                   "mkdir step_1.tmp",
@@ -293,7 +303,7 @@ TEST(FaultInjectingTarget, RecordsMutatingOperationsInOrder) {
                                   "fsync step_1.tmp/a.bin",
                                   "close step_1.tmp/a.bin",
                                   "fsync-dir step_1.tmp",
-                                  "rename step_1.tmp -> step_1",
+                                  "publish step_1.tmp -> step_1",
                                   "fsync-dir ",
                                   "remove step_1/a.bin",
                                   "remove-all step_1",
@@ -303,13 +313,13 @@ TEST(FaultInjectingTarget, RecordsMutatingOperationsInOrder) {
   EXPECT_EQ(target.describe(), dir.path());
 }
 
-TEST(FaultInjectingTarget, FailsTheChosenFileOperationWithoutDoingIt) {
+TEST(FaultStore, FailsTheChosenFileOperationWithoutDoingIt) {
   TempDir dir;
-  FaultInjectingTarget target(make_local_directory_target(dir.path()));
-  target.set_fault_rule([](const StorageOperation& op) { return op.kind == "write" ? ENOSPC : 0; });
+  FaultStore target(make_local_store(dir.path()));
+  target.set_fault_rule([](const StoreOperation& op) { return op.kind == "write" ? ENOSPC : 0; });
 
-  ASSERT_TRUE(target.create_directory("step_1.tmp").is_ok());
-  auto file = target.create_file("step_1.tmp/a.bin");
+  ASSERT_TRUE(target.make_directory("step_1.tmp", metadata_deadline()).is_ok());
+  auto file = target.create("step_1.tmp/a.bin", metadata_deadline());
   ASSERT_TRUE(file.is_ok());
   Status st = (*file)->write_at(0, as_bytes("data"));
   EXPECT_EQ(st.code(), ErrorCode::kIo) << st.to_string();
@@ -317,7 +327,8 @@ TEST(FaultInjectingTarget, FailsTheChosenFileOperationWithoutDoingIt) {
   EXPECT_TRUE(contains(st.message(), "No space left on device")) << st.message();
   EXPECT_TRUE(contains(st.message(), dir / "step_1.tmp/a.bin")) << st.message();
   ASSERT_TRUE((*file)->close().is_ok());
-  EXPECT_EQ(*target.file_size("step_1.tmp/a.bin"), 0u) << "the write did not happen";
+  EXPECT_EQ(*target.size("step_1.tmp/a.bin", metadata_deadline()), 0u)
+      << "the write did not happen";
 
   EXPECT_EQ(recorded(target), (std::vector<std::string>{
                                   "mkdir step_1.tmp",
@@ -327,7 +338,7 @@ TEST(FaultInjectingTarget, FailsTheChosenFileOperationWithoutDoingIt) {
                               }));
 }
 
-TEST(FaultInjectingTarget, FailsEachStepOfTheCommitInTurn) {
+TEST(FaultStore, FailsEachStepOfTheCommitInTurn) {
   // Fail operation k of the sequence for every k: it is recorded as FAILED, the sequence stops
   // there (a writeback is only a hint, so a failed one does not stop it), and the step is
   // published only if the rename (operation 7) happened.
@@ -335,28 +346,28 @@ TEST(FaultInjectingTarget, FailsEachStepOfTheCommitInTurn) {
   for (size_t k = 0; k < kOperations; ++k) {
     SCOPED_TRACE("failing operation " + std::to_string(k));
     TempDir dir;
-    FaultInjectingTarget target(make_local_directory_target(dir.path()));
+    FaultStore target(make_local_store(dir.path()));
     size_t seen = 0;
-    target.set_fault_rule([&](const StorageOperation&) { return seen++ == k ? EIO : 0; });
+    target.set_fault_rule([&](const StoreOperation&) { return seen++ == k ? EIO : 0; });
     Status st = write_step(target);
     EXPECT_EQ(st.is_ok(), k == kWriteback) << st.to_string();
     if (!st.is_ok()) {
       EXPECT_EQ(st.code(), ErrorCode::kIo);
       EXPECT_TRUE(contains(st.message(), std::strerror(EIO))) << st.message();
     }
-    std::vector<StorageOperation> ops = target.operations();
+    std::vector<StoreOperation> ops = target.operations();
     ASSERT_EQ(ops.size(), k == kWriteback ? kOperations : k + 1);
     EXPECT_EQ(ops[k].kind.rfind("FAILED ", 0), 0u) << ops[k].to_string();
     EXPECT_EQ(fs::exists(dir / "step_1"), k > kRename || k == kWriteback);
   }
 }
 
-TEST(FaultInjectingTarget, AFailedRenameNamesBothPathsAndLeavesTheSource) {
+TEST(FaultStore, AFailedPublishNamesBothPathsAndLeavesTheSource) {
   TempDir dir;
-  FaultInjectingTarget target(make_local_directory_target(dir.path()));
-  ASSERT_TRUE(target.create_directory("step_1.tmp").is_ok());
-  target.set_fault_rule([](const StorageOperation& op) { return op.kind == "rename" ? EIO : 0; });
-  Status st = target.rename("step_1.tmp", "step_1");
+  FaultStore target(make_local_store(dir.path()));
+  ASSERT_TRUE(target.make_directory("step_1.tmp", metadata_deadline()).is_ok());
+  target.set_fault_rule([](const StoreOperation& op) { return op.kind == "publish" ? EIO : 0; });
+  Status st = target.publish("step_1.tmp", "step_1", metadata_deadline());
   EXPECT_EQ(st.code(), ErrorCode::kIo);
   EXPECT_TRUE(contains(st.message(), std::strerror(EIO))) << st.message();
   EXPECT_TRUE(contains(st.message(), dir / "step_1.tmp")) << st.message();
@@ -364,7 +375,7 @@ TEST(FaultInjectingTarget, AFailedRenameNamesBothPathsAndLeavesTheSource) {
   EXPECT_TRUE(fs::is_directory(dir / "step_1.tmp"));
   EXPECT_FALSE(fs::exists(dir / "step_1"));
   EXPECT_EQ(recorded(target),
-            (std::vector<std::string>{"mkdir step_1.tmp", "FAILED rename step_1.tmp -> step_1"}));
+            (std::vector<std::string>{"mkdir step_1.tmp", "FAILED publish step_1.tmp -> step_1"}));
 }
 
 }  // namespace

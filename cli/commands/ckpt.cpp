@@ -1,6 +1,6 @@
 // `zerowait ckpt ls|verify|inspect|gc DIR`: checkpoints from the command line: which steps are
 // committed, whether they are intact, what a step holds, and removing what no step needs
-// (`ckpt restore` is in ckpt_restore.cpp).
+// (`ckpt inspect` is in ckpt_inspect.cpp, `ckpt restore` in ckpt_restore.cpp).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -17,13 +17,13 @@
 #include "commands/ckpt_common.hpp"
 #include "common/file.hpp"
 #include "common/path_check.hpp"
-#include "io/remote/remote_object.hpp"
 #include "output.hpp"
 #include "progress_bar.hpp"
+#include "storage/remote_object.hpp"
 #include "zerowait/checkpoint/checkpointer.hpp"
 #include "zerowait/checkpoint/maintenance.hpp"
 #include "zerowait/checkpoint/manifest.hpp"
-#include "zerowait/checkpoint/storage_target.hpp"
+#include "zerowait/storage/open.hpp"
 
 namespace zerowait::cli {
 namespace {
@@ -33,43 +33,10 @@ constexpr size_t kStepsShown = 20;
 
 using json = nlohmann::ordered_json;
 
-struct CkptArgs {
-  std::string dir;
-  bool json = false;
-  uint64_t step = 0;
-  CLI::Option* step_option = nullptr;  // verify: whether STEP was given
-  unsigned threads = 0;
-  uint32_t rank = 0;
-  CLI::Option* rank_option = nullptr;
-  uint32_t keep_last = 0;
-  uint64_t keep_every = 0;
-  bool all_tmp = false;
-};
-
 std::vector<std::string> step_texts(const std::vector<uint64_t>& steps) {
   std::vector<std::string> texts;
   for (uint64_t step : steps) texts.push_back(std::to_string(step));
   return texts;
-}
-
-// Throws a CliError saying which steps exist when `step` is not committed.
-void require_committed(StorageTarget& target, const std::string& dir, uint64_t step) {
-  const std::vector<uint64_t> steps = unwrap(list_steps(target));
-  if (std::binary_search(steps.begin(), steps.end(), step)) return;
-  const std::string name = step_directory(step);
-  std::string message =
-      "step " + std::to_string(step) + " is not a committed checkpoint in '" + dir + "'";
-  if (unwrap(target.exists(name + internal::kTempSuffix))) {
-    message += " (" + name + internal::kTempSuffix + " is a save that did not commit)";
-  } else if (unwrap(target.is_directory(name))) {
-    message += " (" + name + " was retired: it has no " + internal::kCommitRecordName + ")";
-  }
-  if (steps.empty()) {
-    message += "; there are no committed checkpoints";
-  } else {
-    message += "; committed steps: " + join_limited(step_texts(steps), kStepsShown);
-  }
-  throw CliError(message);
 }
 
 // --- ls ----------------------------------------------------------------------------------------
@@ -88,29 +55,29 @@ struct UncommittedDir {
 
 // Counts the files directly in `dir->name` (step directories are flat). A file that vanishes
 // meanwhile (a save or gc running) is not counted.
-void measure_directory(StorageTarget& target, UncommittedDir* dir) {
-  Result<std::vector<std::string>> names = target.list(dir->name);
+void measure_directory(Store& target, UncommittedDir* dir) {
+  Result<std::vector<std::string>> names = target.list(dir->name, metadata_deadline());
   if (!names.is_ok() && names.status().code() == ErrorCode::kNotFound) return;
   for (const std::string& name : unwrap(std::move(names))) {
     const std::string path = dir->name + "/" + name;
-    Result<bool> is_dir = target.is_directory(path);
+    Result<bool> is_dir = target.is_directory(path, metadata_deadline());
     if (is_dir.is_ok() && is_dir.value()) continue;
-    Result<uint64_t> size = target.file_size(path);
+    Result<uint64_t> size = target.size(path, metadata_deadline());
     if (!size.is_ok() && size.status().code() == ErrorCode::kNotFound) continue;
     dir->bytes += unwrap(std::move(size));
     dir->files += 1;
   }
 }
 
-std::vector<UncommittedDir> find_uncommitted(StorageTarget& target,
+std::vector<UncommittedDir> find_uncommitted(Store& target,
                                              const std::vector<uint64_t>& committed) {
   std::vector<UncommittedDir> found;
-  for (const std::string& name : unwrap(target.list(""))) {
+  for (const std::string& name : unwrap(target.list("", metadata_deadline()))) {
     bool tmp = false;
     std::optional<uint64_t> step = internal::parse_step_directory(name, &tmp);
     if (!step) continue;
     if (!tmp && std::binary_search(committed.begin(), committed.end(), *step)) continue;
-    if (!unwrap(target.is_directory(name))) continue;
+    if (!unwrap(target.is_directory(name, metadata_deadline()))) continue;
     UncommittedDir dir;
     dir.name = name;
     dir.step = *step;
@@ -134,10 +101,6 @@ struct ListedStep {
   std::string problem;  // why `info` could not be read
 };
 
-std::string references_text(const std::vector<uint64_t>& steps) {
-  return steps.empty() ? "-" : join_limited(step_texts(steps), steps.size());
-}
-
 std::string uncommitted_note(const UncommittedDir& dir) {
   if (dir.state == "unfinished") {
     return "newer than every committed step: a job may still be writing it";
@@ -148,7 +111,7 @@ std::string uncommitted_note(const UncommittedDir& dir) {
 }
 
 int run_ls(const CkptArgs& args) {
-  std::shared_ptr<StorageTarget> target = open_checkpoint_directory(args.dir);
+  std::shared_ptr<Store> target = open_checkpoint_directory(args.dir);
   const std::vector<uint64_t> committed = unwrap(list_steps(*target));
   std::vector<ListedStep> steps;
   for (uint64_t step : committed) {
@@ -247,7 +210,7 @@ int run_ls(const CkptArgs& args) {
 
 // The bytes verify_step will read for `step` (every rank's files, older steps' included), or 0
 // when a manifest cannot be read (verify_step reports why).
-uint64_t bytes_to_verify(StorageTarget& target, uint64_t step) {
+uint64_t bytes_to_verify(Store& target, uint64_t step) {
   Result<std::vector<RankManifest>> manifests = read_rank_manifests(target, step);
   if (!manifests.is_ok()) return 0;
   std::set<std::string> seen;
@@ -261,7 +224,7 @@ uint64_t bytes_to_verify(StorageTarget& target, uint64_t step) {
 }
 
 int run_verify(const CkptArgs& args) {
-  std::shared_ptr<StorageTarget> target = open_checkpoint_directory(args.dir);
+  std::shared_ptr<Store> target = open_checkpoint_directory(args.dir);
   std::vector<uint64_t> steps;
   if (args.step_option->count() > 0) {
     require_committed(*target, args.dir, args.step);
@@ -338,132 +301,10 @@ int run_verify(const CkptArgs& args) {
   return bad == 0 ? kExitOk : kExitProblems;
 }
 
-// --- inspect -----------------------------------------------------------------------------------
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i > 0 ? ", " : "") + std::to_string(shape[i]);
-  return text + "]";
-}
-
-// The step whose directory holds `path`; another step than the inspected one means an
-// incremental save referenced it.
-uint64_t owner_step(const std::string& path, uint64_t fallback) {
-  return internal::step_of_path(path).value_or(fallback);
-}
-
-// The rank manifest as stored (docs/checkpoint-manifest.schema.json, the same encoder), plus
-// for each tensor and file the step whose directory holds it.
-json rank_json(const RankManifest& m) {
-  json doc = json::parse(internal::encode_rank_manifest(m));
-  for (json& entry : doc["tensors"]) {
-    const uint64_t in_step = owner_step(entry["file"].get<std::string>(), m.step);
-    entry["in_step"] = in_step;
-    entry["referenced"] = in_step != m.step;
-  }
-  for (json& entry : doc["files"]) {
-    const uint64_t in_step = owner_step(entry["path"].get<std::string>(), m.step);
-    entry["in_step"] = in_step;
-    entry["referenced"] = in_step != m.step;
-  }
-  return doc;
-}
-
-void print_rank(const RankManifest& m) {
-  uint64_t bytes = 0;
-  for (const StoredTensor& t : m.tensors) bytes += t.nbytes;
-  std::cout << "rank " << m.rank << ": " << count_noun(m.tensors.size(), "tensor", "tensors")
-            << ", " << format_bytes(bytes)
-            << "; structure: " << format_bytes(m.structure_json.size())
-            << " of JSON (shown by --json)\n";
-  Table tensors({{"name"},
-                 {"dtype"},
-                 {"shape"},
-                 {"bytes", Align::kRight},
-                 {"stored", Align::kRight},
-                 {"codec"},
-                 {"file"}});
-  for (const StoredTensor& t : m.tensors) {
-    const uint64_t in_step = owner_step(t.file, m.step);
-    tensors.add_row(
-        {t.name, t.dtype, shape_text(t.shape), format_bytes(t.nbytes), format_bytes(t.stored_bytes),
-         t.codec,
-         in_step == m.step ? t.file : t.file + " (from step " + std::to_string(in_step) + ")"});
-  }
-  tensors.print(std::cout);
-  std::cout << '\n';
-  Table files({{"file"}, {"bytes", Align::kRight}, {"container"}, {"step", Align::kRight}});
-  for (const StoredFile& f : m.files) {
-    files.add_row(
-        {f.path, format_bytes(f.bytes), f.container, std::to_string(owner_step(f.path, m.step))});
-  }
-  files.print(std::cout);
-  std::cout << '\n';
-}
-
-int run_inspect(const CkptArgs& args) {
-  std::shared_ptr<StorageTarget> target = open_checkpoint_directory(args.dir);
-  require_committed(*target, args.dir, args.step);
-  const StepInfo info = unwrap(read_step_info(*target, args.step));
-  std::vector<RankManifest> manifests;
-  if (args.rank_option->count() > 0) {
-    manifests.push_back(unwrap(read_rank_manifest(*target, args.step, args.rank)));
-  } else {
-    manifests = unwrap(read_rank_manifests(*target, args.step));
-  }
-
-  if (args.json) {
-    json ranks = json::array();
-    for (const RankManifest& m : manifests) ranks.push_back(rank_json(m));
-    print_json({{"path", target->describe()},
-                {"step", info.step},
-                {"run_id", info.run_id},
-                {"world_size", info.world_size},
-                {"bytes_total", info.bytes_total},
-                {"bytes_stored", info.bytes_stored},
-                {"references", json(info.references)},
-                {"created", info.created},
-                {"ranks", std::move(ranks)}});
-    return kExitOk;
-  }
-
-  std::cout << "step " << info.step << " in " << target->describe() << ", committed "
-            << info.created << (info.run_id.empty() ? "" : " by run " + info.run_id) << "\n\n";
-  uint64_t tensors = 0;
-  uint64_t bytes = 0;
-  uint64_t referenced_bytes = 0;  // of tensors living in older steps' files
-  uint64_t stored_bytes = 0;      // of the shown ranks' files in this step
-  std::set<std::string> files;
-  for (const RankManifest& m : manifests) {
-    print_rank(m);
-    tensors += m.tensors.size();
-    for (const StoredTensor& t : m.tensors) {
-      bytes += t.nbytes;
-      if (owner_step(t.file, m.step) != m.step) referenced_bytes += t.nbytes;
-    }
-    for (const StoredFile& f : m.files) {
-      if (files.insert(f.path).second && owner_step(f.path, m.step) == m.step) {
-        stored_bytes += f.bytes;
-      }
-    }
-  }
-  std::cout << "step " << info.step << ": " << count_noun(manifests.size(), "rank", "ranks");
-  if (manifests.size() != info.world_size) std::cout << " of " << info.world_size;
-  std::cout << ", " << count_noun(tensors, "tensor", "tensors") << ", " << format_bytes(bytes)
-            << " in " << count_noun(files.size(), "file", "files") << "; "
-            << format_bytes(stored_bytes) << " stored in this step";
-  if (referenced_bytes > 0) {
-    std::cout << ", " << format_bytes(referenced_bytes) << " of tensors referenced from step "
-              << references_text(info.references);
-  }
-  std::cout << '\n';
-  return kExitOk;
-}
-
 // --- gc ----------------------------------------------------------------------------------------
 
 int run_gc(const CkptArgs& args) {
-  std::shared_ptr<StorageTarget> target = open_checkpoint_directory(args.dir);
+  std::shared_ptr<Store> target = open_checkpoint_directory(args.dir);
   const std::vector<uint64_t> before = unwrap(list_steps(*target));
   const GcReport report =
       unwrap(collect_garbage(*target, args.keep_last, args.keep_every, !args.all_tmp));
@@ -513,13 +354,37 @@ CLI::Option* add_step_argument(CLI::App* command, CkptArgs* args, const std::str
 
 }  // namespace
 
-std::shared_ptr<StorageTarget> open_checkpoint_directory(const std::string& dir) {
+std::string references_text(const std::vector<uint64_t>& steps) {
+  return steps.empty() ? "-" : join_limited(step_texts(steps), steps.size());
+}
+
+void require_committed(Store& target, const std::string& dir, uint64_t step) {
+  const std::vector<uint64_t> steps = unwrap(list_steps(target));
+  if (std::binary_search(steps.begin(), steps.end(), step)) return;
+  const std::string name = step_directory(step);
+  std::string message =
+      "step " + std::to_string(step) + " is not a committed checkpoint in '" + dir + "'";
+  if (unwrap(target.exists(name + internal::kTempSuffix, metadata_deadline()))) {
+    message += " (" + name + internal::kTempSuffix + " is a save that did not commit)";
+  } else if (unwrap(target.is_directory(name, metadata_deadline()))) {
+    message += " (" + name + " was retired: it has no " + internal::kCommitRecordName + ")";
+  }
+  if (steps.empty()) {
+    message += "; there are no committed checkpoints";
+  } else {
+    message += "; committed steps: " + join_limited(step_texts(steps), kStepsShown);
+  }
+  throw CliError(message);
+}
+
+std::shared_ptr<Store> open_checkpoint_directory(const std::string& dir) {
   if (!internal::is_s3_url(dir)) check(internal::require_local_path(dir, "checkpoint directory"));
-  std::shared_ptr<StorageTarget> target = unwrap(open_storage_target(dir));
-  if (!unwrap(target->exists(""))) {
+  std::shared_ptr<Store> target = unwrap(open_store(dir));
+  if (!unwrap(target->exists("", metadata_deadline()))) {
     throw CliError("checkpoint directory '" + dir + "' does not exist");
   }
-  if (!unwrap(target->is_directory(""))) throw CliError("'" + dir + "' is not a directory");
+  if (!unwrap(target->is_directory("", metadata_deadline())))
+    throw CliError("'" + dir + "' is not a directory");
   return target;
 }
 

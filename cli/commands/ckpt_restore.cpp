@@ -108,8 +108,8 @@ void print_copy(const CopyReport& c) {
 }
 
 int run_restore(const RestoreArgs& args) {
-  std::shared_ptr<StorageTarget> primary = open_checkpoint_directory(args.dir);
-  std::shared_ptr<StorageTarget> mirror;
+  std::shared_ptr<Store> primary = open_checkpoint_directory(args.dir);
+  std::shared_ptr<Store> mirror;
   if (!args.mirror.empty()) mirror = open_checkpoint_directory(args.mirror);
   const RestoreOptions read{args.threads, true, true, internal::from_seconds(args.read_timeout_s)};
 
@@ -122,7 +122,7 @@ int run_restore(const RestoreArgs& args) {
     // or a step the primary does not hold) gets one here.
     if (copies.empty() || copies.back().step != skipped.step ||
         copies.back().tier != skipped.tier) {
-      StorageTarget& target = skipped.tier == Tier::kPrimary ? *primary : *mirror;
+      Store& target = skipped.tier == Tier::kPrimary ? *primary : *mirror;
       copies.push_back({skipped.step, skipped.tier, target.describe(), {}, {}});
     }
     copies.back().status = skipped.why;

@@ -115,10 +115,18 @@ Command add_pack_command(CLI::App& app) {
   PackOptions& o = args->options;
   CLI::App* cmd = app.add_subcommand(
       "pack", "Pack directories of small files and WebDataset tars into indexed shards");
-  cmd->add_option("SRC", o.sources, "Input directories, .tar or .tar.gz/.tgz files")
+  // A URL names an archive the storage layer reads (pack checks it there); a path must exist.
+  const CLI::Validator existing_path_or_url(
+      [](std::string& value) {
+        return value.find("://") != std::string::npos ? std::string() : CLI::ExistingPath(value);
+      },
+      "PATH");
+  cmd->add_option("SRC", o.sources,
+                  "Input directories, .tar or .tar.gz/.tgz files; archives also at a URL the "
+                  "storage layer reads (s3://BUCKET/KEY.tar, https://HOST/KEY.tar)")
       ->type_name("PATH")
       ->required()
-      ->check(CLI::ExistingPath);
+      ->check(existing_path_or_url);
   cmd->add_option("-o,--output", o.out_dir,
                   "Output directory, or s3://BUCKET/PREFIX, for the shards and manifest.json")
       ->type_name("OUT_DIR")

@@ -11,23 +11,8 @@
 
 namespace zerowait::internal {
 
-Result<std::string> join_target_path(const std::string& root, const std::string& path) {
-  bool valid = path.empty() || path.front() != '/';
-  for (size_t start = 0; valid && start <= path.size();) {
-    size_t end = std::min(path.find('/', start), path.size());
-    valid = path.compare(start, end - start, "..") != 0;
-    start = end + 1;
-  }
-  if (!valid) {
-    return invalid_argument("invalid path '" + path + "' in " + root +
-                            ": it must be relative, without '..'");
-  }
-  if (path.empty()) return root;
-  return root.ends_with('/') ? root + path : root + "/" + path;
-}
-
-Status write_small_file(StorageTarget& target, const std::string& path, std::string_view bytes) {
-  ZW_ASSIGN_OR_RETURN(auto file, target.create_file(path));
+Status write_small_file(Store& target, const std::string& path, std::string_view bytes) {
+  ZW_ASSIGN_OR_RETURN(auto file, target.create(path, metadata_deadline()));
   ZW_RETURN_IF_ERROR(file->write_at(
       0,
       std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size())));
@@ -35,12 +20,13 @@ Status write_small_file(StorageTarget& target, const std::string& path, std::str
   return file->close();
 }
 
-Status publish_small_file(StorageTarget& target, const std::string& dir, const std::string& name,
+Status publish_small_file(Store& target, const std::string& dir, const std::string& name,
                           std::string_view bytes) {
   const std::string prefix = dir.empty() ? "" : dir + "/";
   ZW_RETURN_IF_ERROR(write_small_file(target, prefix + name + kTempSuffix, bytes));
-  ZW_RETURN_IF_ERROR(target.rename(prefix + name + kTempSuffix, prefix + name));
-  return target.sync_directory(dir);
+  ZW_RETURN_IF_ERROR(
+      target.publish(prefix + name + kTempSuffix, prefix + name, metadata_deadline()));
+  return target.sync_directory(dir, metadata_deadline());
 }
 
 Status size_mismatch(const std::string& path, uint64_t actual, uint64_t expected) {
@@ -66,11 +52,11 @@ Result<uint64_t> stream_source(
   return hash.digest();
 }
 
-Status copy_verified(StorageTarget& from, const std::string& path, StorageTarget& to,
-                     const std::string& to_path, uint64_t expected_bytes, uint64_t expected_xxh3) {
+Status copy_verified(Store& from, const std::string& path, Store& to, const std::string& to_path,
+                     uint64_t expected_bytes, uint64_t expected_xxh3) {
   ZW_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source,
-                      from.open_for_read(path, IoBackend::kPread));
-  ZW_ASSIGN_OR_RETURN(auto out, to.create_file(to_path));
+                      from.open(path, IoBackend::kPread, metadata_deadline()));
+  ZW_ASSIGN_OR_RETURN(auto out, to.create(to_path, metadata_deadline()));
   auto digest = stream_source(*source, expected_bytes, kDefaultReadTimeout,
                               [&](uint64_t offset, std::span<const std::byte> piece) {
                                 return out->write_at(offset, piece);
@@ -92,12 +78,12 @@ std::string run_name(const std::string& run_id) {
 
 }  // namespace
 
-Status require_step_free(StorageTarget& tier, uint64_t step, const std::string& run_id) {
+Status require_step_free(Store& tier, uint64_t step, const std::string& run_id) {
   const std::string record_path = step_directory(step) + "/" + kCommitRecordName;
-  ZW_ASSIGN_OR_RETURN(bool taken, tier.exists(record_path));
+  ZW_ASSIGN_OR_RETURN(bool taken, tier.exists(record_path, metadata_deadline()));
   if (!taken) return Status::ok();
   std::string whose = "an unreadable commit record";
-  if (auto text = tier.read_file(record_path); text.is_ok()) {
+  if (auto text = tier.read(record_path, metadata_deadline()); text.is_ok()) {
     if (auto record = decode_commit_record(text.value(), record_path); record.is_ok()) {
       whose = run_name(record.value().info.run_id) + ", committed " + record.value().info.created;
     }
@@ -109,25 +95,25 @@ Status require_step_free(StorageTarget& tier, uint64_t step, const std::string& 
                     "directory and mirror of its own");
 }
 
-Status mirror_step(StorageTarget& from, StorageTarget& to, uint64_t step) {
+Status mirror_step(Store& from, Store& to, uint64_t step) {
   const std::string dir = step_directory(step);
   const std::string tmp = dir + kTempSuffix;
   const std::string record_path = dir + "/" + kCommitRecordName;
-  ZW_ASSIGN_OR_RETURN(std::string record_text, from.read_file(record_path));
+  ZW_ASSIGN_OR_RETURN(std::string record_text, from.read(record_path, metadata_deadline()));
   ZW_ASSIGN_OR_RETURN(CommitRecord record, decode_commit_record(record_text, record_path));
-  ZW_ASSIGN_OR_RETURN(bool mirrored, to.exists(record_path));
+  ZW_ASSIGN_OR_RETURN(bool mirrored, to.exists(record_path, metadata_deadline()));
   if (mirrored) {
     // The same commit record (its run, time and every manifest's checksum): already copied.
-    auto there = to.read_file(record_path);
+    auto there = to.read(record_path, metadata_deadline());
     if (there.is_ok() && there.value() == record_text) return Status::ok();
     ZW_RETURN_IF_ERROR(require_step_free(to, step, record.info.run_id));
   }
-  ZW_RETURN_IF_ERROR(to.remove_all(tmp));
-  ZW_RETURN_IF_ERROR(to.create_directory(tmp));
+  ZW_RETURN_IF_ERROR(to.remove_all(tmp, metadata_deadline(), internal::kCommitRecordName));
+  ZW_RETURN_IF_ERROR(to.make_directory(tmp, metadata_deadline()));
   std::vector<std::pair<std::string, std::string>> manifests;  // name, text
   for (const RankEntry& entry : record.ranks) {
     const std::string path = dir + "/" + entry.manifest;
-    ZW_ASSIGN_OR_RETURN(std::string text, from.read_file(path));
+    ZW_ASSIGN_OR_RETURN(std::string text, from.read(path, metadata_deadline()));
     if (text.size() != entry.bytes || XXH3_64bits(text.data(), text.size()) != entry.xxh3) {
       return corrupt("'" + path + "' in " + from.describe() +
                      " does not match the commit record's checksum; not mirrored");
@@ -143,14 +129,14 @@ Status mirror_step(StorageTarget& from, StorageTarget& to, uint64_t step) {
       }
       // An older step's file this one references: the mirror may have retired that step or
       // never seen it; its directory then holds referenced files only, like a retired step.
-      ZW_ASSIGN_OR_RETURN(bool there, to.exists(file.path));
+      ZW_ASSIGN_OR_RETURN(bool there, to.exists(file.path, metadata_deadline()));
       if (there) continue;
       const std::string owner_dir = step_directory(owner);
-      ZW_RETURN_IF_ERROR(to.create_directory(owner_dir));
+      ZW_RETURN_IF_ERROR(to.make_directory(owner_dir, metadata_deadline()));
       ZW_RETURN_IF_ERROR(
           copy_verified(from, file.path, to, file.path + kTempSuffix, file.bytes, file.xxh3));
-      ZW_RETURN_IF_ERROR(to.rename(file.path + kTempSuffix, file.path));
-      ZW_RETURN_IF_ERROR(to.sync_directory(owner_dir));
+      ZW_RETURN_IF_ERROR(to.publish(file.path + kTempSuffix, file.path, metadata_deadline()));
+      ZW_RETURN_IF_ERROR(to.sync_directory(owner_dir, metadata_deadline()));
     }
     manifests.emplace_back(entry.manifest, std::move(text));
   }
@@ -158,16 +144,17 @@ Status mirror_step(StorageTarget& from, StorageTarget& to, uint64_t step) {
     ZW_RETURN_IF_ERROR(write_small_file(to, tmp + "/" + name, text));
   }
   ZW_RETURN_IF_ERROR(write_small_file(to, tmp + "/" + kCommitRecordName, record_text));
-  ZW_RETURN_IF_ERROR(to.sync_directory(tmp));
-  if (Status renamed = to.rename(tmp, dir); !renamed.is_ok()) {
+  ZW_RETURN_IF_ERROR(to.sync_directory(tmp, metadata_deadline()));
+  if (Status renamed = to.publish(tmp, dir, metadata_deadline(), kCommitRecordName);
+      !renamed.is_ok()) {
     // Another run committed this step number there while it was copied.
     if (renamed.code() == ErrorCode::kAlreadyExists) {
-      (void)to.remove_all(tmp);
+      (void)to.remove_all(tmp, metadata_deadline(), internal::kCommitRecordName);
       return require_step_free(to, step, record.info.run_id);
     }
     return renamed;
   }
-  ZW_RETURN_IF_ERROR(to.sync_directory(""));
+  ZW_RETURN_IF_ERROR(to.sync_directory("", metadata_deadline()));
   return publish_small_file(to, "", kLatestPointerName, dir + "\n");
 }
 

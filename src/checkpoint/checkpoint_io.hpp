@@ -1,4 +1,4 @@
-// File operations the checkpoint engine builds its commit protocol from, on any StorageTarget.
+// File operations the checkpoint engine builds its commit protocol from, on any Store.
 #pragma once
 
 #include <chrono>
@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "zerowait/checkpoint/storage_target.hpp"
+#include "zerowait/storage/store.hpp"
 
 namespace zerowait::internal {
 
@@ -17,15 +17,10 @@ namespace zerowait::internal {
 // then is hung, and the wait says so instead of hanging the job.
 inline constexpr std::chrono::minutes kDeviceCopyTimeout{10};
 
-// `root` + "/" + `path` (`root` for ""): the full name of a target's file, for the target's own
-// calls and every error. kInvalidArgument, naming both, for a path that is absolute or contains
-// "..": it could leave the root.
-Result<std::string> join_target_path(const std::string& root, const std::string& path);
-
 // create → write → fsync → close.
-Status write_small_file(StorageTarget& target, const std::string& path, std::string_view bytes);
+Status write_small_file(Store& target, const std::string& path, std::string_view bytes);
 // Makes `dir/name` appear whole or not at all: "name.tmp", fsync, rename, fsync of `dir`.
-Status publish_small_file(StorageTarget& target, const std::string& dir, const std::string& name,
+Status publish_small_file(Store& target, const std::string& dir, const std::string& name,
                           std::string_view bytes);
 // kCorrupt "'<path>' is N bytes, its manifest says M (truncated or replaced)".
 Status size_mismatch(const std::string& path, uint64_t actual, uint64_t expected);
@@ -36,20 +31,20 @@ Result<uint64_t> stream_source(
     ByteSource& source, uint64_t expected_bytes, std::chrono::nanoseconds read_timeout,
     const std::function<Status(uint64_t offset, std::span<const std::byte> piece)>& each);
 // Copies `path` from one target to another (same relative path, written to `to_path`) through
-// their StorageTarget reads and writes, each read within kDefaultReadTimeout, hashing the bytes
+// their Store reads and writes, each read within kDefaultReadTimeout, hashing the bytes
 // on the way: kCorrupt, naming the source, when they do not hash to `expected_xxh3`
 // or are not `expected_bytes` long. The copy is fsynced and closed.
-Status copy_verified(StorageTarget& from, const std::string& path, StorageTarget& to,
-                     const std::string& to_path, uint64_t expected_bytes, uint64_t expected_xxh3);
+Status copy_verified(Store& from, const std::string& path, Store& to, const std::string& to_path,
+                     uint64_t expected_bytes, uint64_t expected_xxh3);
 // kAlreadyExists when `tier` already holds committed step `step` (saved by another run, or
 // earlier by this one: a tier never gets a step number twice), naming the tier, both runs and
 // when the step there was committed; ok when it does not. `run_id` is the run asking.
-Status require_step_free(StorageTarget& tier, uint64_t step, const std::string& run_id);
+Status require_step_free(Store& tier, uint64_t step, const std::string& run_id);
 // Copies committed step `step` (every rank's files, manifests and the commit record, plus any
 // older file it references that `to` lacks) with the same commit protocol as a save: files into
 // step-N.tmp, fsync, commit record last, rename, fsync, latest pointer. A step `to` already has
 // with the same commit record is left alone; with another one (another run's step N) it is
 // kAlreadyExists, as when that step appears in `to` while this copy is made.
-Status mirror_step(StorageTarget& from, StorageTarget& to, uint64_t step);
+Status mirror_step(Store& from, Store& to, uint64_t step);
 
 }  // namespace zerowait::internal

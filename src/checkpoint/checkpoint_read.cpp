@@ -37,9 +37,9 @@ std::string commit_record_path(uint64_t step) {
   return step_directory(step) + "/" + internal::kCommitRecordName;
 }
 
-Result<internal::CommitRecord> read_commit_record(StorageTarget& target, uint64_t step) {
+Result<internal::CommitRecord> read_commit_record(Store& target, uint64_t step, Deadline deadline) {
   const std::string path = commit_record_path(step);
-  auto text = target.read_file(path);
+  auto text = target.read(path, deadline);
   if (!text.is_ok()) {
     if (text.status().code() == ErrorCode::kNotFound) {
       return not_found("step " + std::to_string(step) + " is not a committed checkpoint in " +
@@ -70,30 +70,30 @@ void advise_huge_pages(std::byte* data, uint64_t bytes) {
 
 }  // namespace
 
-Result<std::vector<uint64_t>> list_steps(StorageTarget& target) {
-  ZW_ASSIGN_OR_RETURN(auto names, target.list(""));
+Result<std::vector<uint64_t>> list_steps(Store& target, Deadline deadline) {
+  ZW_ASSIGN_OR_RETURN(auto names, target.list("", deadline));
   std::vector<uint64_t> steps;
   for (const std::string& name : names) {
     bool tmp = false;
     auto step = internal::parse_step_directory(name, &tmp);
     if (!step || tmp) continue;
-    ZW_ASSIGN_OR_RETURN(bool committed, target.exists(commit_record_path(*step)));
+    ZW_ASSIGN_OR_RETURN(bool committed, target.exists(commit_record_path(*step), deadline));
     if (committed) steps.push_back(*step);
   }
   std::sort(steps.begin(), steps.end());
   return steps;
 }
 
-Result<StepInfo> read_step_info(StorageTarget& target, uint64_t step) {
-  ZW_ASSIGN_OR_RETURN(auto record, read_commit_record(target, step));
+Result<StepInfo> read_step_info(Store& target, uint64_t step, Deadline deadline) {
+  ZW_ASSIGN_OR_RETURN(auto record, read_commit_record(target, step, deadline));
   return record.info;
 }
 
 namespace {
 
 // Rank `rank`'s manifest of the step `record` commits, checked against the record.
-Result<RankManifest> read_rank_manifest_of(StorageTarget& target,
-                                           const internal::CommitRecord& record, uint32_t rank) {
+Result<RankManifest> read_rank_manifest_of(Store& target, const internal::CommitRecord& record,
+                                           uint32_t rank, Deadline deadline) {
   const uint64_t step = record.info.step;
   if (rank >= record.info.world_size) {
     return invalid_argument("step " + std::to_string(step) + " was saved by world_size " +
@@ -102,7 +102,7 @@ Result<RankManifest> read_rank_manifest_of(StorageTarget& target,
   }
   const internal::RankEntry& entry = record.ranks[rank];
   const std::string path = step_directory(step) + "/" + entry.manifest;
-  ZW_ASSIGN_OR_RETURN(std::string text, target.read_file(path));
+  ZW_ASSIGN_OR_RETURN(std::string text, target.read(path, deadline));
   if (text.size() != entry.bytes || XXH3_64bits(text.data(), text.size()) != entry.xxh3) {
     return corrupt("'" + path + "' in " + target.describe() +
                    " does not match the checksum its commit record holds (damaged file)");
@@ -117,16 +117,18 @@ Result<RankManifest> read_rank_manifest_of(StorageTarget& target,
 
 }  // namespace
 
-Result<RankManifest> read_rank_manifest(StorageTarget& target, uint64_t step, uint32_t rank) {
-  ZW_ASSIGN_OR_RETURN(auto record, read_commit_record(target, step));
-  return read_rank_manifest_of(target, record, rank);
+Result<RankManifest> read_rank_manifest(Store& target, uint64_t step, uint32_t rank,
+                                        Deadline deadline) {
+  ZW_ASSIGN_OR_RETURN(auto record, read_commit_record(target, step, deadline));
+  return read_rank_manifest_of(target, record, rank, deadline);
 }
 
-Result<std::vector<RankManifest>> read_rank_manifests(StorageTarget& target, uint64_t step) {
-  ZW_ASSIGN_OR_RETURN(auto record, read_commit_record(target, step));
+Result<std::vector<RankManifest>> read_rank_manifests(Store& target, uint64_t step,
+                                                      Deadline deadline) {
+  ZW_ASSIGN_OR_RETURN(auto record, read_commit_record(target, step, deadline));
   std::vector<RankManifest> manifests;
   for (uint32_t r = 0; r < record.info.world_size; ++r) {
-    ZW_ASSIGN_OR_RETURN(RankManifest m, read_rank_manifest_of(target, record, r));
+    ZW_ASSIGN_OR_RETURN(RankManifest m, read_rank_manifest_of(target, record, r, deadline));
     manifests.push_back(std::move(m));
   }
   return manifests;
@@ -153,7 +155,7 @@ struct ReadTask {
 
 class Restore {
  public:
-  Restore(StorageTarget& target, const RankManifest& manifest, std::span<const TensorRead> reads,
+  Restore(Store& target, const RankManifest& manifest, std::span<const TensorRead> reads,
           const RestoreOptions& options)
       : target_(target), manifest_(manifest), reads_(reads), options_(options) {}
 
@@ -171,7 +173,7 @@ class Restore {
   // Each read gets the whole timeout: a read that stalls is reported, one that is slow is not.
   Deadline deadline() const { return Deadline::after(options_.read_timeout); }
 
-  StorageTarget& target_;
+  Store& target_;
   const RankManifest& manifest_;
   std::span<const TensorRead> reads_;
   RestoreOptions options_;
@@ -199,7 +201,8 @@ Status Restore::open_files() {
         std::none_of(manifest_.tensors.begin(), manifest_.tensors.end(),
                      [&](const StoredTensor& t) { return t.file == rel && t.codec != "none"; });
     const IoBackend backend = options_.direct && raw ? IoBackend::kDirect : IoBackend::kIoUring;
-    ZW_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source, target_.open_for_read(rel, backend));
+    ZW_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source,
+                        target_.open(rel, backend, metadata_deadline()));
     for (const StoredFile& sf : manifest_.files) {
       if (sf.path == rel && sf.bytes != source->size()) {
         return internal::size_mismatch(source->name(), source->size(), sf.bytes);
@@ -352,8 +355,8 @@ Status Restore::run() {
 
 }  // namespace
 
-Status read_tensors(StorageTarget& target, const RankManifest& manifest,
-                    std::span<const TensorRead> reads, const RestoreOptions& options) {
+Status read_tensors(Store& target, const RankManifest& manifest, std::span<const TensorRead> reads,
+                    const RestoreOptions& options) {
   std::vector<TensorRead> direct, staged;
   for (const TensorRead& r : reads) (r.device == kHostMemory ? direct : staged).push_back(r);
   if (!direct.empty()) {
@@ -397,10 +400,10 @@ Status check_safetensors_header(ByteSource& source, const StoredFile& file,
 
 }  // namespace
 
-Result<VerifyReport> verify_step(StorageTarget& target, uint64_t step, unsigned threads,
+Result<VerifyReport> verify_step(Store& target, uint64_t step, unsigned threads,
                                  const std::function<void(uint64_t)>& progress,
                                  std::chrono::nanoseconds read_timeout) {
-  ZW_ASSIGN_OR_RETURN(auto record, read_commit_record(target, step));
+  ZW_ASSIGN_OR_RETURN(auto record, read_commit_record(target, step, metadata_deadline()));
   VerifyReport report;
   report.step = step;
   struct Check {
@@ -410,7 +413,7 @@ Result<VerifyReport> verify_step(StorageTarget& target, uint64_t step, unsigned 
   };
   std::vector<RankManifest> manifests;
   for (uint32_t r = 0; r < record.info.world_size; ++r) {
-    auto m = read_rank_manifest_of(target, record, r);
+    auto m = read_rank_manifest_of(target, record, r, metadata_deadline());
     if (!m.is_ok()) {
       report.problems.push_back(m.status().message());
       continue;
@@ -426,7 +429,7 @@ Result<VerifyReport> verify_step(StorageTarget& target, uint64_t step, unsigned 
   internal::ThreadPool pool(read_threads(threads) - 1);
   pool.parallel_for(checks.size(), [&](size_t i) {
     Check& check = checks[i];
-    auto source = target.open_for_read(check.file->path, IoBackend::kPread);
+    auto source = target.open(check.file->path, IoBackend::kPread, metadata_deadline());
     if (!source.is_ok()) {
       check.problem = source.status().message();
       return;
@@ -482,12 +485,12 @@ Result<VerifyReport> verify_step(StorageTarget& target, uint64_t step, unsigned 
 namespace {
 
 // The bytes of the files directly in `dir` (step directories are flat).
-uint64_t directory_bytes(StorageTarget& target, const std::string& dir) {
+uint64_t directory_bytes(Store& target, const std::string& dir) {
   uint64_t bytes = 0;
-  auto names = target.list(dir);
+  auto names = target.list(dir, metadata_deadline());
   if (!names.is_ok()) return 0;
   for (const std::string& name : names.value()) {
-    auto size = target.file_size(dir + "/" + name);
+    auto size = target.size(dir + "/" + name, metadata_deadline());
     if (size.is_ok()) bytes += size.value();
   }
   return bytes;
@@ -495,7 +498,7 @@ uint64_t directory_bytes(StorageTarget& target, const std::string& dir) {
 
 }  // namespace
 
-Result<GcReport> collect_garbage(StorageTarget& target, uint32_t keep_last, uint64_t keep_every,
+Result<GcReport> collect_garbage(Store& target, uint32_t keep_last, uint64_t keep_every,
                                  bool only_settled_tmp, const std::vector<uint64_t>& spare) {
   GcReport report;
   ZW_ASSIGN_OR_RETURN(std::vector<uint64_t> committed, list_steps(target));
@@ -514,8 +517,9 @@ Result<GcReport> collect_garbage(StorageTarget& target, uint32_t keep_last, uint
         continue;
       }
       const std::string dir = step_directory(committed[i]);
-      ZW_RETURN_IF_ERROR(target.remove_file(dir + "/" + internal::kCommitRecordName));
-      ZW_RETURN_IF_ERROR(target.sync_directory(dir));
+      ZW_RETURN_IF_ERROR(
+          target.remove(dir + "/" + internal::kCommitRecordName, metadata_deadline()));
+      ZW_RETURN_IF_ERROR(target.sync_directory(dir, metadata_deadline()));
       report.removed.push_back(dir + "/" + internal::kCommitRecordName);
     }
     committed = std::move(kept);
@@ -535,7 +539,7 @@ Result<GcReport> collect_garbage(StorageTarget& target, uint32_t keep_last, uint
     }
   }
 
-  ZW_ASSIGN_OR_RETURN(auto names, target.list(""));
+  ZW_ASSIGN_OR_RETURN(auto names, target.list("", metadata_deadline()));
   const uint64_t newest = committed.empty() ? 0 : committed.back();
   for (const std::string& name : names) {
     bool tmp = false;
@@ -544,15 +548,16 @@ Result<GcReport> collect_garbage(StorageTarget& target, uint32_t keep_last, uint
     if (tmp) {
       if (only_settled_tmp && (committed.empty() || *step > newest)) continue;
       report.bytes_freed += directory_bytes(target, name);
-      ZW_RETURN_IF_ERROR(target.remove_all(name));
+      ZW_RETURN_IF_ERROR(target.remove_all(name, metadata_deadline(), internal::kCommitRecordName));
       report.removed.push_back(name);
       continue;
     }
-    ZW_ASSIGN_OR_RETURN(bool is_committed, target.exists(commit_record_path(*step)));
+    ZW_ASSIGN_OR_RETURN(bool is_committed,
+                        target.exists(commit_record_path(*step), metadata_deadline()));
     // A retired step keeps the files a committed one references; when a manifest could not be
     // read, nothing is deleted (its references are unknown).
     if (is_committed || !all_known) continue;
-    ZW_ASSIGN_OR_RETURN(auto files, target.list(name));
+    ZW_ASSIGN_OR_RETURN(auto files, target.list(name, metadata_deadline()));
     size_t kept_files = 0;
     for (const std::string& file : files) {
       const std::string path = name + "/" + file;
@@ -560,17 +565,17 @@ Result<GcReport> collect_garbage(StorageTarget& target, uint32_t keep_last, uint
         ++kept_files;
         continue;
       }
-      auto size = target.file_size(path);
-      ZW_RETURN_IF_ERROR(target.remove_file(path));
+      auto size = target.size(path, metadata_deadline());
+      ZW_RETURN_IF_ERROR(target.remove(path, metadata_deadline()));
       report.removed.push_back(path);
       if (size.is_ok()) report.bytes_freed += size.value();
     }
     if (kept_files == 0) {
-      ZW_RETURN_IF_ERROR(target.remove_all(name));
+      ZW_RETURN_IF_ERROR(target.remove_all(name, metadata_deadline(), internal::kCommitRecordName));
       report.removed.push_back(name);
     }
   }
-  if (!report.removed.empty()) ZW_RETURN_IF_ERROR(target.sync_directory(""));
+  if (!report.removed.empty()) ZW_RETURN_IF_ERROR(target.sync_directory("", metadata_deadline()));
   return report;
 }
 

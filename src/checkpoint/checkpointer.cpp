@@ -16,18 +16,21 @@
 
 #include "checkpoint/checkpoint_io.hpp"
 #include "checkpoint/checkpoint_manifest.hpp"
+#include "checkpoint/checkpointer_state.hpp"
+#include "checkpoint/commit_protocol.hpp"
+#include "checkpoint/part_writer.hpp"
 #include "checkpoint/safetensors.hpp"
 #include "checkpoint/tensor_codec.hpp"
 #include "common/align.hpp"
-#include "host/aligned_buffer.hpp"
 #include "common/clock.hpp"
-#include "common/crash_points.hpp"
 #include "common/file.hpp"
 #include "common/thread_pool.hpp"
 #include "common/xxhash.hpp"
+#include "host/aligned_buffer.hpp"
 #include "host/cuda_runtime.hpp"
 #include "zerowait/checkpoint/maintenance.hpp"
 #include "zerowait/checkpoint/manifest.hpp"
+#include "zerowait/storage/fault_store.hpp"
 
 namespace zerowait {
 
@@ -41,28 +44,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr uint64_t kCopyPiece = 32ull << 20;       // snapshot memcpy work unit
-constexpr uint64_t kWriteChunk = 8ull << 20;       // one write(2)
-constexpr uint64_t kWritebackEvery = 64ull << 20;  // start writeback this often
 constexpr uint64_t kStagingAlignment = 64;
-constexpr uint64_t kCompressChunk = 4ull << 20;
-
-bool is_floating_group_candidate(const TensorToSave& t) {
-  return t.floating_point && t.element_size > 1;
-}
-
-// Crash tests through any entry point (the Python layer included): the crash point
-// $ZEROWAIT_FAULT_EXIT_AT_OPERATION=N (common/crash_points.hpp) ends the process instead of the
-// N-th mutating operation (docs: StorageOperation) of this Checkpointer on its directory.
-std::shared_ptr<StorageTarget> with_exit_fault(std::shared_ptr<StorageTarget> target) {
-  const uint64_t fatal = internal::crash_point_setting("ZEROWAIT_FAULT_EXIT_AT_OPERATION");
-  if (fatal == 0) return target;
-  auto faults = std::make_shared<FaultInjectingTarget>(std::move(target));
-  faults->set_fault_rule([fatal, count = uint64_t{0}](const StorageOperation&) mutable {
-    if (++count == fatal) internal::crash_now();
-    return 0;
-  });
-  return faults;
-}
 
 // 64 random bits in hex: two runs sharing a tier tell their steps apart by it.
 std::string random_run_id() {
@@ -80,121 +62,6 @@ Result<Compression> parse_compression(const std::string& name) {
 }
 
 std::string step_directory(uint64_t step) { return "step-" + std::to_string(step); }
-
-// --- shared state ---------------------------------------------------------------------------
-
-struct CheckpointerState {
-  std::shared_ptr<StorageTarget> target;
-  CheckpointOptions options;
-  internal::ThreadPool pool;
-  // A pointer so that a pool a device copy may still be writing into can be abandoned (leaked)
-  // instead of freed: see abandon_staging().
-  std::unique_ptr<internal::AlignedBuffer> staging = std::make_unique<internal::AlignedBuffer>();
-
-  std::mutex mutex;
-  std::condition_variable changed;
-  std::shared_ptr<SaveJob> in_flight;  // owns the staging pool until its writing is done
-  std::thread writer;
-  std::optional<RankManifest> base;  // the previous committed step's part, for incremental saves
-  Status unreported;                 // a background error nobody has waited for yet
-
-  // Mirror tier: steps waiting to be copied, one thread copying them.
-  // Held (before `mutex`) by a commit until its step is queued or retention has run, and by the
-  // mirror thread's run of the primary's retention, which spares the queued steps: no step
-  // commits while retention decides what to retire, so none is retired before it is copied.
-  std::mutex retention_mutex;
-  std::deque<uint64_t> mirror_queue;
-  bool mirror_busy = false;
-  bool stopping = false;
-  std::thread mirror_thread;
-
-  CheckpointerState(std::shared_ptr<StorageTarget> t, CheckpointOptions o)
-      : target(std::move(t)),
-        options(std::move(o)),
-        pool((options.threads != 0 ? options.threads : internal::available_cpus()) - 1) {}
-
-  void remember_error(const Status& status) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (unreported.is_ok()) unreported = status;
-  }
-  void mirror_loop();
-
-  // After a device copy into staging failed or never finished: the DMA may still write into the
-  // pool, so it is never freed or reused; the next save gets a new one.
-  void abandon_staging() {
-    (void)staging.release();  // deliberately leaked
-    staging = std::make_unique<internal::AlignedBuffer>();
-  }
-};
-
-// --- one save ---------------------------------------------------------------------------------
-
-class SaveJob {
- public:
-  enum class Phase { kStaged, kWriting, kPartDurable, kFinished };
-
-  std::shared_ptr<CheckpointerState> owner;
-  uint64_t step = 0;
-  std::vector<TensorToSave> tensors;
-  std::string structure_json;
-  std::vector<uint64_t> staging_offsets;
-  std::byte* staging_base = nullptr;
-  bool started_writing = false;  // start() was called (guarded by the owner's mutex)
-  Clock::time_point started = Clock::now();
-  double snapshot_s = 0;
-  double device_wait_s = 0;
-  // Recorded on the caller's copy streams (wait_for_stream): done once staging holds the bytes.
-  std::vector<internal::CudaEvent> device_copies;
-
-  std::mutex mutex;
-  std::condition_variable changed;
-  Phase phase = Phase::kStaged;
-  Status part_status;
-  std::optional<Result<SaveResult>> result;
-  RankManifest manifest;  // this rank's part, once durable
-  // Under caller coordination: the outcome the caller reports through finish().
-  std::optional<std::pair<bool, Status>> caller_outcome;
-
-  std::byte* staging(size_t index) const { return staging_base + staging_offsets[index]; }
-  std::span<const std::byte> staged(size_t index) const {
-    return {staging(index), tensors[index].nbytes};
-  }
-
-  // Waits until the caller's device copies into staging are done; on failure the staging pool
-  // is abandoned (the owner's mutex need not be held: this job owns the pool until it finishes).
-  Status wait_for_device_copies() {
-    const auto start = Clock::now();
-    Status status;
-    for (const internal::CudaEvent& event : device_copies) {
-      status = event.wait(internal::kDeviceCopyTimeout,
-                          "checkpoint step " + std::to_string(step) +
-                              ": the copies of its CUDA tensors into staging");
-      if (!status.is_ok()) break;
-    }
-    device_copies.clear();
-    device_wait_s = seconds_since(start);
-    if (!status.is_ok()) {
-      owner->abandon_staging();
-      return Status(status.code(), status.message() +
-                                       "; the staging pool it copies into is abandoned (the "
-                                       "next save allocates a new one)");
-    }
-    return status;
-  }
-
-  void set_phase(Phase p) {
-    std::lock_guard<std::mutex> lock(mutex);
-    phase = p;
-    changed.notify_all();
-  }
-  void finish(Result<SaveResult> r) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!r.is_ok() && part_status.is_ok() && phase < Phase::kPartDurable) part_status = r.status();
-    result = std::move(r);
-    phase = Phase::kFinished;
-    changed.notify_all();
-  }
-};
 
 bool SaveHandle::done() const {
   std::lock_guard<std::mutex> lock(job_->mutex);
@@ -278,380 +145,12 @@ Status PendingSave::wait_for_stream(void* cuda_stream, int device) {
   return Status::ok();
 }
 
-// --- the background part: write, commit -------------------------------------------------------
-
-namespace {
-
-struct FilePlan {
-  std::string path;             // relative to the root
-  std::vector<size_t> tensors;  // indices into the job's tensors, in data order
-};
-
-class PartWriter {
- public:
-  PartWriter(CheckpointerState& state, SaveJob& job) : state_(state), job_(job) {}
-
-  // Hashes, picks what to write, writes and fsyncs the files and this rank's manifest.
-  Status write_part();
-
-  RankManifest& manifest() { return manifest_; }
-  uint64_t bytes_written() const { return bytes_written_; }
-  uint64_t tensors_written() const { return tensors_written_; }
-
- private:
-  Status write_safetensors(const FilePlan& plan, StoredFile& out);
-  Status write_compressed(const FilePlan& plan, StoredFile& out);
-
-  CheckpointerState& state_;
-  SaveJob& job_;
-  std::string tmp_dir_;
-  std::vector<StoredTensor> stored_;  // per job tensor
-  RankManifest manifest_;
-  uint64_t bytes_written_ = 0;
-  uint64_t tensors_written_ = 0;
-};
-
-Status PartWriter::write_part() {
-  const CheckpointOptions& opt = state_.options;
-  StorageTarget& target = *state_.target;
-  const std::string final_dir = step_directory(job_.step);
-  tmp_dir_ = final_dir + kTempSuffix;
-
-  ZW_ASSIGN_OR_RETURN(bool committed, target.exists(final_dir + "/" + internal::kCommitRecordName));
-  if (committed) {
-    return Status(ErrorCode::kAlreadyExists, "step " + std::to_string(job_.step) +
-                                                 " is already committed in " + target.describe() +
-                                                 "; save under a new step number");
-  }
-  // Checked before anything is written: a step this run could not mirror is not saved at all.
-  if (opt.mirror) {
-    ZW_RETURN_IF_ERROR(internal::require_step_free(*opt.mirror, job_.step, opt.run_id));
-  }
-
-  // Checksums of every tensor, in parallel.
-  const size_t n = job_.tensors.size();
-  stored_.resize(n);
-  state_.pool.parallel_for(n, [&](size_t i) {
-    const TensorToSave& t = job_.tensors[i];
-    StoredTensor& s = stored_[i];
-    s.name = t.name;
-    s.dtype = t.dtype;
-    s.shape = t.shape;
-    s.nbytes = t.nbytes;
-    s.xxh3 = XXH3_64bits(job_.staging(i), t.nbytes);
-  });
-
-  // Incremental: unchanged tensors point at the bytes an earlier step already holds.
-  std::vector<size_t> to_write;
-  std::map<std::string, const StoredFile*> referenced_files;
-  std::map<std::string, const StoredTensor*> previous;
-  std::map<std::string, const StoredFile*> previous_files;
-  if (opt.incremental && state_.base) {
-    for (const StoredTensor& t : state_.base->tensors) previous[t.name] = &t;
-    for (const StoredFile& f : state_.base->files) previous_files[f.path] = &f;
-  }
-  for (size_t i = 0; i < n; ++i) {
-    auto it = previous.find(stored_[i].name);
-    if (it != previous.end() && it->second->xxh3 == stored_[i].xxh3 &&
-        it->second->nbytes == stored_[i].nbytes && it->second->dtype == stored_[i].dtype &&
-        it->second->shape == stored_[i].shape) {
-      stored_[i] = *it->second;
-      // A manifest lists the file of each of its tensors (checked when it is read).
-      referenced_files[stored_[i].file] = previous_files.at(stored_[i].file);
-      continue;
-    }
-    to_write.push_back(i);
-  }
-
-  // Cut the written tensors into files of about max_file_bytes.
-  const bool compressed = opt.compression == Compression::kZstd;
-  std::vector<FilePlan> plans;
-  uint64_t current = 0;
-  for (size_t i : to_write) {
-    const uint64_t bytes = job_.tensors[i].nbytes;
-    if (plans.empty() || (current > 0 && current + bytes > opt.max_file_bytes)) {
-      plans.push_back(
-          {final_dir + "/" +
-               internal::data_file_name(opt.rank, static_cast<uint32_t>(plans.size()), compressed),
-           {}});
-      current = 0;
-    }
-    plans.back().tensors.push_back(i);
-    current += bytes;
-  }
-
-  ZW_RETURN_IF_ERROR(target.create_directory(tmp_dir_));
-  std::vector<StoredFile> files(plans.size());
-  if (compressed) {
-    for (size_t f = 0; f < plans.size(); ++f) {
-      ZW_RETURN_IF_ERROR(write_compressed(plans[f], files[f]));
-    }
-  } else {
-    std::vector<Status> statuses(plans.size());
-    state_.pool.parallel_for(
-        plans.size(), [&](size_t f) { statuses[f] = write_safetensors(plans[f], files[f]); });
-    for (const Status& s : statuses) ZW_RETURN_IF_ERROR(s);
-  }
-  for (const StoredFile& f : files) bytes_written_ += f.bytes;
-  tensors_written_ = to_write.size();
-
-  manifest_.step = job_.step;
-  manifest_.run_id = opt.run_id;
-  manifest_.rank = opt.rank;
-  manifest_.world_size = opt.world_size;
-  manifest_.structure_json = job_.structure_json;
-  manifest_.tensors = stored_;
-  manifest_.files = files;
-  for (const auto& [path, file] : referenced_files) manifest_.files.push_back(*file);
-
-  // The rank manifest appears whole or not at all: the other ranks' commit looks for it.
-  const std::string text = internal::encode_rank_manifest(manifest_);
-  ZW_RETURN_IF_ERROR(
-      publish_small_file(target, tmp_dir_, internal::rank_manifest_name(opt.rank), text));
-  return Status::ok();
-}
-
-// Streams tensor bytes from staging to `file` at increasing offsets, hashing what it writes.
-class FileStream {
- public:
-  explicit FileStream(WritableFile& file) : file_(file) {}
-  Status append(std::span<const std::byte> bytes) {
-    for (uint64_t off = 0; off < bytes.size(); off += kWriteChunk) {
-      auto piece = bytes.subspan(off, std::min<uint64_t>(kWriteChunk, bytes.size() - off));
-      ZW_RETURN_IF_ERROR(file_.write_at(offset_, piece));
-      hash_.update(piece.data(), piece.size());
-      offset_ += piece.size();
-      if (offset_ - writeback_from_ >= kWritebackEvery) {
-        file_.start_writeback(writeback_from_, offset_ - writeback_from_);
-        writeback_from_ = offset_;
-      }
-    }
-    return Status::ok();
-  }
-  uint64_t offset() const { return offset_; }
-  uint64_t digest() const { return hash_.digest(); }
-
- private:
-  WritableFile& file_;
-  internal::Xxh3Stream hash_;
-  uint64_t offset_ = 0;
-  uint64_t writeback_from_ = 0;
-};
-
-Status finish_file(WritableFile& file, const FileStream& stream, const std::string& path,
-                   const std::string& container, StoredFile& out) {
-  ZW_RETURN_IF_ERROR(file.sync());
-  ZW_RETURN_IF_ERROR(file.close());
-  out.path = path;
-  out.bytes = stream.offset();
-  out.xxh3 = stream.digest();
-  out.container = container;
-  return Status::ok();
-}
-
-std::string tmp_path_of(const std::string& final_path) {
-  const size_t slash = final_path.find('/');
-  return final_path.substr(0, slash) + kTempSuffix + final_path.substr(slash);
-}
-
-Status PartWriter::write_safetensors(const FilePlan& plan, StoredFile& out) {
-  std::vector<internal::safetensors::TensorEntry> entries;
-  uint64_t offset = 0;
-  for (size_t i : plan.tensors) {
-    const TensorToSave& t = job_.tensors[i];
-    entries.push_back({t.name, t.dtype, t.shape, offset, offset + t.nbytes});
-    offset += t.nbytes;
-  }
-  ZW_ASSIGN_OR_RETURN(std::string header,
-                      internal::safetensors::encode_header(entries, {{"format", "pt"}}));
-  ZW_ASSIGN_OR_RETURN(auto file, state_.target->create_file(tmp_path_of(plan.path)));
-  FileStream stream(*file);
-  ZW_RETURN_IF_ERROR(stream.append(std::span<const std::byte>(
-      reinterpret_cast<const std::byte*>(header.data()), header.size())));
-  for (size_t i : plan.tensors) {
-    stored_[i].file = plan.path;
-    stored_[i].offset = stream.offset();
-    stored_[i].stored_bytes = job_.tensors[i].nbytes;
-    ZW_RETURN_IF_ERROR(stream.append(job_.staged(i)));
-  }
-  return finish_file(*file, stream, plan.path, "safetensors", out);
-}
-
-Status PartWriter::write_compressed(const FilePlan& plan, StoredFile& out) {
-  const CheckpointOptions& opt = state_.options;
-  // Every chunk of every tensor of the file is compressed in parallel, then written in order.
-  struct Chunk {
-    size_t tensor;
-    uint64_t raw_offset;
-    uint64_t raw_bytes;
-    std::vector<std::byte> frame;
-    Status status;
-  };
-  std::vector<Chunk> chunks;
-  for (size_t i : plan.tensors) {
-    const uint64_t count = internal::chunk_count(job_.tensors[i].nbytes, kCompressChunk);
-    for (uint64_t c = 0; c < count; ++c) {
-      chunks.push_back({i,
-                        c * kCompressChunk,
-                        internal::chunk_raw_size(job_.tensors[i].nbytes, kCompressChunk, c),
-                        {},
-                        {}});
-    }
-  }
-  state_.pool.parallel_for(chunks.size(), [&](size_t k) {
-    Chunk& chunk = chunks[k];
-    const TensorToSave& t = job_.tensors[chunk.tensor];
-    internal::CodecOptions codec{
-        opt.zstd_level, is_floating_group_candidate(t) ? t.element_size : 1u, kCompressChunk};
-    thread_local std::vector<std::byte> scratch;
-    auto r = internal::compress_chunk(
-        job_.staged(chunk.tensor).subspan(chunk.raw_offset, chunk.raw_bytes), codec, chunk.frame,
-        scratch);
-    chunk.status = r.status();
-  });
-
-  ZW_ASSIGN_OR_RETURN(auto file, state_.target->create_file(tmp_path_of(plan.path)));
-  FileStream stream(*file);
-  ZW_RETURN_IF_ERROR(stream.append(std::span<const std::byte>(
-      reinterpret_cast<const std::byte*>(internal::kCompressedFileMagic.data()),
-      internal::kCompressedFileMagic.size())));
-  for (size_t i : plan.tensors) {
-    StoredTensor& s = stored_[i];
-    const TensorToSave& t = job_.tensors[i];
-    s.file = plan.path;
-    s.offset = 0;  // set when its first chunk is written
-    s.codec = "zstd";
-    s.group_bytes = is_floating_group_candidate(t) ? t.element_size : 1u;
-    s.chunk_bytes = kCompressChunk;
-    s.stored_bytes = 0;
-  }
-  for (Chunk& chunk : chunks) {
-    ZW_RETURN_IF_ERROR(chunk.status);
-    StoredTensor& s = stored_[chunk.tensor];
-    if (s.chunks.empty()) s.offset = stream.offset();
-    s.chunks.push_back(chunk.frame.size());
-    s.stored_bytes += chunk.frame.size();
-    ZW_RETURN_IF_ERROR(stream.append(chunk.frame));
-    std::vector<std::byte>().swap(chunk.frame);
-  }
-  return finish_file(*file, stream, plan.path, "zerowait-zstd", out);
-}
-
-}  // namespace
-
 // --- commit -----------------------------------------------------------------------------------
 
 namespace {
 
-// Renames step-N back to step-N.tmp after a failure past the rename, so a step whose save
-// reported an error is never accepted, and points `latest` back at the newest committed step.
-// Best effort: the error being reported is the first one.
-void unpublish(StorageTarget& target, uint64_t step) {
-  const std::string dir = step_directory(step);
-  if (!target.rename(dir, dir + kTempSuffix).is_ok()) return;
-  (void)target.sync_directory("");
-  auto steps = list_steps(target);
-  if (steps.is_ok() && !steps.value().empty()) {
-    (void)publish_small_file(target, "", internal::kLatestPointerName,
-                             step_directory(steps.value().back()) + "\n");
-  } else {
-    (void)target.remove_file(internal::kLatestPointerName);
-  }
-}
-
-Status commit_step(StorageTarget& target, uint64_t step, uint32_t world_size,
-                   const std::string& run_id) {
-  const std::string dir = step_directory(step);
-  const std::string tmp = dir + kTempSuffix;
-  internal::CommitRecord record;
-  record.info.step = step;
-  record.info.run_id = run_id;
-  record.info.world_size = world_size;
-  record.info.created = internal::utc_now();
-  std::set<uint64_t> references;
-  for (uint32_t r = 0; r < world_size; ++r) {
-    const std::string path = tmp + "/" + internal::rank_manifest_name(r);
-    ZW_ASSIGN_OR_RETURN(std::string text, target.read_file(path));
-    ZW_ASSIGN_OR_RETURN(RankManifest m, internal::decode_rank_manifest(text, path));
-    if (m.step != step || m.rank != r || m.world_size != world_size) {
-      return corrupt("'" + path + "' is rank " + std::to_string(m.rank) + " of " +
-                     std::to_string(m.world_size) + " for step " + std::to_string(m.step) +
-                     ", not rank " + std::to_string(r) + " of " + std::to_string(world_size) +
-                     " for step " + std::to_string(step));
-    }
-    for (const StoredTensor& t : m.tensors) record.info.bytes_total += t.nbytes;
-    for (const StoredFile& f : m.files) {
-      const uint64_t owner = internal::step_of_path(f.path).value_or(step);
-      if (owner == step) {
-        record.info.bytes_stored += f.bytes;
-      } else {
-        references.insert(owner);
-      }
-    }
-    record.ranks.push_back(
-        {r, internal::rank_manifest_name(r), text.size(), XXH3_64bits(text.data(), text.size())});
-  }
-  record.info.references.assign(references.begin(), references.end());
-
-  // file fsync (done by each rank) → manifest fsync → rename → directory fsync → latest.
-  ZW_RETURN_IF_ERROR(write_small_file(target, tmp + "/" + internal::kCommitRecordName,
-                                      internal::encode_commit_record(record)));
-  ZW_RETURN_IF_ERROR(target.sync_directory(tmp));
-  ZW_RETURN_IF_ERROR(target.rename(tmp, dir));
-  Status status = target.sync_directory("");
-  if (status.is_ok()) {
-    status = publish_small_file(target, "", internal::kLatestPointerName, dir + "\n");
-  }
-  if (!status.is_ok()) {
-    unpublish(target, step);
-    return status.with_context("step " + std::to_string(step) + " was not committed");
-  }
-  return Status::ok();
-}
-
-// Waits, polling the step's directory, until every rank's manifest is there (rank 0) or the
-// step is committed (other ranks). File coordination: no process group needed.
-Status wait_for_ranks(StorageTarget& target, uint64_t step, uint32_t rank, uint32_t world_size,
-                      double timeout_s) {
-  const std::string dir = step_directory(step);
-  const auto deadline = Clock::now() + internal::from_seconds(timeout_s);
-  auto sleep = std::chrono::milliseconds(2);
-  while (true) {
-    if (rank == 0) {
-      uint32_t present = 0;
-      for (uint32_t r = 0; r < world_size; ++r) {
-        ZW_ASSIGN_OR_RETURN(
-            bool there, target.exists(dir + kTempSuffix + "/" + internal::rank_manifest_name(r)));
-        present += there ? 1 : 0;
-      }
-      if (present == world_size) return Status::ok();
-      if (Clock::now() >= deadline) {
-        return Status(ErrorCode::kDeadlineExceeded,
-                      "step " + std::to_string(step) + " was not committed: only " +
-                          std::to_string(present) + " of " + std::to_string(world_size) +
-                          " ranks finished their part within " + std::to_string(timeout_s) +
-                          " s (a rank died or is stuck); the previous step stays the latest");
-      }
-    } else {
-      ZW_ASSIGN_OR_RETURN(bool committed, target.exists(dir + "/" + internal::kCommitRecordName));
-      if (committed) return Status::ok();
-      ZW_ASSIGN_OR_RETURN(bool failed, target.exists(dir + kTempSuffix + "/FAILED"));
-      if (failed) {
-        auto why = target.read_file(dir + kTempSuffix + "/FAILED");
-        return Status(ErrorCode::kIo, "step " + std::to_string(step) +
-                                          " was not committed: rank 0 failed: " +
-                                          (why.is_ok() ? why.value() : std::string("?")));
-      }
-      if (Clock::now() >= deadline) {
-        return Status(ErrorCode::kDeadlineExceeded, "step " + std::to_string(step) +
-                                                        " was not committed by rank 0 within " +
-                                                        std::to_string(timeout_s) + " s");
-      }
-    }
-    std::this_thread::sleep_for(sleep);
-    sleep = std::min(sleep * 2, std::chrono::milliseconds(50));
-  }
-}
+using internal::commit_step;
+using internal::wait_for_ranks;
 
 Status apply_retention(CheckpointerState& state, const std::vector<uint64_t>& spare = {}) {
   const CheckpointOptions& opt = state.options;
@@ -785,27 +284,31 @@ void CheckpointerState::mirror_loop() {
 
 // --- Checkpointer -----------------------------------------------------------------------------
 
-Checkpointer::Checkpointer(std::shared_ptr<StorageTarget> target, CheckpointOptions options)
+Checkpointer::Checkpointer(std::shared_ptr<Store> target, CheckpointOptions options)
     : target_(target),
       options_(options),
       state_(std::make_shared<CheckpointerState>(target, options)) {}
 
-Result<std::unique_ptr<Checkpointer>> Checkpointer::open(std::shared_ptr<StorageTarget> target,
+Result<std::unique_ptr<Checkpointer>> Checkpointer::open(std::shared_ptr<Store> target,
                                                          CheckpointOptions options) {
   if (options.world_size == 0 || options.rank >= options.world_size) {
     return invalid_argument("rank " + std::to_string(options.rank) + " is not below world_size " +
                             std::to_string(options.world_size));
   }
   if (options.max_file_bytes == 0) return invalid_argument("max_file_bytes must be positive");
-  target = with_exit_fault(std::move(target));
+  // Crash tests through any entry point (the Python layer included): the process ends at the
+  // N-th mutating operation on its directory (storage/fault_store.hpp).
+  target = with_exit_fault_from_environment(std::move(target));
   // A tier that cannot be used at all (a URL given as a local directory fails every operation)
   // is named before anything is created in the other.
-  ZW_RETURN_IF_ERROR(target->exists("").status().with_context("checkpoint directory"));
+  ZW_RETURN_IF_ERROR(
+      target->exists("", metadata_deadline()).status().with_context("checkpoint directory"));
   if (options.mirror) {
-    ZW_RETURN_IF_ERROR(options.mirror->exists("").status().with_context("checkpoint mirror"));
+    ZW_RETURN_IF_ERROR(
+        options.mirror->exists("", metadata_deadline()).status().with_context("checkpoint mirror"));
   }
-  ZW_RETURN_IF_ERROR(target->create_directory(""));
-  if (options.mirror) ZW_RETURN_IF_ERROR(options.mirror->create_directory(""));
+  ZW_RETURN_IF_ERROR(target->make_directory("", metadata_deadline()));
+  if (options.mirror) ZW_RETURN_IF_ERROR(options.mirror->make_directory("", metadata_deadline()));
   if (options.run_id.empty()) options.run_id = random_run_id();
   std::unique_ptr<Checkpointer> cp(new Checkpointer(target, options));
   if (options.rank == 0) {

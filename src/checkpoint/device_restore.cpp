@@ -121,7 +121,7 @@ std::vector<Batch> plan_batches(std::span<const TensorRead> reads, const RankMan
 
 }  // namespace
 
-Status read_through_staging(StorageTarget& target, const RankManifest& manifest,
+Status read_through_staging(Store& target, const RankManifest& manifest,
                             std::span<const TensorRead> reads, const RestoreOptions& options) {
   for (const TensorRead& r : reads) {
     if (r.index >= manifest.tensors.size()) {

@@ -6,8 +6,8 @@
 
 #include "zerowait/checkpoint/manifest.hpp"
 #include "zerowait/checkpoint/restore.hpp"
-#include "zerowait/checkpoint/storage_target.hpp"
 #include "zerowait/common/status.hpp"
+#include "zerowait/storage/open.hpp"
 
 namespace zerowait::internal {
 
@@ -16,7 +16,7 @@ namespace zerowait::internal {
 // the next batch is read. Returns once every copy is done (or, after an error, once none is in
 // flight any more). Errors: read_tensors', kUnsupported for a device read without CUDA, kIo for a
 // failed CUDA copy, kDeadlineExceeded for copies not done within kDeviceCopyTimeout.
-Status read_through_staging(StorageTarget& target, const RankManifest& manifest,
+Status read_through_staging(Store& target, const RankManifest& manifest,
                             std::span<const TensorRead> reads, const RestoreOptions& options);
 
 }  // namespace zerowait::internal

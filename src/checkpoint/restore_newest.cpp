@@ -24,11 +24,17 @@ bool copy_is_unreadable(const Status& status) {
   }
 }
 
-// The committed steps of `target`; a tier that does not exist holds none.
-Result<std::vector<uint64_t>> steps_of(StorageTarget* target) {
+// The committed steps of `target`; a tier that does not exist holds none. A mirror that cannot
+// be listed (hung, unreachable, damaged) holds none either, and `why` says so: the primary's
+// steps are restored without it.
+Result<std::vector<uint64_t>> steps_of(Store* target, Tier tier, Deadline deadline, Status* why) {
   if (target == nullptr) return std::vector<uint64_t>{};
-  auto steps = list_steps(*target);
+  auto steps = list_steps(*target, deadline);
   if (!steps.is_ok() && steps.status().code() == ErrorCode::kNotFound) {
+    return std::vector<uint64_t>{};
+  }
+  if (!steps.is_ok() && tier == Tier::kMirror && copy_is_unreadable(steps.status())) {
+    *why = steps.status();
     return std::vector<uint64_t>{};
   }
   return steps;
@@ -44,9 +50,10 @@ struct Attempt {
 
 const char* tier_name(Tier tier) { return tier == Tier::kPrimary ? "primary" : "mirror"; }
 
-Result<RestoredStep> restore_newest(StorageTarget& primary, StorageTarget* mirror,
+Result<RestoredStep> restore_newest(Store& primary, Store* mirror,
                                     const RestoreNewestOptions& options,
                                     const std::function<Status(const StepCopy& copy)>& restore) {
+  const auto metadata_deadline = [&] { return Deadline::after(options.metadata_timeout); };
   RestoredStep result;
   std::vector<Attempt> attempts;
   if (options.step) {
@@ -54,13 +61,17 @@ Result<RestoredStep> restore_newest(StorageTarget& primary, StorageTarget* mirro
     attempts.push_back({*options.step, Tier::kPrimary});
     if (mirror != nullptr) attempts.push_back({*options.step, Tier::kMirror});
   } else {
-    ZW_ASSIGN_OR_RETURN(std::vector<uint64_t> primary_steps, steps_of(&primary));
-    ZW_ASSIGN_OR_RETURN(std::vector<uint64_t> mirror_steps, steps_of(mirror));
+    Status mirror_unreadable;
+    ZW_ASSIGN_OR_RETURN(std::vector<uint64_t> primary_steps,
+                        steps_of(&primary, Tier::kPrimary, metadata_deadline(), nullptr));
+    ZW_ASSIGN_OR_RETURN(std::vector<uint64_t> mirror_steps,
+                        steps_of(mirror, Tier::kMirror, metadata_deadline(), &mirror_unreadable));
     std::set<uint64_t, std::greater<>> candidates(primary_steps.begin(), primary_steps.end());
     candidates.insert(mirror_steps.begin(), mirror_steps.end());
     if (candidates.empty()) {
       return not_found("no committed checkpoint in " + primary.describe() +
-                       (mirror != nullptr ? " or its mirror " + mirror->describe() : ""));
+                       (mirror != nullptr ? " or its mirror " + mirror->describe() : "") +
+                       (mirror_unreadable.is_ok() ? "" : " (" + mirror_unreadable.message() + ")"));
     }
     const auto holds = [](const std::vector<uint64_t>& steps, uint64_t step) {
       return std::binary_search(steps.begin(), steps.end(), step);
@@ -75,11 +86,12 @@ Result<RestoredStep> restore_newest(StorageTarget& primary, StorageTarget* mirro
 
   for (size_t i = 0; i < attempts.size(); ++i) {
     const Attempt& attempt = attempts[i];
-    StorageTarget* target = attempt.tier == Tier::kPrimary ? &primary : mirror;
+    Store* target = attempt.tier == Tier::kPrimary ? &primary : mirror;
     Result<RankManifest> manifest =
-        attempt.listed ? read_rank_manifest(*target, attempt.step, options.rank)
-                       : Result<RankManifest>(not_found("step " + std::to_string(attempt.step) +
-                                                        " is not in " + primary.describe()));
+        attempt.listed
+            ? read_rank_manifest(*target, attempt.step, options.rank, metadata_deadline())
+            : Result<RankManifest>(not_found("step " + std::to_string(attempt.step) +
+                                             " is not in " + primary.describe()));
     Status status = manifest.status();
     if (status.is_ok()) {
       status = restore(StepCopy{attempt.step, attempt.tier, target, &manifest.value()});

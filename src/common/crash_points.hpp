@@ -4,8 +4,8 @@
 //
 //   $ZEROWAIT_FAULT_EXIT_AFTER_WRITE_BYTES=N  the shard writer, once N bytes of shard files are
 //                                             written by this process (count_written_bytes)
-//   $ZEROWAIT_FAULT_EXIT_AT_OPERATION=N       a Checkpointer, instead of its N-th mutating
-//                                             operation on its directory (checkpointer.cpp)
+// (A Checkpointer's $ZEROWAIT_FAULT_EXIT_AT_OPERATION=N is the storage layer's fault injector's:
+// zerowait/storage/fault_store.hpp.)
 #pragma once
 
 #include <cstdint>

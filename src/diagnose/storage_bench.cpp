@@ -32,7 +32,7 @@
 #include "diagnose/bench/storage_run.hpp"
 #include "diagnose/doctor/mounts.hpp"
 #include "host/system.hpp"
-#include "zerowait/io/byte_source.hpp"
+#include "zerowait/storage/byte_source.hpp"
 
 extern char** environ;
 

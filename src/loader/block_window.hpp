@@ -17,7 +17,7 @@
 
 #include "host/aligned_buffer.hpp"
 #include "zerowait/common/status.hpp"
-#include "zerowait/io/byte_source.hpp"
+#include "zerowait/storage/byte_source.hpp"
 
 namespace zerowait {
 

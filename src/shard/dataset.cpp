@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "common/path_check.hpp"
-#include "io/remote/remote_object.hpp"
+#include "storage/remote_object.hpp"
 #include "zerowait/shard/format.hpp"
 
 namespace zerowait {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "io/remote/remote_object.hpp"
+#include "storage/remote_object.hpp"
 #include "zerowait/shard/webdataset.hpp"
 
 namespace zerowait {

@@ -11,10 +11,10 @@
 #include "common/endian.hpp"
 #include "common/file.hpp"
 #include "common/log.hpp"
-#include "io/cache/block_store.hpp"
-#include "io/remote/remote_object.hpp"
+#include "storage/cache/block_store.hpp"
+#include "storage/remote_object.hpp"
 #include "shard/tar/tar_header.hpp"
-#include "zerowait/io/cache_directory.hpp"
+#include "zerowait/storage/cache_directory.hpp"
 
 namespace zerowait {
 namespace {

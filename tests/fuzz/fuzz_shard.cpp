@@ -21,7 +21,7 @@
 #include <string>
 
 #include "common/endian.hpp"
-#include "zerowait/io/byte_source.hpp"
+#include "zerowait/storage/byte_source.hpp"
 #include "zerowait/shard/format.hpp"
 #include "zerowait/shard/manifest.hpp"
 #include "zerowait/shard/reader.hpp"

@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 
 #include "testing/testing.hpp"
+#include "zerowait/storage/open.hpp"
 
 namespace zerowait::testing {
 
@@ -44,7 +46,7 @@ SaveRequest TrainingState::request(uint64_t step) const {
   return r;
 }
 
-std::vector<std::vector<float>> read_all(StorageTarget& target, uint64_t step, uint32_t rank,
+std::vector<std::vector<float>> read_all(Store& target, uint64_t step, uint32_t rank,
                                          RestoreOptions options) {
   auto manifest = read_rank_manifest(target, step, rank);
   EXPECT_TRUE(manifest.is_ok()) << manifest.status().to_string();
@@ -55,7 +57,7 @@ std::vector<std::vector<float>> read_all(StorageTarget& target, uint64_t step, u
   return out;
 }
 
-Status read_every_tensor(StorageTarget& target, const RankManifest& manifest,
+Status read_every_tensor(Store& target, const RankManifest& manifest,
                          std::vector<std::vector<float>>* out, RestoreOptions options, bool fresh) {
   out->clear();
   std::vector<TensorRead> reads;
@@ -66,7 +68,7 @@ Status read_every_tensor(StorageTarget& target, const RankManifest& manifest,
   return read_tensors(target, manifest, reads, options);
 }
 
-Result<RestoredStep> restore_newest_into(StorageTarget& primary, StorageTarget* mirror,
+Result<RestoredStep> restore_newest_into(Store& primary, Store* mirror,
                                          const RestoreNewestOptions& options,
                                          std::vector<std::vector<float>>* out,
                                          RestoreOptions read) {
@@ -85,23 +87,23 @@ SaveResult save_and_wait(Checkpointer& cp, const SaveRequest& request) {
   return result.is_ok() ? result.value() : SaveResult{};
 }
 
-std::unique_ptr<Checkpointer> open_or_die(std::shared_ptr<StorageTarget> target,
+std::unique_ptr<Checkpointer> open_or_die(std::shared_ptr<Store> target,
                                           CheckpointOptions options) {
   auto cp = Checkpointer::open(std::move(target), options);
   EXPECT_TRUE(cp.is_ok()) << cp.status().to_string();
   return std::move(cp).value();
 }
 
-void copy_directory_into(const std::string& dir, StorageTarget& target) {
+void copy_directory_into(const std::string& dir, Store& target) {
   namespace fs = std::filesystem;
   for (const fs::directory_entry& entry : fs::recursive_directory_iterator(dir)) {
     const std::string rel = fs::relative(entry.path(), dir).string();
     if (entry.is_directory()) {
-      ASSERT_TRUE(target.create_directory(rel).is_ok()) << rel;
+      ASSERT_TRUE(target.make_directory(rel, metadata_deadline()).is_ok()) << rel;
       continue;
     }
     const std::string bytes = read_file(entry.path().string());
-    auto file = target.create_file(rel);
+    auto file = target.create(rel, metadata_deadline());
     ASSERT_TRUE(file.is_ok()) << file.status().to_string();
     ASSERT_TRUE(
         (*file)
@@ -109,6 +111,13 @@ void copy_directory_into(const std::string& dir, StorageTarget& target) {
             .is_ok());
     ASSERT_TRUE((*file)->close().is_ok());
   }
+}
+
+std::shared_ptr<Store> fresh_memory_store(const std::string& name) {
+  static std::atomic<int> made{0};
+  auto store = open_store("memory://" + name + "-" + std::to_string(++made));
+  EXPECT_TRUE(store.is_ok()) << store.status().to_string();
+  return store.is_ok() ? *store : nullptr;
 }
 
 }  // namespace zerowait::testing

@@ -27,26 +27,30 @@ struct TrainingState {
 
 // Every tensor of rank `rank`'s part of `step`, read with read_tensors (a failure is a test
 // failure and returns what was read so far).
-std::vector<std::vector<float>> read_all(StorageTarget& target, uint64_t step, uint32_t rank = 0,
+std::vector<std::vector<float>> read_all(Store& target, uint64_t step, uint32_t rank = 0,
                                          RestoreOptions options = {});
 // Every tensor of `manifest` read from `target` as floats into `out` (replaced), through
 // read_tensors; `fresh` tells it the buffers are newly allocated.
-Status read_every_tensor(StorageTarget& target, const RankManifest& manifest,
+Status read_every_tensor(Store& target, const RankManifest& manifest,
                          std::vector<std::vector<float>>* out, RestoreOptions options = {},
                          bool fresh = false);
 // restore_newest, reading every tensor of the copy it settles on into `out` (as Python's load()
 // would): what the restore tests compare with the state they saved.
-Result<RestoredStep> restore_newest_into(StorageTarget& primary, StorageTarget* mirror,
+Result<RestoredStep> restore_newest_into(Store& primary, Store* mirror,
                                          const RestoreNewestOptions& options,
                                          std::vector<std::vector<float>>* out,
                                          RestoreOptions read = {});
 SaveResult save_and_wait(Checkpointer& cp, const SaveRequest& request);
-std::unique_ptr<Checkpointer> open_or_die(std::shared_ptr<StorageTarget> target,
+std::unique_ptr<Checkpointer> open_or_die(std::shared_ptr<Store> target,
                                           CheckpointOptions options = {});
+
+// A store with no local path, made empty for the caller: "memory://<name>-<n>", a new n each
+// call (memory stores live as long as the process, one per name).
+std::shared_ptr<Store> fresh_memory_store(const std::string& name);
 
 // Copies every directory and file under local directory `dir` into `target` (same relative
 // paths) with plain file reads and the target's writes: how a test puts a checkpoint written to
 // a directory onto a target with no local path.
-void copy_directory_into(const std::string& dir, StorageTarget& target);
+void copy_directory_into(const std::string& dir, Store& target);
 
 }  // namespace zerowait::testing

@@ -9,7 +9,7 @@
 #include <memory>
 #include <random>
 
-#include "io/remote/http_client.hpp"
+#include "storage/http/http_client.hpp"
 #include "testing/testing.hpp"
 
 namespace zerowait::testing {

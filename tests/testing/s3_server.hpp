@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "io/remote/s3_client.hpp"
+#include "storage/s3/s3_client.hpp"
 
 namespace zerowait::testing {
 

@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "zerowait/checkpoint/storage_target.hpp"
 #include "zerowait/common/status.hpp"
-#include "zerowait/io/byte_source.hpp"
+#include "zerowait/storage/byte_source.hpp"
+#include "zerowait/storage/store.hpp"
 
 namespace zerowait {
 
@@ -54,7 +54,7 @@ struct CheckpointOptions {
   // A step number the mirror already holds from another run is refused (kAlreadyExists from the
   // save's handle, or from wait_all() when the other run's copy arrives while this one is
   // mirrored), never overwritten or skipped in silence.
-  std::shared_ptr<StorageTarget> mirror;
+  std::shared_ptr<Store> mirror;
   // Who saves: recorded in every rank manifest and commit record ("run_id"), so a step found in
   // a tier says which run wrote it. Empty: open() draws a random one (64 bits, hex). The ranks
   // of one job should share it (Python does under torch.distributed); the commit record holds
@@ -162,7 +162,7 @@ class Checkpointer {
  public:
   // Opens (creating) a checkpoint directory on `target`; removes orphaned `.tmp` steps (rank 0;
   // under file coordination only those at or below the newest committed step).
-  static Result<std::unique_ptr<Checkpointer>> open(std::shared_ptr<StorageTarget> target,
+  static Result<std::unique_ptr<Checkpointer>> open(std::shared_ptr<Store> target,
                                                     CheckpointOptions options);
   ~Checkpointer();
 
@@ -180,12 +180,12 @@ class Checkpointer {
   // Waits for every save and mirror copy in flight; returns the first error not yet reported.
   Status wait_all();
 
-  StorageTarget& target() { return *target_; }
+  Store& target() { return *target_; }
   const CheckpointOptions& options() const { return options_; }
 
  private:
-  Checkpointer(std::shared_ptr<StorageTarget> target, CheckpointOptions options);
-  std::shared_ptr<StorageTarget> target_;
+  Checkpointer(std::shared_ptr<Store> target, CheckpointOptions options);
+  std::shared_ptr<Store> target_;
   CheckpointOptions options_;
   std::shared_ptr<CheckpointerState> state_;
 };

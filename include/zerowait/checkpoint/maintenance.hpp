@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "zerowait/checkpoint/restore.hpp"
-#include "zerowait/checkpoint/storage_target.hpp"
 #include "zerowait/common/status.hpp"
+#include "zerowait/storage/store.hpp"
 
 namespace zerowait {
 
@@ -29,7 +29,7 @@ struct VerifyReport {
 // Reads every file of every rank of step N through the target's ranged reads (each within
 // `read_timeout`) and checks sizes, headers and checksums. `progress` gets the bytes read, from
 // several threads (one at a time).
-Result<VerifyReport> verify_step(StorageTarget& target, uint64_t step, unsigned threads = 0,
+Result<VerifyReport> verify_step(Store& target, uint64_t step, unsigned threads = 0,
                                  const std::function<void(uint64_t bytes)>& progress = {},
                                  std::chrono::nanoseconds read_timeout = kDefaultReadTimeout);
 
@@ -41,7 +41,7 @@ struct GcReport {
 // or below the newest committed step when `only_settled_tmp`), and files of retired steps that no
 // kept step references. Applies retention first when keep_last/keep_every are non-zero; the steps
 // in `spare` are kept whatever the retention (a Checkpointer's steps still waiting for its mirror).
-Result<GcReport> collect_garbage(StorageTarget& target, uint32_t keep_last, uint64_t keep_every,
+Result<GcReport> collect_garbage(Store& target, uint32_t keep_last, uint64_t keep_every,
                                  bool only_settled_tmp = false,
                                  const std::vector<uint64_t>& spare = {});
 

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "zerowait/checkpoint/storage_target.hpp"
 #include "zerowait/common/status.hpp"
+#include "zerowait/storage/store.hpp"
 
 namespace zerowait {
 
@@ -65,14 +65,19 @@ struct StepInfo {
 // The directory names: "step-N", "step-N.tmp".
 std::string step_directory(uint64_t step);
 
+// Each call below makes its listings and reads within `deadline` (kDeadlineExceeded naming the
+// object after it).
 // Committed steps (directories "step-N" holding manifest.json), ascending. Does not verify data.
-Result<std::vector<uint64_t>> list_steps(StorageTarget& target);
+Result<std::vector<uint64_t>> list_steps(Store& target, Deadline deadline = metadata_deadline());
 // Reads and validates step N's commit record.
-Result<StepInfo> read_step_info(StorageTarget& target, uint64_t step);
+Result<StepInfo> read_step_info(Store& target, uint64_t step,
+                                Deadline deadline = metadata_deadline());
 // Reads rank `rank`'s manifest of committed step N (validated against the commit record);
 // kInvalidArgument when the step was saved by fewer ranks.
-Result<RankManifest> read_rank_manifest(StorageTarget& target, uint64_t step, uint32_t rank);
+Result<RankManifest> read_rank_manifest(Store& target, uint64_t step, uint32_t rank,
+                                        Deadline deadline = metadata_deadline());
 // Every rank's manifest of committed step N, rank 0 first (the first error, if any).
-Result<std::vector<RankManifest>> read_rank_manifests(StorageTarget& target, uint64_t step);
+Result<std::vector<RankManifest>> read_rank_manifests(Store& target, uint64_t step,
+                                                      Deadline deadline = metadata_deadline());
 
 }  // namespace zerowait

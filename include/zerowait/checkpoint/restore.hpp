@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "zerowait/checkpoint/manifest.hpp"
-#include "zerowait/checkpoint/storage_target.hpp"
 #include "zerowait/common/status.hpp"
+#include "zerowait/storage/store.hpp"
 
 namespace zerowait {
 
@@ -66,8 +66,8 @@ struct RestoreOptions {
 // destinations hold a mix of old and new bytes. Reads into device memory share one pinned
 // staging pool per process (twice the larger of staging_batch_bytes and the largest such tensor,
 // kept for later restores): concurrent restores to the GPU take turns.
-Status read_tensors(StorageTarget& target, const RankManifest& manifest,
-                    std::span<const TensorRead> reads, const RestoreOptions& options = {});
+Status read_tensors(Store& target, const RankManifest& manifest, std::span<const TensorRead> reads,
+                    const RestoreOptions& options = {});
 
 // The two places a step can be read from.
 enum class Tier { kPrimary, kMirror };
@@ -77,7 +77,7 @@ const char* tier_name(Tier tier);  // "primary" | "mirror"
 struct StepCopy {
   uint64_t step = 0;
   Tier tier = Tier::kPrimary;
-  StorageTarget* target = nullptr;         // where it lives
+  Store* target = nullptr;                 // where it lives
   const RankManifest* manifest = nullptr;  // the rank's manifest, validated
 };
 
@@ -96,6 +96,9 @@ struct RestoreNewestOptions {
   uint32_t rank = 0;
   // With `step` unset: when the newest step cannot be read from either tier, try older ones.
   bool fallback = true;
+  // How long listing a tier and reading a step's manifests there may take. A tier that does not
+  // answer within it (a hung mirror mount) is given up like an unreadable copy.
+  std::chrono::nanoseconds metadata_timeout = kDefaultReadTimeout;
   // Called as each copy is given up, with the copy tried next (in order; on the calling thread).
   std::function<void(const SkippedCopy& skipped, uint64_t next_step, Tier next_tier)> on_skip;
 };
@@ -117,7 +120,7 @@ struct RestoredStep {
 // *copy.target, *copy.manifest, ...); after a failed copy it is called again for the next, and
 // must not assume its earlier destinations were filled. Errors: kNotFound "no committed
 // checkpoint in ..." when neither tier holds a step, else the last copy's error.
-Result<RestoredStep> restore_newest(StorageTarget& primary, StorageTarget* mirror,
+Result<RestoredStep> restore_newest(Store& primary, Store* mirror,
                                     const RestoreNewestOptions& options,
                                     const std::function<Status(const StepCopy& copy)>& restore);
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "zerowait/common/status.hpp"
-#include "zerowait/io/byte_source.hpp"
+#include "zerowait/storage/byte_source.hpp"
 #include "zerowait/loader/array_field.hpp"
 #include "zerowait/loader/audio_clip.hpp"
 #include "zerowait/loader/dtype.hpp"

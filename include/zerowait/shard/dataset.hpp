@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "zerowait/common/status.hpp"
-#include "zerowait/io/block_cache.hpp"
-#include "zerowait/io/byte_source.hpp"
+#include "zerowait/storage/block_cache.hpp"
+#include "zerowait/storage/byte_source.hpp"
 #include "zerowait/shard/manifest.hpp"
 #include "zerowait/shard/reader.hpp"
 

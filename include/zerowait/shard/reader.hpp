@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "zerowait/common/status.hpp"
-#include "zerowait/io/byte_source.hpp"
+#include "zerowait/storage/byte_source.hpp"
 #include "zerowait/shard/format.hpp"
 
 namespace zerowait {

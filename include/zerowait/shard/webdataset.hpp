@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "zerowait/common/status.hpp"
-#include "zerowait/io/byte_source.hpp"
+#include "zerowait/storage/byte_source.hpp"
 #include "zerowait/shard/format.hpp"
 #include "zerowait/shard/reader.hpp"
 

@@ -5,7 +5,7 @@
 #include <unordered_set>
 
 #include "common/file.hpp"
-#include "io/remote/remote_object.hpp"
+#include "storage/remote_object.hpp"
 #include "shard/pack/s3_pack_output.hpp"
 #include "zerowait/shard/format.hpp"
 

@@ -5,7 +5,7 @@
 
 #include "common/clock.hpp"
 #include "common/path_check.hpp"
-#include "io/remote/remote_object.hpp"
+#include "storage/remote_object.hpp"
 #include "shard/pack/dataset_output.hpp"
 #include "shard/pack/image_check.hpp"
 #include "shard/pack/shard_set_writer.hpp"

@@ -13,7 +13,7 @@
 #include "common/clock.hpp"
 #include "common/path_check.hpp"
 #include "common/xxhash.hpp"
-#include "io/remote/remote_object.hpp"
+#include "storage/remote_object.hpp"
 #include "zerowait/shard/dataset.hpp"
 #include "zerowait/shard/format.hpp"
 #include "zerowait/shard/manifest.hpp"

@@ -13,7 +13,7 @@
 #include "common/clock.hpp"
 #include "common/file.hpp"
 #include "common/path_check.hpp"
-#include "io/remote/remote_object.hpp"
+#include "storage/remote_object.hpp"
 #include "shard/pack/image_check.hpp"
 #include "shard/pack/pack_part.hpp"
 #include "shard/pack/pack_plan.hpp"
@@ -344,9 +344,6 @@ Result<PackReport> pack(const PackOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   if (options.out_dir.empty()) return invalid_argument("pack needs an output directory (-o)");
   if (options.shard_size == 0) return invalid_argument("shard size must be greater than 0");
-  for (const std::string& source : options.sources) {
-    ZW_RETURN_IF_ERROR(internal::require_local_path(source, "pack input"));
-  }
   const bool to_s3 = internal::is_s3_url(options.out_dir);
   if (!to_s3) ZW_RETURN_IF_ERROR(internal::require_local_path(options.out_dir, "pack output"));
   ZW_RETURN_IF_ERROR(internal::check_part(options.part_index, options.part_count));

@@ -1,12 +1,15 @@
 #include "shard/pack/pack_plan.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <set>
 
+#include "common/path_check.hpp"
 #include "common/text.hpp"
 #include "zerowait/shard/webdataset.hpp"
+#include "zerowait/storage/open.hpp"
 
 namespace zerowait::internal {
 namespace fs = std::filesystem;
@@ -67,10 +70,15 @@ Result<PackPlan> plan_pack(const PackOptions& options) {
   for (size_t i = 0; i < options.sources.size(); ++i) {
     const std::string& src = options.sources[i];
     std::error_code ec;
-    if (!fs::exists(src, ec)) return not_found("pack source '" + src + "' does not exist");
+    // A URL names one object (an archive the storage registry reads), never a tree to walk.
+    const bool url = !url_scheme(src).empty();
+    if (url && !is_tar_source(src)) ZW_RETURN_IF_ERROR(require_local_path(src, "pack input"));
+    if (!url && !fs::exists(src, ec)) {
+      return not_found("pack source '" + src + "' does not exist");
+    }
     SourcePlan sp;
     sp.source = src;
-    if (fs::is_regular_file(src, ec)) {
+    if (url || fs::is_regular_file(src, ec)) {
       if (!is_tar_source(src)) {
         return invalid_argument("pack source '" + src +
                                 "' is a file but not a .tar, .tar.gz or .tgz archive");
@@ -80,8 +88,9 @@ Result<PackPlan> plan_pack(const PackOptions& options) {
                                 "'");
       }
       sp.is_tar = true;
-      sp.archive_bytes = fs::file_size(src, ec);
-      if (ec) return errno_status(ec.value(), "cannot stat pack source", src);
+      ZW_ASSIGN_OR_RETURN(auto archive, open_source(src, IoBackend::kPread,
+                                                    Deadline::after(std::chrono::seconds(60))));
+      sp.archive_bytes = archive->size();
     } else {
       ZW_ASSIGN_OR_RETURN(found[i], walk(src, &plan.ignored));
       if (options.imagefolder) {

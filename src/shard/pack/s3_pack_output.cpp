@@ -11,8 +11,8 @@
 
 #include "common/file.hpp"
 #include "common/xxhash.hpp"
-#include "io/remote/remote_object.hpp"
-#include "io/remote/s3_upload.hpp"
+#include "storage/remote_object.hpp"
+#include "storage/s3/s3_upload.hpp"
 #include "zerowait/shard/format.hpp"
 
 namespace zerowait::internal {

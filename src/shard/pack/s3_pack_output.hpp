@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "io/remote/s3_client.hpp"
+#include "storage/s3/s3_client.hpp"
 #include "shard/pack/dataset_output.hpp"
 #include "zerowait/common/status.hpp"
 #include "zerowait/shard/manifest.hpp"

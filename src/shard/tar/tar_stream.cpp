@@ -1,27 +1,31 @@
 #include "shard/tar/tar_stream.hpp"
 
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <limits>
 #include <optional>
 
-#include "common/file.hpp"
 #include "shard/tar/tar_header.hpp"
+#include "zerowait/storage/open.hpp"
 
 namespace zerowait::internal {
 namespace {
 
-// Large reads keep a stream of small members at disk speed instead of syscall speed.
+// Large reads keep a stream of small members at disk speed instead of syscall speed (and at one
+// request per MiB from an object store).
 constexpr size_t kBufferSize = 1 << 20;
+// Each read of the archive: generous, since a remote one may be slow; a stalled one is reported.
+constexpr auto kReadTimeout = std::chrono::seconds(120);
 
 // A plain tar through one buffer; skipped data is never read.
-class FileInput final : public TarInput {
+class SourceInput final : public TarInput {
  public:
-  FileInput(File file, uint64_t size) : file_(std::move(file)), size_(size) {}
+  explicit SourceInput(std::shared_ptr<ByteSource> source)
+      : source_(std::move(source)), size_(source_->size()) {}
 
   Result<size_t> read(std::span<std::byte> dst) override {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(dst.size(), size_ - pos_));
@@ -34,13 +38,14 @@ class FileInput final : public TarInput {
         done += take;
         pos_ += take;
       } else if (n - done >= kBufferSize) {  // large member data: straight into the caller's bytes
-        ZW_RETURN_IF_ERROR(file_.pread_exact(pos_, dst.subspan(done, n - done)));
+        ZW_RETURN_IF_ERROR(
+            source_->read_at(pos_, dst.subspan(done, n - done), Deadline::after(kReadTimeout)));
         pos_ += n - done;
         done = n;
       } else {
         buffer_.resize(static_cast<size_t>(std::min<uint64_t>(kBufferSize, size_ - pos_)));
         buffer_offset_ = pos_;
-        ZW_RETURN_IF_ERROR(file_.pread_exact(pos_, buffer_));
+        ZW_RETURN_IF_ERROR(source_->read_at(pos_, buffer_, Deadline::after(kReadTimeout)));
       }
     }
     return n;
@@ -56,38 +61,59 @@ class FileInput final : public TarInput {
   std::optional<uint64_t> known_size() const override { return size_; }
 
  private:
-  File file_;
+  std::shared_ptr<ByteSource> source_;
   uint64_t size_;
   uint64_t pos_ = 0;
   std::vector<std::byte> buffer_;
   uint64_t buffer_offset_ = 0;
 };
 
-// A gzip-compressed tar through zlib's gz* API: the uncompressed size is unknown until the end,
-// and skipping means decompressing.
+// A gzip-compressed tar inflated with zlib as it is read (concatenated gzip members too): the
+// uncompressed size is unknown until the end, and skipping means decompressing.
 class GzipInput final : public TarInput {
  public:
-  GzipInput(gzFile gz, std::string path) : gz_(gz), path_(std::move(path)) {}
-  ~GzipInput() override { gzclose(gz_); }
+  GzipInput(std::shared_ptr<ByteSource> source, std::string path)
+      : compressed_(std::move(source)), path_(std::move(path)) {}
+  ~GzipInput() override {
+    if (initialised_) inflateEnd(&zs_);
+  }
   GzipInput(const GzipInput&) = delete;
   GzipInput& operator=(const GzipInput&) = delete;
 
   Result<size_t> read(std::span<std::byte> dst) override {
+    if (!initialised_) {
+      if (inflateInit2(&zs_, 16 + MAX_WBITS) != Z_OK) return zlib_error("inflateInit2");
+      initialised_ = true;
+    }
     size_t done = 0;
-    while (done < dst.size()) {
-      const unsigned want = static_cast<unsigned>(std::min<size_t>(dst.size() - done, 1u << 30));
-      const int n = gzread(gz_, dst.data() + done, want);
-      if (n < 0) return zlib_error();
-      done += static_cast<size_t>(n);
-      pos_ += static_cast<uint64_t>(n);
-      if (n == 0 || static_cast<unsigned>(n) < want) break;
+    while (done < dst.size() && !ended_) {
+      if (zs_.avail_in == 0) {
+        ZW_ASSIGN_OR_RETURN(bool more, fill());
+        if (!more) {
+          return corrupt("gzip stream '" + path_ + "' is truncated at uncompressed offset " +
+                         std::to_string(pos_ + done));
+        }
+      }
+      const size_t want = std::min<size_t>(dst.size() - done, 1u << 30);
+      zs_.next_out = reinterpret_cast<Bytef*>(dst.data() + done);
+      zs_.avail_out = static_cast<uInt>(want);
+      const int rc = inflate(&zs_, Z_NO_FLUSH);
+      done += want - zs_.avail_out;
+      if (rc == Z_STREAM_END) {
+        // Another gzip member may follow (as gzip -c a b > c makes); anything else after the
+        // first member is ignored, as zlib's gzread ignores it.
+        ZW_ASSIGN_OR_RETURN(bool another, another_member());
+        if (!another) {
+          ended_ = true;
+        } else if (inflateReset(&zs_) != Z_OK) {
+          return zlib_error("inflateReset");
+        }
+      } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+        pos_ += done;
+        return zlib_error(nullptr);
+      }
     }
-    if (done < dst.size()) {
-      // A short read is either the end of the stream or a truncated one; zlib knows which.
-      int err = Z_OK;
-      gzerror(gz_, &err);
-      if (err != Z_OK && err != Z_STREAM_END) return zlib_error();
-    }
+    pos_ += done;
     return done;
   }
 
@@ -114,17 +140,44 @@ class GzipInput final : public TarInput {
   }
 
  private:
-  Status zlib_error() {
-    int err = Z_OK;
-    const char* message = gzerror(gz_, &err);
-    if (err == Z_ERRNO) return errno_status(errno, "cannot read", path_);
-    return corrupt("gzip stream '" + path_ + "' at uncompressed offset " + std::to_string(pos_) +
-                   ": " + (message && *message ? message : "unknown zlib error"));
+  // Refills zlib's input from the archive after the first `kept` bytes of the buffer (already
+  // in place); false when the archive had nothing more.
+  Result<bool> fill(size_t kept = 0) {
+    in_.resize(kBufferSize);
+    ZW_ASSIGN_OR_RETURN(size_t got, compressed_.read(std::span(in_).subspan(kept)));
+    zs_.next_in = reinterpret_cast<Bytef*>(in_.data());
+    zs_.avail_in = static_cast<uInt>(kept + got);
+    return got > 0;
   }
 
-  gzFile gz_;
+  // Whether the bytes after a gzip member start another one (its magic, 1f 8b).
+  Result<bool> another_member() {
+    if (zs_.avail_in == 0) {
+      ZW_ASSIGN_OR_RETURN(bool more, fill());
+      if (!more) return false;
+    }
+    if (zs_.avail_in == 1) {  // the magic's second byte, if any, is still in the archive
+      in_[0] = static_cast<std::byte>(zs_.next_in[0]);
+      ZW_RETURN_IF_ERROR(fill(1).status());
+    }
+    return zs_.avail_in >= 2 && zs_.next_in[0] == 0x1f && zs_.next_in[1] == 0x8b;
+  }
+
+  Status zlib_error(const char* call) {
+    const std::string why = call != nullptr ? std::string(call) + " failed"
+                            : zs_.msg != nullptr ? zs_.msg
+                                                 : "damaged data";
+    return corrupt("gzip stream '" + path_ + "' at uncompressed offset " + std::to_string(pos_) +
+                   ": " + why);
+  }
+
+  SourceInput compressed_;
   std::string path_;
+  z_stream zs_{};
+  bool initialised_ = false;
+  bool ended_ = false;
   uint64_t pos_ = 0;
+  std::vector<std::byte> in_;
   std::vector<std::byte> scratch_;
 };
 
@@ -144,24 +197,19 @@ class TarStreamImpl final : public TarStream {
 }  // namespace
 
 Result<std::unique_ptr<TarStream>> TarStream::open(const std::string& path) {
-  ZW_ASSIGN_OR_RETURN(File file, File::open_read(path));
-  ZW_ASSIGN_OR_RETURN(uint64_t size, file.size());
+  ZW_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> opened,
+                      open_source(path, IoBackend::kPread, Deadline::after(kReadTimeout)));
+  std::shared_ptr<ByteSource> source = std::move(opened);
+  source->advise_sequential();
   std::byte magic[2] = {};
-  if (size >= 2) ZW_RETURN_IF_ERROR(file.pread_exact(0, magic));
+  if (source->size() >= 2) {
+    ZW_RETURN_IF_ERROR(source->read_at(0, magic, Deadline::after(kReadTimeout)));
+  }
   std::unique_ptr<TarInput> input;
   if (magic[0] == std::byte{0x1f} && magic[1] == std::byte{0x8b}) {
-    // gzdopen owns the descriptor it is given; `file` keeps (and closes) its own.
-    const int fd = ::dup(file.fd());
-    if (fd < 0) return errno_status(errno, "cannot dup the descriptor of", path);
-    gzFile gz = gzdopen(fd, "rb");
-    if (gz == nullptr) {
-      ::close(fd);
-      return io_error("cannot open gzip stream '" + path + "': out of memory");
-    }
-    gzbuffer(gz, kBufferSize);
-    input = std::make_unique<GzipInput>(gz, path);
+    input = std::make_unique<GzipInput>(std::move(source), path);
   } else {
-    input = std::make_unique<FileInput>(std::move(file), size);
+    input = std::make_unique<SourceInput>(std::move(source));
   }
   return std::unique_ptr<TarStream>(std::make_unique<TarStreamImpl>(std::move(input), path));
 }

@@ -25,7 +25,8 @@ struct TarMember {
 // Not thread-safe. Errors name the archive path and the member offset.
 class TarStream {
  public:
-  // Opens `path`; gzip is detected by its magic bytes, not the file name.
+  // Opens `path`: a local file or any URL the storage registry reads (open_source); gzip is
+  // detected by its magic bytes, not the name.
   static Result<std::unique_ptr<TarStream>> open(const std::string& path);
   virtual ~TarStream() = default;
 

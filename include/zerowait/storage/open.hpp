@@ -1,0 +1,25 @@
+// The one registry of URL schemes (src/storage/open.cpp): the only code that knows which driver
+// serves which scheme. Everything above storage/ opens what a user names through it, so a local
+// path, an object store prefix and a test's memory store are one code path there.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "zerowait/common/status.hpp"
+#include "zerowait/storage/byte_source.hpp"
+#include "zerowait/storage/store.hpp"
+
+namespace zerowait {
+
+// The Store at `url`: a plain path is a local directory; a URL goes to the driver registered for
+// its scheme (the driver's own error for a bad one: no credentials, a bad bucket name). A URL no
+// driver writes to gives a store whose every call fails with kInvalidArgument naming it.
+Result<std::shared_ptr<Store>> open_store(const std::string& url);
+
+// The object at `url` for ranged reads: a local file read with `backend`, or the object a URL
+// names, opened within `deadline`. kInvalidArgument naming the schemes there are for another.
+Result<std::unique_ptr<ByteSource>> open_source(const std::string& url, IoBackend backend,
+                                                Deadline deadline);
+
+}  // namespace zerowait

@@ -1,0 +1,109 @@
+// Where named objects are written and read back: one interface for a local directory (or an NFS
+// mount), an S3 prefix, memory and a fault-injecting wrapper, so pack, merge, the dataset writer
+// and the checkpoint engine never know which one they write to. ByteSource is its read half.
+//
+// Names are relative to the store's root and use '/' as separator; they never start with '/' and
+// never contain "..". Every call takes a Deadline, metadata included: a call that has not
+// finished when it passes returns kDeadlineExceeded naming the object (a local call stuck in the
+// kernel is left to finish on its own, so a mutation may still happen afterwards). Every error
+// names the full path or URL. Implementations are thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "zerowait/common/status.hpp"
+#include "zerowait/storage/byte_source.hpp"
+
+namespace zerowait {
+
+// An object being written (streamed; a driver with multipart uploads uses them). Writes may come
+// from several threads at distinct offsets.
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  // Writes all of `bytes` at `offset` (retrying short writes and EINTR).
+  virtual Status write_at(uint64_t offset, std::span<const std::byte> bytes) = 0;
+  // Asks the OS to start writing back [offset, offset + length) without waiting, so the final
+  // sync() has little left to do. A hint: stores without such a call do nothing.
+  virtual void start_writeback(uint64_t offset, uint64_t length) = 0;
+  // Makes everything written so far durable (fsync; an object store uploads).
+  virtual Status sync() = 0;
+  // Closes the file; its error is reported (a write path must call it).
+  virtual Status close() = 0;
+};
+
+// What stat() knows of a name.
+struct ObjectStat {
+  bool exists = false;
+  bool is_directory = false;  // a directory, or a prefix with objects under it
+  uint64_t size = 0;          // of an object; 0 for a directory
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // The root, for messages ("/ckpt", "s3://bucket/ckpt", "memory:test").
+  virtual std::string describe() const = 0;
+
+  // Creates directory `path` (and missing parents); an existing one is fine. Object stores have
+  // no directories: a name exists once an object lies under it.
+  virtual Status make_directory(const std::string& path, Deadline deadline) = 0;
+  // Creates (or truncates) object `path` for a streamed write.
+  virtual Result<std::unique_ptr<WritableFile>> create(const std::string& path,
+                                                       Deadline deadline) = 0;
+  // Makes the entries of directory `path` durable (fsync of the directory; "" is the root).
+  virtual Status sync_directory(const std::string& path, Deadline deadline) = 0;
+  // Atomically makes `from` (an object or a directory) appear as `to`: a rename(2) on a local
+  // filesystem, a server-side copy on an object store. A directory never replaces an existing
+  // one (kAlreadyExists); an object replaces its destination. `commit_record` names the object
+  // inside a directory that must appear last (a reader that sees it sees the whole directory);
+  // an object store copies it after every other one.
+  virtual Status publish(const std::string& from, const std::string& to, Deadline deadline,
+                         std::string_view commit_record = {}) = 0;
+  // The names in directory `path` ("" is the root), sorted; kNotFound if it does not exist.
+  virtual Result<std::vector<std::string>> list(const std::string& path, Deadline deadline) = 0;
+  // Whether `path` exists, whether it is a directory, and its size.
+  virtual Result<ObjectStat> stat(const std::string& path, Deadline deadline) = 0;
+  // Reads a whole (small) object: manifests and pointers.
+  virtual Result<std::string> read(const std::string& path, Deadline deadline) = 0;
+  // Opens object `path` for ranged reads, each with its own deadline (ByteSource::read).
+  // `backend` is how a local directory reads it (open_file_source); other stores read their own
+  // way. The source's name() is the full path or URL. It may outlive the store's other calls but
+  // not the store.
+  virtual Result<std::unique_ptr<ByteSource>> open(const std::string& path, IoBackend backend,
+                                                   Deadline deadline) = 0;
+  // Removes object `path`; a missing one is fine.
+  virtual Status remove(const std::string& path, Deadline deadline) = 0;
+  // Removes directory `path` and everything in it, `commit_record` first (so that what is left
+  // of a half-removed directory no longer counts); a missing directory is fine.
+  virtual Status remove_all(const std::string& path, Deadline deadline,
+                            std::string_view commit_record = {}) = 0;
+
+  // Shorthands over the calls above.
+  Result<bool> exists(const std::string& path, Deadline deadline);
+  Result<bool> is_directory(const std::string& path, Deadline deadline);
+  // The size of object `path`; kNotFound when it does not exist, an error for a directory.
+  Result<uint64_t> size(const std::string& path, Deadline deadline);
+  // Writes `bytes` as object `path` whole: create, write, sync, close.
+  Status put(const std::string& path, std::span<const std::byte> bytes, Deadline deadline);
+};
+
+// A directory on a local (or network-mounted) filesystem. A URL is not one: every call of the
+// store fails with kInvalidArgument naming it (open_store, storage/open.hpp, serves URLs).
+std::shared_ptr<Store> make_local_store(const std::filesystem::path& root);
+
+// The time a metadata call (stat, list, mkdir, a small read or publish) gets when its caller has
+// no deadline of its own: long enough for any working storage, short enough that a hung mount is
+// reported rather than waited on forever.
+inline constexpr std::chrono::seconds kDefaultMetadataTimeout{120};
+inline Deadline metadata_deadline() { return Deadline::after(kDefaultMetadataTimeout); }
+
+}  // namespace zerowait

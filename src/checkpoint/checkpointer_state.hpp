@@ -1,0 +1,142 @@
+// The Checkpointer's private state, shared by checkpointer.cpp (saves, commit, mirror) and
+// part_writer.cpp (writing one rank's part): what a save owns while it runs.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "checkpoint/checkpoint_io.hpp"
+#include "common/clock.hpp"
+#include "common/thread_pool.hpp"
+#include "host/aligned_buffer.hpp"
+#include "host/cuda_runtime.hpp"
+#include "zerowait/checkpoint/checkpointer.hpp"
+#include "zerowait/checkpoint/manifest.hpp"
+
+namespace zerowait {
+
+// --- shared state ---------------------------------------------------------------------------
+
+struct CheckpointerState {
+  std::shared_ptr<Store> target;
+  CheckpointOptions options;
+  internal::ThreadPool pool;
+  // A pointer so that a pool a device copy may still be writing into can be abandoned (leaked)
+  // instead of freed: see abandon_staging().
+  std::unique_ptr<internal::AlignedBuffer> staging = std::make_unique<internal::AlignedBuffer>();
+
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::shared_ptr<SaveJob> in_flight;  // owns the staging pool until its writing is done
+  std::thread writer;
+  std::optional<RankManifest> base;  // the previous committed step's part, for incremental saves
+  Status unreported;                 // a background error nobody has waited for yet
+
+  // Mirror tier: steps waiting to be copied, one thread copying them.
+  // Held (before `mutex`) by a commit until its step is queued or retention has run, and by the
+  // mirror thread's run of the primary's retention, which spares the queued steps: no step
+  // commits while retention decides what to retire, so none is retired before it is copied.
+  std::mutex retention_mutex;
+  std::deque<uint64_t> mirror_queue;
+  bool mirror_busy = false;
+  bool stopping = false;
+  std::thread mirror_thread;
+
+  CheckpointerState(std::shared_ptr<Store> t, CheckpointOptions o)
+      : target(std::move(t)),
+        options(std::move(o)),
+        pool((options.threads != 0 ? options.threads : internal::available_cpus()) - 1) {}
+
+  void remember_error(const Status& status) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (unreported.is_ok()) unreported = status;
+  }
+  void mirror_loop();
+
+  // After a device copy into staging failed or never finished: the DMA may still write into the
+  // pool, so it is never freed or reused; the next save gets a new one.
+  void abandon_staging() {
+    (void)staging.release();  // deliberately leaked
+    staging = std::make_unique<internal::AlignedBuffer>();
+  }
+};
+
+// --- one save ---------------------------------------------------------------------------------
+
+class SaveJob {
+ public:
+  enum class Phase { kStaged, kWriting, kPartDurable, kFinished };
+
+  std::shared_ptr<CheckpointerState> owner;
+  uint64_t step = 0;
+  std::vector<TensorToSave> tensors;
+  std::string structure_json;
+  std::vector<uint64_t> staging_offsets;
+  std::byte* staging_base = nullptr;
+  bool started_writing = false;  // start() was called (guarded by the owner's mutex)
+  Clock::time_point started = Clock::now();
+  double snapshot_s = 0;
+  double device_wait_s = 0;
+  // Recorded on the caller's copy streams (wait_for_stream): done once staging holds the bytes.
+  std::vector<internal::CudaEvent> device_copies;
+
+  std::mutex mutex;
+  std::condition_variable changed;
+  Phase phase = Phase::kStaged;
+  Status part_status;
+  std::optional<Result<SaveResult>> result;
+  RankManifest manifest;  // this rank's part, once durable
+  // Under caller coordination: the outcome the caller reports through finish().
+  std::optional<std::pair<bool, Status>> caller_outcome;
+
+  std::byte* staging(size_t index) const { return staging_base + staging_offsets[index]; }
+  std::span<const std::byte> staged(size_t index) const {
+    return {staging(index), tensors[index].nbytes};
+  }
+
+  // Waits until the caller's device copies into staging are done; on failure the staging pool
+  // is abandoned (the owner's mutex need not be held: this job owns the pool until it finishes).
+  Status wait_for_device_copies() {
+    const auto start = Clock::now();
+    Status status;
+    for (const internal::CudaEvent& event : device_copies) {
+      status = event.wait(internal::kDeviceCopyTimeout,
+                          "checkpoint step " + std::to_string(step) +
+                              ": the copies of its CUDA tensors into staging");
+      if (!status.is_ok()) break;
+    }
+    device_copies.clear();
+    device_wait_s = internal::seconds_since(start);
+    if (!status.is_ok()) {
+      owner->abandon_staging();
+      return Status(status.code(), status.message() +
+                                       "; the staging pool it copies into is abandoned (the "
+                                       "next save allocates a new one)");
+    }
+    return status;
+  }
+
+  void set_phase(Phase p) {
+    std::lock_guard<std::mutex> lock(mutex);
+    phase = p;
+    changed.notify_all();
+  }
+  void finish(Result<SaveResult> r) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!r.is_ok() && part_status.is_ok() && phase < Phase::kPartDurable) part_status = r.status();
+    result = std::move(r);
+    phase = Phase::kFinished;
+    changed.notify_all();
+  }
+};
+
+}  // namespace zerowait

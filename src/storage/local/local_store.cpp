@@ -1,0 +1,222 @@
+// A Store on a local (or network-mounted) filesystem: objects are files, publish is rename(2)
+// followed by an fsync of the destination's directory. Every call keeps its deadline through
+// call_within (a hung mount is reported, not waited on).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <system_error>
+
+#include "common/file.hpp"
+#include "common/log.hpp"
+#include "common/path_check.hpp"
+#include "storage/local/call_within.hpp"
+#include "storage/store_path.hpp"
+#include "zerowait/storage/store.hpp"
+
+namespace zerowait {
+
+namespace internal {
+
+Status call_deadline_status(const std::string& what, const std::string& name) {
+  return Status(ErrorCode::kDeadlineExceeded,
+                what + " '" + name +
+                    "' did not finish within its deadline (the storage does not answer: a hung "
+                    "network mount?)");
+}
+
+}  // namespace internal
+
+namespace {
+
+using internal::call_within;
+
+class LocalWritableFile : public WritableFile {
+ public:
+  explicit LocalWritableFile(internal::File file) : file_(std::move(file)) {}
+
+  Status write_at(uint64_t offset, std::span<const std::byte> bytes) override {
+    return file_.pwrite_all(offset, bytes);
+  }
+
+  void start_writeback(uint64_t offset, uint64_t length) override {
+    // A hint: a failure here shows up again, and is reported, at sync().
+    (void)::sync_file_range(file_.fd(), static_cast<off64_t>(offset), static_cast<off64_t>(length),
+                            SYNC_FILE_RANGE_WRITE);
+  }
+
+  Status sync() override { return file_.sync(); }
+  Status close() override { return file_.close(); }
+
+ private:
+  internal::File file_;
+};
+
+// rename(2) silently replaces an empty destination directory; publishing must never do that.
+Status rename_directory(const std::string& from, const std::string& to) {
+  const std::string what = "cannot rename to '" + to + "' from";
+#ifdef RENAME_NOREPLACE
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) {
+    return Status::ok();
+  }
+  if (errno != EINVAL && errno != ENOSYS) return errno_status(errno, what, from);
+  internal::note_fallback("rename-noreplace",
+                          "the filesystem of " + to +
+                              " has no renameat2(RENAME_NOREPLACE); directories are published "
+                              "by checking the destination first, then rename(2)");
+#endif
+  struct stat st;
+  if (::lstat(to.c_str(), &st) == 0) return errno_status(EEXIST, what, from);
+  if (::rename(from.c_str(), to.c_str()) != 0) return errno_status(errno, what, from);
+  return Status::ok();
+}
+
+Status rename_any(const std::string& from, const std::string& to) {
+  struct stat st;
+  if (::stat(from.c_str(), &st) != 0) {
+    return errno_status(errno, "cannot rename to '" + to + "' from", from);
+  }
+  if (!S_ISDIR(st.st_mode)) return internal::rename_file(from, to);
+  return rename_directory(from, to);
+}
+
+class LocalStore final : public Store {
+ public:
+  // `refused`: why every operation fails (a URL root), or ok.
+  LocalStore(std::filesystem::path root, Status refused)
+      : root_(std::move(root)), refused_(std::move(refused)) {}
+
+  std::string describe() const override { return root_.string(); }
+
+  Status make_directory(const std::string& path, Deadline deadline) override {
+    ZW_ASSIGN_OR_RETURN(std::string full, full_path(path));
+    return call_within(deadline, "creating directory", full, [full]() -> Status {
+      std::error_code ec;
+      std::filesystem::create_directories(full, ec);
+      if (ec) return errno_status(ec.value(), "cannot create directory", full);
+      return Status::ok();
+    });
+  }
+
+  Result<std::unique_ptr<WritableFile>> create(const std::string& path,
+                                               Deadline deadline) override {
+    ZW_ASSIGN_OR_RETURN(std::string full, full_path(path));
+    return call_within<std::unique_ptr<WritableFile>>(
+        deadline, "creating", full, [full]() -> Result<std::unique_ptr<WritableFile>> {
+          ZW_ASSIGN_OR_RETURN(internal::File file, internal::File::create(full));
+          return std::unique_ptr<WritableFile>(new LocalWritableFile(std::move(file)));
+        });
+  }
+
+  Status sync_directory(const std::string& path, Deadline deadline) override {
+    ZW_ASSIGN_OR_RETURN(std::string full, full_path(path));
+    return call_within(deadline, "syncing directory", full,
+                       [full] { return internal::sync_directory(full); });
+  }
+
+  Status publish(const std::string& from, const std::string& to, Deadline deadline,
+                 std::string_view /*commit_record: a rename moves a directory whole*/) override {
+    ZW_ASSIGN_OR_RETURN(std::string full_from, full_path(from));
+    ZW_ASSIGN_OR_RETURN(std::string full_to, full_path(to));
+    return call_within(deadline, "publishing", full_to,
+                       [full_from, full_to] { return rename_any(full_from, full_to); });
+  }
+
+  Result<std::vector<std::string>> list(const std::string& path, Deadline deadline) override {
+    ZW_ASSIGN_OR_RETURN(std::string full, full_path(path));
+    return call_within<std::vector<std::string>>(
+        deadline, "listing", full, [full]() -> Result<std::vector<std::string>> {
+          std::error_code ec;
+          std::filesystem::directory_iterator it(full, ec);
+          std::vector<std::string> names;
+          for (; !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+            names.push_back(it->path().filename().string());
+          }
+          if (ec) return errno_status(ec.value(), "cannot list directory", full);
+          std::sort(names.begin(), names.end());
+          return names;
+        });
+  }
+
+  Result<ObjectStat> stat(const std::string& path, Deadline deadline) override {
+    ZW_ASSIGN_OR_RETURN(std::string full, full_path(path));
+    return call_within<ObjectStat>(deadline, "stat of", full, [full]() -> Result<ObjectStat> {
+      struct stat st;
+      if (::stat(full.c_str(), &st) == 0) {
+        const bool dir = S_ISDIR(st.st_mode);
+        return ObjectStat{true, dir, dir ? 0 : static_cast<uint64_t>(st.st_size)};
+      }
+      if (errno == ENOENT || errno == ENOTDIR) return ObjectStat{};
+      return errno_status(errno, "cannot stat", full);
+    });
+  }
+
+  Result<std::string> read(const std::string& path, Deadline deadline) override {
+    ZW_ASSIGN_OR_RETURN(std::string full, full_path(path));
+    return call_within<std::string>(deadline, "reading", full, [full]() {
+      return internal::read_whole_file<std::string>(full);
+    });
+  }
+
+  Result<std::unique_ptr<ByteSource>> open(const std::string& path, IoBackend backend,
+                                           Deadline deadline) override {
+    ZW_ASSIGN_OR_RETURN(std::string full, full_path(path));
+    return call_within<std::unique_ptr<ByteSource>>(
+        deadline, "opening", full, [full, backend] { return open_file_source(full, backend); });
+  }
+
+  Status remove(const std::string& path, Deadline deadline) override {
+    ZW_ASSIGN_OR_RETURN(std::string full, full_path(path));
+    return call_within(deadline, "removing", full, [full]() -> Status {
+      if (::unlink(full.c_str()) != 0 && errno != ENOENT) {
+        return errno_status(errno, "cannot remove", full);
+      }
+      return Status::ok();
+    });
+  }
+
+  Status remove_all(const std::string& path, Deadline deadline,
+                    std::string_view commit_record) override {
+    // "" would be the root itself: never what a caller cleaning up a step means.
+    if (path.empty()) return invalid_argument("refusing to remove the whole of " + describe());
+    ZW_ASSIGN_OR_RETURN(std::string full, full_path(path));
+    const std::string first = commit_record.empty() ? "" : full + "/" + std::string(commit_record);
+    return call_within(deadline, "removing", full, [full, first]() -> Status {
+      if (!first.empty() && ::unlink(first.c_str()) != 0 && errno != ENOENT && errno != ENOTDIR) {
+        return errno_status(errno, "cannot remove", first);
+      }
+      std::error_code ec;
+      std::filesystem::remove_all(full, ec);
+      if (ec) return errno_status(ec.value(), "cannot remove", full);
+      return Status::ok();
+    });
+  }
+
+ private:
+  Result<std::string> full_path(const std::string& path) const {
+    ZW_RETURN_IF_ERROR(refused_);
+    return internal::join_store_path(root_.string(), path);
+  }
+
+  std::filesystem::path root_;
+  Status refused_;
+};
+
+}  // namespace
+
+std::shared_ptr<Store> make_local_store(const std::filesystem::path& root) {
+  // A URL is kept as given, not normalised into "<cwd>/s3:/bucket": every operation of the
+  // store then refuses it by name.
+  if (Status refused = internal::require_local_path(root, "path"); !refused.is_ok()) {
+    return std::make_shared<LocalStore>(root, std::move(refused));
+  }
+  std::filesystem::path absolute = std::filesystem::absolute(root).lexically_normal();
+  // "/ckpt/" normalises to "/ckpt/"; messages read better without the trailing separator.
+  if (!absolute.has_filename() && absolute.has_relative_path()) absolute = absolute.parent_path();
+  return std::make_shared<LocalStore>(std::move(absolute), Status::ok());
+}
+
+}  // namespace zerowait

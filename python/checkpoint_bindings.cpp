@@ -10,7 +10,6 @@
 #include "checkpoint/checkpoint_manifest.hpp"
 #include "common.hpp"
 #include "common/clock.hpp"
-#include "common/path_check.hpp"
 #include "zerowait/checkpoint/checkpointer.hpp"
 #include "zerowait/checkpoint/maintenance.hpp"
 #include "zerowait/checkpoint/manifest.hpp"

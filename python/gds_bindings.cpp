@@ -15,7 +15,7 @@
 
 #include "common.hpp"
 #include "common/clock.hpp"
-#include "common/path_check.hpp"
+#include "storage/local_path.hpp"
 #include "zerowait/storage/device_reader.hpp"
 #include "zerowait/shard/dataset.hpp"
 

@@ -8,10 +8,10 @@
 
 #include "commands.hpp"
 #include "host/memory_headroom.hpp"
-#include "common/path_check.hpp"
 #include "output.hpp"
 #include "progress_bar.hpp"
 #include "zerowait/host/page_cache.hpp"
+#include "zerowait/storage/url.hpp"
 
 namespace zerowait::cli {
 namespace {
@@ -33,7 +33,7 @@ std::vector<std::string> shard_files(const std::string& path) {
   std::vector<std::string> files;
   for (size_t s = 0; s < ds->shard_count(); ++s) {
     const std::string& shard = ds->shard_path(s);
-    if (!internal::url_scheme(shard).empty()) {
+    if (is_url(shard)) {
       throw CliError("the page cache holds local files; '" + shard +
                      "' is remote (remote data is cached on local disk by the loader, by default)");
     }

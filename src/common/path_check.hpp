@@ -1,7 +1,7 @@
-// Local paths only where remote storage is not supported (yet): a path that starts with a URL
-// scheme ("s3://bucket/x", "https://host/x", "file:///x") is refused instead of being taken for
-// a relative folder named "s3:". Callers that do read some URLs (Dataset::open reads http(s) and
-// s3) dispatch those first.
+// Kept only for the callers in src/shard/ and cli/commands/ckpt.cpp that still include it while
+// they move onto Store and zerowait/storage/url.hpp; common/ itself knows no URL. Both functions
+// are defined in storage/url.cpp (the URL parser's one home). Delete this header when nothing
+// includes it.
 #pragma once
 
 #include <filesystem>
@@ -11,13 +11,10 @@
 
 namespace zerowait::internal {
 
-// The scheme of "scheme://rest" as written (RFC 3986: a letter, then letters, digits, '+', '-',
-// '.'), or empty when `text` does not start with one.
+// zerowait::url_scheme (zerowait/storage/url.hpp).
 std::string_view url_scheme(std::string_view text);
 
-// ok for a local filesystem path; kInvalidArgument naming `what` ("checkpoint mirror",
-// "dataset", ...) and `path` when `path` starts with `scheme://` (RFC 3986 scheme: a letter,
-// then letters, digits, '+', '-', '.'). file:// is refused too: give the path itself.
+// As declared in storage/local_path.hpp.
 Status require_local_path(const std::filesystem::path& path, std::string_view what);
 
 }  // namespace zerowait::internal

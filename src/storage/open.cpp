@@ -4,12 +4,12 @@
 
 #include <string_view>
 
-#include "common/path_check.hpp"
 #include "common/text.hpp"
 #include "storage/local/file_sources.hpp"
 #include "storage/memory/memory_store.hpp"
 #include "storage/remote_object.hpp"
 #include "storage/s3/s3_store.hpp"
+#include "zerowait/storage/url.hpp"
 
 namespace zerowait {
 namespace {
@@ -50,7 +50,7 @@ constexpr Driver kDrivers[] = {
 
 // The driver of `url`: a plain path's is the local one; nullptr for a scheme with none.
 const Driver* driver_of(const std::string& url) {
-  const std::string scheme = internal::ascii_lower(internal::url_scheme(url));
+  const std::string scheme = internal::ascii_lower(url_scheme(url));
   if (scheme.empty()) return &kLocal;
   for (const Driver& driver : kDrivers) {
     if (driver.scheme == scheme) return &driver;
@@ -79,7 +79,7 @@ Result<std::unique_ptr<ByteSource>> open_source(const std::string& url, IoBacken
   const Driver* driver = driver_of(url);
   if (driver == nullptr) {
     return invalid_argument("cannot read '" + url + "': no storage driver serves " +
-                            std::string(internal::url_scheme(url)) + ":// (there are " +
+                            std::string(url_scheme(url)) + ":// (there are " +
                             known_schemes() + ")");
   }
   return driver->source(url, backend, deadline);

@@ -3,9 +3,9 @@
 #include <functional>
 #include <mutex>
 
-#include "common/path_check.hpp"
 #include "common/text.hpp"
 #include "storage/local/file_sources.hpp"
+#include "zerowait/storage/url.hpp"
 
 namespace zerowait::internal {
 namespace {

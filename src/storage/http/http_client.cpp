@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "common/clock.hpp"
-#include "common/path_check.hpp"
+#include "zerowait/storage/url.hpp"
 #include "common/random.hpp"
 #include "common/text.hpp"
 

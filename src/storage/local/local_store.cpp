@@ -12,7 +12,7 @@
 
 #include "common/file.hpp"
 #include "common/log.hpp"
-#include "common/path_check.hpp"
+#include "storage/local_path.hpp"
 #include "storage/local/call_within.hpp"
 #include "storage/store_path.hpp"
 #include "zerowait/storage/store.hpp"

@@ -8,7 +8,7 @@
 #include <thread>
 #include <utility>
 
-#include "common/path_check.hpp"
+#include "zerowait/storage/url.hpp"
 #include "common/text.hpp"
 #include "storage/s3/sigv4.hpp"
 

@@ -20,7 +20,7 @@
 
 #include "common/log.hpp"
 #include "storage/http/http_client.hpp"
-#include "storage/remote_object.hpp"
+#include "storage/http/http_source.hpp"
 #include "testing/child_processes.hpp"
 #include "testing/http_server.hpp"
 #include "testing/image_dataset.hpp"

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "storage/remote_object.hpp"
+#include "storage/http/http_source.hpp"
 #include "testing/http_server.hpp"
 #include "testing/testing.hpp"
 

@@ -10,7 +10,6 @@
 #include <thread>
 
 #include "common/clock.hpp"
-#include "zerowait/storage/url.hpp"
 #include "common/random.hpp"
 #include "common/text.hpp"
 
@@ -328,11 +327,6 @@ Result<HttpResponse> HttpClient::send(const HttpRequest& request, Deadline deadl
 }
 
 std::string url_for_errors(const std::string& url) { return url.substr(0, url.find('?')); }
-
-bool is_http_url(std::string_view path) {
-  const std::string scheme = ascii_lower(url_scheme(path));
-  return scheme == "http" || scheme == "https";
-}
 
 std::shared_ptr<HttpClient> default_http_client() {
   static const auto client = std::make_shared<HttpClient>();

@@ -97,9 +97,6 @@ class HttpClient {
 // caller should see.
 std::string url_for_errors(const std::string& url);
 
-// True for "http://..." and "https://..." (case-insensitive scheme).
-bool is_http_url(std::string_view path);
-
 // The client datasets use for http(s) URLs: default options, shared by the whole process.
 std::shared_ptr<HttpClient> default_http_client();
 

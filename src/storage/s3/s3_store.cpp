@@ -24,7 +24,7 @@
 #include <set>
 
 #include "common/file.hpp"
-#include "storage/remote_object.hpp"
+#include "storage/s3/s3_source.hpp"
 #include "storage/s3/s3_upload.hpp"
 #include "storage/store_path.hpp"
 

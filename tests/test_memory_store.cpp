@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "storage/remote_object.hpp"
 #include "zerowait/storage/open.hpp"
 
 namespace zerowait {
@@ -50,6 +51,29 @@ TEST(MemoryStore, AURLWithoutANameIsRefused) {
   auto store = open_store("memory://");
   EXPECT_EQ(store.status().code(), ErrorCode::kInvalidArgument) << store.status().to_string();
   EXPECT_NE(store.status().message().find("memory://NAME"), std::string::npos);
+}
+
+// The registry's remote answers come from its table: memory:// is registered but fetched over no
+// network (so no cache fronts it), and an unregistered scheme is refused rather than sent to
+// some client.
+TEST(MemoryStore, IsNotRemoteAndTheRemoteCallsRefuseIt) {
+  EXPECT_TRUE(internal::is_remote_url("https://host/ds/manifest.json"));
+  EXPECT_TRUE(internal::is_remote_url("HTTP://host/a.tar"));
+  EXPECT_TRUE(internal::is_remote_url("S3://bucket/key"));
+  EXPECT_TRUE(internal::is_s3_url("S3://bucket/key"));
+  EXPECT_FALSE(internal::is_s3_url("https://host/key"));
+  EXPECT_FALSE(internal::is_remote_url("memory://registry-test/ds/a.bin"));
+  EXPECT_FALSE(internal::is_remote_url("/data/ds/a.zws"));
+  EXPECT_FALSE(internal::is_remote_url("ftp://host/a.zws"));
+
+  for (const std::string url : {"memory://registry-test/ds/a.bin", "ftp://host/a.zws"}) {
+    auto source = internal::open_remote_source(url, Deadline::none());
+    EXPECT_EQ(source.status().code(), ErrorCode::kInvalidArgument) << url;
+    EXPECT_NE(source.status().message().find(url), std::string::npos)
+        << source.status().message();
+    auto whole = internal::read_remote_object(url, Deadline::none());
+    EXPECT_EQ(whole.status().code(), ErrorCode::kInvalidArgument) << url;
+  }
 }
 
 }  // namespace

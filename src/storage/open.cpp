@@ -14,7 +14,8 @@
 namespace zerowait {
 namespace {
 
-using StoreOpener = Result<std::shared_ptr<Store>> (*)(const std::string& url);
+using StoreOpener = Result<std::shared_ptr<Store>> (*)(const std::string& url,
+                                                       const StoreOptions& options);
 using SourceOpener = Result<std::unique_ptr<ByteSource>> (*)(const std::string& url,
                                                              IoBackend backend, Deadline deadline);
 
@@ -24,8 +25,16 @@ struct Driver {
   SourceOpener source;
 };
 
-Result<std::shared_ptr<Store>> open_local_store(const std::string& path) {
+Result<std::shared_ptr<Store>> open_local_store(const std::string& path, const StoreOptions&) {
   return make_local_store(path);
+}
+
+Result<std::shared_ptr<Store>> open_memory_store(const std::string& url, const StoreOptions&) {
+  return internal::open_memory_store(url);
+}
+
+Result<std::shared_ptr<Store>> open_s3_store(const std::string& url, const StoreOptions& options) {
+  return internal::open_s3_store(url, options.spool_dir);
 }
 
 Result<std::unique_ptr<ByteSource>> open_local_source(const std::string& path, IoBackend backend,
@@ -44,8 +53,8 @@ constexpr Driver kLocal = {"", open_local_store, open_local_source};
 constexpr Driver kDrivers[] = {
     {"http", nullptr, open_url_source},
     {"https", nullptr, open_url_source},
-    {"memory", internal::open_memory_store, internal::open_memory_source},
-    {"s3", internal::open_s3_store, open_url_source},
+    {"memory", open_memory_store, internal::open_memory_source},
+    {"s3", open_s3_store, open_url_source},
 };
 
 // The driver of `url`: a plain path's is the local one; nullptr for a scheme with none.
@@ -66,12 +75,12 @@ std::string known_schemes() {
 
 }  // namespace
 
-Result<std::shared_ptr<Store>> open_store(const std::string& url) {
+Result<std::shared_ptr<Store>> open_store(const std::string& url, const StoreOptions& options) {
   const Driver* driver = driver_of(url);
   // No driver writes there: the local store refuses every call, naming the URL (it is never
   // taken for a folder named "https:").
   if (driver == nullptr || driver->store == nullptr) return make_local_store(url);
-  return driver->store(url);
+  return driver->store(url, options);
 }
 
 Result<std::unique_ptr<ByteSource>> open_source(const std::string& url, IoBackend backend,

@@ -12,10 +12,18 @@
 
 namespace zerowait {
 
+// How a store is opened, for the drivers that use it.
+struct StoreOptions {
+  // Where a driver that spools objects before uploading them (s3) keeps its spool files (unnamed,
+  // so nothing is left there after a crash); empty: $TMPDIR, else /tmp.
+  std::string spool_dir;
+};
+
 // The Store at `url`: a plain path is a local directory; a URL goes to the driver registered for
 // its scheme (the driver's own error for a bad one: no credentials, a bad bucket name). A URL no
 // driver writes to gives a store whose every call fails with kInvalidArgument naming it.
-Result<std::shared_ptr<Store>> open_store(const std::string& url);
+Result<std::shared_ptr<Store>> open_store(const std::string& url,
+                                          const StoreOptions& options = {});
 
 // The object at `url` for ranged reads: a local file read with `backend`, or the object a URL
 // names, opened within `deadline`. kInvalidArgument naming the schemes there are for another.

@@ -17,7 +17,7 @@ class DatasetWriter::Impl {
   Impl(DatasetWriterOptions options, std::unique_ptr<internal::DatasetOutput> output)
       : options_(std::move(options)),
         output_(std::move(output)),
-        shards_(*output_, options_.shard_size, {options_.align, output_->sync_shards()}),
+        shards_(*output_, options_.shard_size, options_.align),
         start_(std::chrono::steady_clock::now()) {}
 
   Result<bool> write(std::string_view key, std::span<const FieldData> fields) {
@@ -89,7 +89,7 @@ Result<std::unique_ptr<DatasetWriter>> DatasetWriter::create(DatasetWriterOption
     ZW_RETURN_IF_ERROR(internal::require_local_path(options.out_dir, "dataset output"));
   }
   ZW_ASSIGN_OR_RETURN(std::unique_ptr<internal::DatasetOutput> output,
-                      internal::open_dataset_output(options.out_dir, options.tmp_dir,
+                      internal::DatasetOutput::open(options.out_dir, options.tmp_dir,
                                                     options.overwrite, options.sync));
   return std::unique_ptr<DatasetWriter>(
       new DatasetWriter(std::make_unique<Impl>(std::move(options), std::move(output))));

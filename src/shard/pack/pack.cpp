@@ -180,15 +180,14 @@ class OrderedLoader {
 // Everything one pack run accumulates while writing.
 class PackRun {
  public:
-  // Publishes shards through `destination` (which must outlive the run); `sync_shards` fsyncs
-  // each one. `earlier_keys` were packed by earlier parts: a sample with one of them is a
+  // Publishes shards through `destination` (which must outlive the run). `earlier_keys` were packed by earlier parts: a sample with one of them is a
   // duplicate.
-  PackRun(const PackOptions& options, internal::ShardDestination& destination, bool sync_shards,
+  PackRun(const PackOptions& options, internal::ShardDestination& destination,
           uint64_t files_total, uint64_t bytes_total, std::unordered_set<std::string> earlier_keys)
       : options_(options),
         mode_(options.verify_images ? internal::ImageCheck::kDecode
                                     : internal::ImageCheck::kHeader),
-        writer_(destination, options.shard_size, {options.align, sync_shards}),
+        writer_(destination, options.shard_size, options.align),
         keys_(std::move(earlier_keys)) {
     progress_.files_total = files_total;
     progress_.bytes_total = bytes_total;
@@ -354,10 +353,10 @@ Result<PackReport> pack(const PackOptions& options) {
     plan = std::move(part.plan);
   }
   ZW_ASSIGN_OR_RETURN(std::unique_ptr<internal::DatasetOutput> output,
-                      internal::open_dataset_output(options.out_dir, options.tmp_dir,
+                      internal::DatasetOutput::open(options.out_dir, options.tmp_dir,
                                                     options.overwrite, options.sync,
                                                     options.part_index, options.part_count));
-  PackRun run(options, *output, output->sync_shards(), plan.files, plan.bytes,
+  PackRun run(options, *output, plan.files, plan.bytes,
               std::move(part.earlier_keys));
   ZW_ASSIGN_OR_RETURN(Manifest manifest, write_shards(plan, part, options, run));
   ZW_ASSIGN_OR_RETURN(std::string manifest_path,

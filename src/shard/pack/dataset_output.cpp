@@ -198,13 +198,19 @@ Status DatasetOutput::finish() {
 }
 
 Status DatasetOutput::put_file(const std::string& name, std::string_view text) {
-  // An object store's PUT appears whole; elsewhere the file appears by rename.
-  if (!traits_.cheap_publish)
-    return store_->put(join(dir_, name), as_bytes(text), metadata_deadline());
-  const std::string partial = join(dir_, "." + name + ".partial");
-  ZW_RETURN_IF_ERROR(store_->put(partial, as_bytes(text), metadata_deadline()));
-  ZW_RETURN_IF_ERROR(store_->publish(partial, join(dir_, name), metadata_deadline()));
-  return sync_ ? store_->sync_directory(dir_, metadata_deadline()) : Status::ok();
+  return put_published(*store_, dir_, name, text, sync_);
+}
+
+Status put_published(Store& store, const std::string& dir, const std::string& name,
+                     std::string_view text, bool sync) {
+  const std::span<const std::byte> bytes = as_bytes(text);
+  if (!store.traits().cheap_publish) {
+    return store.put(join(dir, name), bytes, metadata_deadline());
+  }
+  const std::string partial = join(dir, "." + name + ".partial");
+  ZW_RETURN_IF_ERROR(store.put(partial, bytes, metadata_deadline()));
+  ZW_RETURN_IF_ERROR(store.publish(partial, join(dir, name), metadata_deadline()));
+  return sync ? store.sync_directory(dir, metadata_deadline()) : Status::ok();
 }
 
 void DatasetOutput::remove_stale_shards(const std::vector<ManifestShard>& kept) {

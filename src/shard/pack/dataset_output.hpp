@@ -84,6 +84,13 @@ class DatasetOutput final : public ShardDestination {
   Status upload_status_;
 };
 
+// Writes small file `name` of directory `dir` of `store` ("" is its root) so that it appears
+// whole: written beside it as ".<name>.partial" and published by rename where publish is one, in
+// one PUT on an object store (which shows an object whole or not at all). `sync`: the directory
+// is synced afterwards.
+Status put_published(Store& store, const std::string& dir, const std::string& name,
+                     std::string_view text, bool sync);
+
 // Publishes a written dataset whose shards are all published (ShardSetWriter::finish):
 // quarantine.json (what was not written, and why), then the manifest, then removes stale shards.
 // Returns the manifest's location.

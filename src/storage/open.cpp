@@ -83,6 +83,13 @@ Result<std::shared_ptr<Store>> open_store(const std::string& url, const StoreOpt
   return driver->store(url, options);
 }
 
+Status require_writable_store(const std::string& url, std::string_view what) {
+  const Driver* driver = driver_of(url);
+  if (driver != nullptr && driver->store != nullptr) return Status::ok();
+  // A URL (no plain path lacks a driver): refused by name, with what can be given instead.
+  return internal::require_local_path(url, what);
+}
+
 Result<std::unique_ptr<ByteSource>> open_source(const std::string& url, IoBackend backend,
                                                 Deadline deadline) {
   const Driver* driver = driver_of(url);

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "zerowait/common/status.hpp"
 #include "zerowait/storage/byte_source.hpp"
@@ -24,6 +25,11 @@ struct StoreOptions {
 // driver writes to gives a store whose every call fails with kInvalidArgument naming it.
 Result<std::shared_ptr<Store>> open_store(const std::string& url,
                                           const StoreOptions& options = {});
+
+// ok when open_store(`url`) writes somewhere: a local path, or a URL whose scheme has a driver
+// that writes (s3://, memory://). Otherwise kInvalidArgument naming `what` ("pack output") and
+// the URL, said before anything is made, rather than when the store's first call fails.
+Status require_writable_store(const std::string& url, std::string_view what);
 
 // The object at `url` for ranged reads: a local file read with `backend`, or the object a URL
 // names, opened within `deadline`. kInvalidArgument naming the schemes there are for another.

@@ -12,8 +12,6 @@
 #include "common/byte_buffer.hpp"
 #include "common/clock.hpp"
 #include "common/file.hpp"
-#include "common/path_check.hpp"
-#include "storage/remote_object.hpp"
 #include "shard/pack/image_check.hpp"
 #include "shard/pack/pack_part.hpp"
 #include "shard/pack/pack_plan.hpp"
@@ -22,6 +20,7 @@
 #include "shard/tar/tar_stream.hpp"
 #include "zerowait/shard/format.hpp"
 #include "zerowait/shard/webdataset.hpp"
+#include "zerowait/storage/open.hpp"
 
 namespace zerowait {
 namespace fs = std::filesystem;
@@ -343,8 +342,7 @@ Result<PackReport> pack(const PackOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   if (options.out_dir.empty()) return invalid_argument("pack needs an output directory (-o)");
   if (options.shard_size == 0) return invalid_argument("shard size must be greater than 0");
-  const bool to_s3 = internal::is_s3_url(options.out_dir);
-  if (!to_s3) ZW_RETURN_IF_ERROR(internal::require_local_path(options.out_dir, "pack output"));
+  ZW_RETURN_IF_ERROR(require_writable_store(options.out_dir, "pack output"));
   ZW_RETURN_IF_ERROR(internal::check_part(options.part_index, options.part_count));
   ZW_ASSIGN_OR_RETURN(internal::PackPlan plan, internal::plan_pack(options));
   internal::PartPlan part;  // this part's share of the plan, wherever it goes

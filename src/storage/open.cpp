@@ -83,6 +83,8 @@ Result<std::shared_ptr<Store>> open_store(const std::string& url, const StoreOpt
   return driver->store(url, options);
 }
 
+bool is_local_path(std::string_view url) { return driver_of(std::string(url)) == &kLocal; }
+
 Status require_writable_store(const std::string& url, std::string_view what) {
   const Driver* driver = driver_of(url);
   if (driver != nullptr && driver->store != nullptr) return Status::ok();

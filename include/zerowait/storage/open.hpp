@@ -26,6 +26,11 @@ struct StoreOptions {
 Result<std::shared_ptr<Store>> open_store(const std::string& url,
                                           const StoreOptions& options = {});
 
+// Whether `url` is a plain path that the local driver reads and writes (a file system, where the
+// page cache keeps what was read and a file has an inode to stat), rather than a URL another
+// driver serves.
+bool is_local_path(std::string_view url);
+
 // ok when open_store(`url`) writes somewhere: a local path, or a URL whose scheme has a driver
 // that writes (s3://, memory://). Otherwise kInvalidArgument naming `what` ("pack output") and
 // the URL, said before anything is made, rather than when the store's first call fails.

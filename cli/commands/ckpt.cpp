@@ -16,10 +16,8 @@
 #include "commands.hpp"
 #include "commands/ckpt_common.hpp"
 #include "common/file.hpp"
-#include "common/path_check.hpp"
 #include "output.hpp"
 #include "progress_bar.hpp"
-#include "storage/remote_object.hpp"
 #include "zerowait/checkpoint/checkpointer.hpp"
 #include "zerowait/checkpoint/maintenance.hpp"
 #include "zerowait/checkpoint/manifest.hpp"
@@ -378,7 +376,7 @@ void require_committed(Store& target, const std::string& dir, uint64_t step) {
 }
 
 std::shared_ptr<Store> open_checkpoint_directory(const std::string& dir) {
-  if (!internal::is_s3_url(dir)) check(internal::require_local_path(dir, "checkpoint directory"));
+  check(require_writable_store(dir, "checkpoint directory"));
   std::shared_ptr<Store> target = unwrap(open_store(dir));
   if (!unwrap(target->exists("", metadata_deadline()))) {
     throw CliError("checkpoint directory '" + dir + "' does not exist");

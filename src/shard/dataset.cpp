@@ -11,6 +11,7 @@
 #include "common/path_check.hpp"
 #include "storage/remote_object.hpp"
 #include "zerowait/shard/format.hpp"
+#include "zerowait/storage/open.hpp"
 
 namespace zerowait {
 namespace fs = std::filesystem;
@@ -107,7 +108,7 @@ std::shared_ptr<Dataset> Dataset::make(std::string path, DatasetOptions options)
     // Local files are read in place: the page cache already keeps them.
     options.wrap_source = [cache = options.cache, outer = std::move(options.wrap_source)](
                               std::shared_ptr<ByteSource> source) {
-      if (internal::is_remote_url(source->name())) source = cache->wrap(std::move(source));
+      if (!is_local_path(source->name())) source = cache->wrap(std::move(source));
       return outer ? outer(std::move(source)) : source;
     };
   }
@@ -282,7 +283,7 @@ Result<std::shared_ptr<ShardReader>> Dataset::open_checked(size_t s) const {
   const ManifestShard& expected = manifest_.shards[s];
   const std::string& path = shard_paths_[s];
   // A remote shard the manifest describes (its index checksum recorded) opens without a HEAD.
-  if (!expected.checksum.empty() && internal::is_remote_url(path) &&
+  if (!expected.checksum.empty() && !is_local_path(path) &&
       path.ends_with(format::kShardExtension)) {
     const internal::KnownObject known{expected.bytes, "index-" + expected.checksum};
     ZW_ASSIGN_OR_RETURN(auto source, internal::open_shard_source(path, options_.backend,

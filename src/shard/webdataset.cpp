@@ -15,6 +15,7 @@
 #include "storage/remote_object.hpp"
 #include "shard/tar/tar_header.hpp"
 #include "zerowait/storage/cache_directory.hpp"
+#include "zerowait/storage/open.hpp"
 
 namespace zerowait {
 namespace {
@@ -242,7 +243,7 @@ bool is_safe_relative_path(std::string_view key) {
 
 Result<format::ShardIndex> build_tar_index(ByteSource& tar) {
   tar.advise_sequential();
-  const bool remote = internal::is_remote_url(tar.name());
+  const bool remote = !is_local_path(tar.name());
   SourceInput input(tar, remote ? kRemoteScan : kLocalScan,
                     remote ? std::optional<std::chrono::nanoseconds>(internal::kRemoteOpenTimeout)
                            : std::nullopt);
@@ -272,7 +273,7 @@ Result<std::string> tar_index_user_cache_path(const std::string& tar_path) {
 
 Result<std::shared_ptr<ShardReader>> open_tar_shard(const std::string& tar_path, IoBackend backend,
                                                     const SourceWrapper& wrap) {
-  if (internal::is_remote_url(tar_path)) {
+  if (!is_local_path(tar_path)) {
     // No sidecar: the index is built by one scan per open. Through a cache, that scan is what
     // fills the cache with the tar's blocks, so the samples' reads that follow hit.
     ZW_ASSIGN_OR_RETURN(std::shared_ptr<ByteSource> source,

@@ -1,15 +1,13 @@
 #include "zerowait/shard/writer.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "common/crash_points.hpp"
-#include "common/file.hpp"
 #include "common/xxhash.hpp"
 
 namespace zerowait {
@@ -42,7 +40,8 @@ std::span<const std::byte> as_bytes(const std::string& s) {
 }  // namespace
 
 struct ShardWriter::State {
-  internal::File file;
+  std::unique_ptr<WritableFile> file;
+  std::string path;  // for messages
   ShardWriterOptions options;
   format::ShardIndex index;
   uint64_t file_size = 0;         // bytes appended so far (buffered ones included)
@@ -66,7 +65,8 @@ struct ShardWriter::State {
       }
       if (run_end > pos) {
         ZW_RETURN_IF_ERROR(
-            file.pwrite_all(offset + pos, data.subspan(pos, run_end - pos), "cannot write shard"));
+            file->write_at(offset + pos, data.subspan(pos, run_end - pos)).with_context(
+                "cannot write shard '" + path + "'"));
         pos = run_end;
         continue;
       }
@@ -88,8 +88,7 @@ struct ShardWriter::State {
   void start_writeback() {
     if (!options.sync || buffer_start - writeback_start < kWritebackChunk) return;
     // Advisory: a failure here only loses the overlap; fsync in finish() reports real errors.
-    ::sync_file_range(file.fd(), static_cast<off_t>(writeback_start),
-                      static_cast<off_t>(buffer_start - writeback_start), SYNC_FILE_RANGE_WRITE);
+    file->start_writeback(writeback_start, buffer_start - writeback_start);
     writeback_start = buffer_start;
   }
 
@@ -124,9 +123,18 @@ ShardWriter& ShardWriter::operator=(ShardWriter&&) noexcept = default;
 ShardWriter::~ShardWriter() = default;
 
 Result<ShardWriter> ShardWriter::create(const std::string& path, ShardWriterOptions options) {
-  ZW_ASSIGN_OR_RETURN(internal::File file, internal::File::create(path));
+  const std::filesystem::path at(path);
+  const std::filesystem::path dir = at.has_parent_path() ? at.parent_path() : ".";
+  ZW_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
+                      make_local_store(dir)->create(at.filename().string(), metadata_deadline()));
+  return create(std::move(file), path, options);
+}
+
+Result<ShardWriter> ShardWriter::create(std::unique_ptr<WritableFile> file, std::string path,
+                                        ShardWriterOptions options) {
   auto state = std::make_unique<State>();
   state->file = std::move(file);
+  state->path = std::move(path);
   state->options = options;
   state->buffer.reserve(kWriteBufferSize);
   ZW_RETURN_IF_ERROR(state->append(
@@ -148,8 +156,8 @@ Status ShardWriter::add_sample(std::string_view key, std::span<const FieldData> 
 Status ShardWriter::add_sample(std::string_view key, std::span<const FieldData> fields,
                                uint64_t checksum) {
   State& s = *state_;
-  if (s.finished) return invalid_argument("shard '" + s.file.path() + "' is already finished");
-  if (key.empty()) return invalid_argument("empty sample key in shard '" + s.file.path() + "'");
+  if (s.finished) return invalid_argument("shard '" + s.path + "' is already finished");
+  if (key.empty()) return invalid_argument("empty sample key in shard '" + s.path + "'");
   for (size_t i = 0; i < fields.size(); ++i) {
     const auto& name = fields[i].name;
     if (name.empty() || name.find('/') != std::string_view::npos) {
@@ -185,7 +193,7 @@ Status ShardWriter::add_sample(std::string_view key, std::span<const FieldData> 
 
 Result<ShardSummary> ShardWriter::finish() {
   State& s = *state_;
-  if (s.finished) return invalid_argument("shard '" + s.file.path() + "' is already finished");
+  if (s.finished) return invalid_argument("shard '" + s.path + "' is already finished");
   s.finished = true;
   const std::string index_bytes = s.index.serialize();
   format::Footer footer;
@@ -197,17 +205,14 @@ Result<ShardSummary> ShardWriter::finish() {
   ZW_RETURN_IF_ERROR(s.append(as_bytes(index_bytes)));
   ZW_RETURN_IF_ERROR(s.append(as_bytes(format::encode_footer(footer))));
   ZW_RETURN_IF_ERROR(s.flush());
-  // Holes at the end (none today: the footer is last) would otherwise shorten the file.
-  if (::ftruncate(s.file.fd(), static_cast<off_t>(s.file_size)) != 0) {
-    return errno_status(errno, "cannot set size of shard", s.file.path());
-  }
-  if (s.options.sync) ZW_RETURN_IF_ERROR(s.file.sync());
-  ZW_RETURN_IF_ERROR(s.file.close());
+  // No hole at the end can shorten the file: the footer, last, ends in its magic number.
+  if (s.options.sync) ZW_RETURN_IF_ERROR(s.file->sync());
+  ZW_RETURN_IF_ERROR(s.file->close());
   return ShardSummary{s.index.sample_count(), s.file_size, footer.index_checksum};
 }
 
 uint64_t ShardWriter::samples() const { return state_->index.sample_count(); }
 uint64_t ShardWriter::bytes_written() const { return state_->file_size; }
-const std::string& ShardWriter::path() const { return state_->file.path(); }
+const std::string& ShardWriter::path() const { return state_->path; }
 
 }  // namespace zerowait

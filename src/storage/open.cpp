@@ -16,7 +16,8 @@
 namespace zerowait {
 namespace {
 
-using StoreOpener = Result<std::shared_ptr<Store>> (*)(const std::string& url);
+using StoreOpener = Result<std::shared_ptr<Store>> (*)(const std::string& url,
+                                                       const StoreOptions& options);
 using SourceOpener = Result<std::unique_ptr<ByteSource>> (*)(const std::string& url,
                                                              IoBackend backend, Deadline deadline);
 using RemoteOpener = Result<std::unique_ptr<ByteSource>> (*)(const std::string& url,
@@ -35,8 +36,16 @@ struct Driver {
   ObjectReader read_object = nullptr;
 };
 
-Result<std::shared_ptr<Store>> open_local_store(const std::string& path) {
+Result<std::shared_ptr<Store>> open_local_store(const std::string& path, const StoreOptions&) {
   return make_local_store(path);
+}
+
+Result<std::shared_ptr<Store>> open_memory_store(const std::string& url, const StoreOptions&) {
+  return internal::open_memory_store(url);
+}
+
+Result<std::shared_ptr<Store>> open_s3_store(const std::string& url, const StoreOptions& options) {
+  return internal::open_s3_store(url, options.spool_dir);
 }
 
 Result<std::unique_ptr<ByteSource>> open_local_source(const std::string& path, IoBackend backend,
@@ -60,14 +69,14 @@ constexpr Driver kLocal = {"", open_local_store, open_local_source};
 
 constexpr Driver kHttp = {"http", nullptr, open_remote<internal::open_http_url>,
                           internal::open_http_url, internal::read_http_object};
-constexpr Driver kS3 = {"s3", internal::open_s3_store, open_remote<internal::open_s3_url>,
+constexpr Driver kS3 = {"s3", open_s3_store, open_remote<internal::open_s3_url>,
                         internal::open_s3_url, internal::read_s3_object};
 
 // One line per scheme.
 constexpr Driver kDrivers[] = {
     kHttp,
     served_as("https", kHttp),
-    {"memory", internal::open_memory_store, internal::open_memory_source},
+    {"memory", open_memory_store, internal::open_memory_source},
     kS3,
 };
 
@@ -101,12 +110,21 @@ const Driver* remote_driver_of(std::string_view url) {
 
 }  // namespace
 
-Result<std::shared_ptr<Store>> open_store(const std::string& url) {
+Result<std::shared_ptr<Store>> open_store(const std::string& url, const StoreOptions& options) {
   const Driver* driver = driver_of(url);
   // No driver writes there: the local store refuses every call, naming the URL (it is never
   // taken for a folder named "https:").
   if (driver == nullptr || driver->store == nullptr) return make_local_store(url);
-  return driver->store(url);
+  return driver->store(url, options);
+}
+
+bool is_local_path(std::string_view url) { return driver_of(std::string(url)) == &kLocal; }
+
+Status require_writable_store(const std::string& url, std::string_view what) {
+  const Driver* driver = driver_of(url);
+  if (driver != nullptr && driver->store != nullptr) return Status::ok();
+  // A URL (no plain path lacks a driver): refused by name, with what can be given instead.
+  return internal::require_local_path(url, what);
 }
 
 Result<std::unique_ptr<ByteSource>> open_source(const std::string& url, IoBackend backend,

@@ -9,6 +9,7 @@
 
 #include "zerowait/common/status.hpp"
 #include "zerowait/shard/format.hpp"
+#include "zerowait/storage/store.hpp"
 
 namespace zerowait {
 
@@ -34,10 +35,14 @@ struct ShardSummary {
 
 // Not thread-safe; move-only. The file at `path` is created (truncated) by create() and is a
 // valid shard only once finish() returned success; the caller publishes it (rename) after that.
-// Runs of 4 KiB zero blocks are skipped with lseek, so the file is sparse where the data is.
+// Runs of 4 KiB zero blocks are not written, so a local file is sparse where the data is.
 class ShardWriter {
  public:
   static Result<ShardWriter> create(const std::string& path, ShardWriterOptions options = {});
+  // Writes into `file`, an object of a Store being created; `path` names it in messages.
+  // finish() syncs (if options.sync) and closes it.
+  static Result<ShardWriter> create(std::unique_ptr<WritableFile> file, std::string path,
+                                    ShardWriterOptions options = {});
 
   ShardWriter(ShardWriter&&) noexcept;
   ShardWriter& operator=(ShardWriter&&) noexcept;

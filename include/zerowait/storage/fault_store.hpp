@@ -76,6 +76,7 @@ class FaultStore final : public Store {
   std::vector<StoreOperation> operations() const;
   void clear_operations();
 
+  StoreTraits traits() const override;
   std::string describe() const override;
   Status make_directory(const std::string& path, Deadline deadline) override;
   Result<std::unique_ptr<WritableFile>> create(const std::string& path, Deadline deadline) override;

@@ -46,9 +46,22 @@ struct ObjectStat {
   uint64_t size = 0;          // of an object; 0 for a directory
 };
 
+// What a store's namespace is like, for a caller that lays out many objects (pack, merge).
+struct StoreTraits {
+  // publish() is a rename(2): a file can be written under a temporary name and renamed into
+  // place for nothing. False on an object store, where publish copies every byte on the server:
+  // write the final name directly and let a commit record (a manifest) decide what counts.
+  bool cheap_publish = true;
+  // The store serves a bounded request rate per key prefix (about 5,500 GET/s in AWS S3), so
+  // objects that many readers fetch at once belong under distinct prefixes.
+  bool rate_limited_per_prefix = false;
+};
+
 class Store {
  public:
   virtual ~Store() = default;
+
+  virtual StoreTraits traits() const { return {}; }
 
   // The root, for messages ("/ckpt", "s3://bucket/ckpt", "memory:test").
   virtual std::string describe() const = 0;

@@ -1,76 +1,57 @@
 #include "shard/pack/dataset_output.hpp"
 
-#include <filesystem>
+#include <algorithm>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <unordered_set>
 
-#include "common/file.hpp"
-#include "storage/remote_object.hpp"
-#include "shard/pack/s3_pack_output.hpp"
+#include "common/xxhash.hpp"
 #include "zerowait/shard/format.hpp"
+#include "zerowait/storage/open.hpp"
 
 namespace zerowait::internal {
 namespace {
-namespace fs = std::filesystem;
 
-// Makes `dir` ready: created if missing; an existing dataset is refused unless overwriting, in
-// which case its manifest goes first so no reader ever sees it pointing at new shards. A part
-// runs this on the merged directory too, for a manifest there lists the part's shards.
-Status prepare_directory(const std::string& dir, bool overwrite, bool sync) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return errno_status(ec.value(), "cannot create output directory", dir);
-  const std::string manifest = dir + "/" + format::kManifestName;
-  if (fs::exists(manifest, ec)) {
-    if (!overwrite) {
-      return Status(ErrorCode::kAlreadyExists,
-                    "'" + dir + "' already holds a dataset (" + manifest +
-                        "): pass --overwrite to replace it, or choose another directory");
-    }
-    // Parts packed at once may race to remove a merged manifest: gone is what they want.
-    if (!fs::remove(manifest, ec) && ec) return errno_status(ec.value(), "cannot remove", manifest);
-    if (sync) ZW_RETURN_IF_ERROR(sync_directory(dir));
-  }
-  return Status::ok();
+// 65,536 prefixes: far more request rate than any reader fleet needs, and short keys.
+constexpr int kHashDigits = 4;
+
+std::span<const std::byte> as_bytes(std::string_view text) {
+  return {reinterpret_cast<const std::byte*>(text.data()), text.size()};
 }
 
-// A local directory: shards are written as ".<name>.partial" beside their final name and renamed
-// into place; files are written atomically; the directory is fsynced when `sync`.
-class DirectoryOutput final : public DatasetOutput {
+bool is_shard_name(std::string_view name) {
+  return name.starts_with("shard-") && name.ends_with(format::kShardExtension);
+}
+
+bool is_hash_prefix(std::string_view name) {
+  return name.size() == kHashDigits &&
+         name.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
+// `dir`/`name` in a store, where "" is the root.
+std::string join(const std::string& dir, const std::string& name) {
+  return dir.empty() ? name : dir + "/" + name;
+}
+
+// A shard's object while it is written, with close() handed to DatasetOutput::close_in_background:
+// on an object store close() is the upload, which then overlaps the writing of the next shard.
+class BackgroundClose final : public WritableFile {
  public:
-  DirectoryOutput(std::string dir, bool sync) : dir_(std::move(dir)), sync_(sync) {}
+  BackgroundClose(std::unique_ptr<WritableFile> inner, DatasetOutput& output)
+      : inner_(std::move(inner)), output_(output) {}
 
-  std::string spool_path(const std::string& name) override {
-    // A leading dot keeps partial shards out of `*.zws` globs and directory scans.
-    return dir_ + "/." + name + ".partial";
+  Status write_at(uint64_t offset, std::span<const std::byte> bytes) override {
+    return inner_->write_at(offset, bytes);
   }
-  Result<std::string> publish(const std::string& spool, const std::string& name) override {
-    ZW_RETURN_IF_ERROR(rename_file(spool, dir_ + "/" + name));
-    return name;
+  void start_writeback(uint64_t offset, uint64_t length) override {
+    inner_->start_writeback(offset, length);
   }
-  Status finish() override { return sync_ ? sync_directory(dir_) : Status::ok(); }
-
-  bool sync_shards() const override { return sync_; }
-  Status put_file(const std::string& name, std::string_view text) override {
-    return write_file_atomic(location(name), text, sync_);
-  }
-  void remove_stale_shards(const std::vector<ManifestShard>& kept) override {
-    std::unordered_set<std::string> keep;
-    for (const auto& s : kept) keep.insert(s.path);
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(dir_, ec)) {
-      const std::string name = e.path().filename().string();
-      if (name.starts_with("shard-") && name.ends_with(format::kShardExtension) &&
-          !keep.count(name)) {
-        fs::remove(e.path(), ec);
-      }
-    }
-  }
-  std::string location(const std::string& name) const override { return dir_ + "/" + name; }
+  Status sync() override { return inner_->sync(); }
+  Status close() override { return output_.close_in_background(std::move(inner_)); }
 
  private:
-  std::string dir_;
-  bool sync_;
+  std::unique_ptr<WritableFile> inner_;
+  DatasetOutput& output_;
 };
 
 // The text of quarantine.json.
@@ -82,28 +63,174 @@ std::string quarantine_json(const std::vector<QuarantineEntry>& entries) {
   return j.dump(1) + "\n";
 }
 
+// "ROOT" or "ROOT/dir": where directory `dir` below `root` (the output as the user gave it)
+// is, for messages and the report.
+std::string where(const std::string& root, const std::string& dir) {
+  return dir.empty() ? root : root + "/" + dir;
+}
+
+// Makes directory `dir` of `store` ready: created if missing; an existing dataset is refused
+// unless overwriting, in which case its manifest goes first so no reader ever sees it pointing at
+// new shards. A part runs this on the merged directory too, for a manifest there lists the
+// part's shards.
+Status prepare_directory(Store& store, const std::string& root, const std::string& dir,
+                         bool overwrite, bool sync) {
+  ZW_RETURN_IF_ERROR(store.make_directory(dir, metadata_deadline()));
+  // A listing, not a stat: on an object store a HEAD of a key in a missing bucket is a bare 404,
+  // while a listing says NoSuchBucket, and a wrong key or secret is refused here, before anything
+  // is packed. A part's directory that does not exist yet is not listed (kNotFound); the root,
+  // listed first, reports a missing bucket.
+  auto names = store.list(dir, metadata_deadline());
+  if (!names.is_ok()) {
+    return !dir.empty() && names.status().code() == ErrorCode::kNotFound ? Status::ok()
+                                                                         : names.status();
+  }
+  if (std::find(names->begin(), names->end(), format::kManifestName) == names->end()) {
+    return Status::ok();
+  }
+  const std::string at = where(root, dir);
+  if (!overwrite) {
+    return Status(ErrorCode::kAlreadyExists,
+                  "'" + at + "' already holds a dataset (" + at + "/" + format::kManifestName +
+                      "): pass --overwrite to replace it, or choose another output");
+  }
+  // Parts packed at once may race to remove a merged manifest: gone is what they want.
+  ZW_RETURN_IF_ERROR(store.remove(join(dir, format::kManifestName), metadata_deadline()));
+  if (sync) ZW_RETURN_IF_ERROR(store.sync_directory(dir, metadata_deadline()));
+  return Status::ok();
+}
+
 }  // namespace
 
-Result<std::unique_ptr<DatasetOutput>> open_dataset_output(const std::string& out,
+std::string hashed_shard_path(const std::string& name) {
+  char prefix[16];
+  std::snprintf(
+      prefix, sizeof prefix, "%0*x", kHashDigits,
+      static_cast<unsigned>(XXH3_64bits(name.data(), name.size()) >> (64 - 4 * kHashDigits)));
+  return std::string(prefix) + "/" + name;
+}
+
+Result<std::unique_ptr<DatasetOutput>> DatasetOutput::open(const std::string& out,
                                                            const std::string& tmp_dir,
                                                            bool overwrite, bool sync,
                                                            uint32_t part_index,
                                                            uint32_t part_count) {
   std::string root = out;
-  std::string merged;  // where the parts are merged, for a part
+  while (root.size() > 1 && root.ends_with('/')) root.pop_back();
+  ZW_ASSIGN_OR_RETURN(std::shared_ptr<Store> store,
+                      open_store(root, StoreOptions{.spool_dir = tmp_dir}));
+  std::string dir;  // a part's directory below the merged root
   if (part_count > 1) {
-    while (root.ends_with('/')) root.pop_back();
-    merged = root;
-    root.append("/").append(pack_part_dir_name(part_index, part_count));
+    dir = pack_part_dir_name(part_index, part_count);
+    ZW_RETURN_IF_ERROR(prepare_directory(*store, root, "", overwrite, sync)
+                           .with_context("cannot pack to " + root));
   }
-  if (is_s3_url(out)) {
-    ZW_ASSIGN_OR_RETURN(std::unique_ptr<S3PackOutput> s3,
-                        S3PackOutput::open(root, tmp_dir, overwrite, merged));
-    return std::unique_ptr<DatasetOutput>(std::move(s3));
+  ZW_RETURN_IF_ERROR(prepare_directory(*store, root, dir, overwrite, sync)
+                         .with_context("cannot pack to " + where(root, dir)));
+  std::string location = where(root, dir);
+  return std::unique_ptr<DatasetOutput>(
+      new DatasetOutput(std::move(store), std::move(location), std::move(dir), sync));
+}
+
+DatasetOutput::DatasetOutput(std::shared_ptr<Store> store, std::string location, std::string dir,
+                             bool sync)
+    : store_(std::move(store)),
+      location_(std::move(location)),
+      dir_(std::move(dir)),
+      sync_(sync),
+      traits_(store_->traits()) {}
+
+DatasetOutput::~DatasetOutput() {
+  (void)wait_for_upload();  // an error here was either returned already or is moot
+}
+
+std::string DatasetOutput::final_path(const std::string& name) const {
+  return traits_.rate_limited_per_prefix ? hashed_shard_path(name) : name;
+}
+
+std::string DatasetOutput::write_path(const std::string& name) const {
+  return traits_.cheap_publish ? "." + name + ".partial" : final_path(name);
+}
+
+std::string DatasetOutput::location(const std::string& name) const {
+  return location_ + "/" + name;
+}
+
+Status DatasetOutput::wait_for_upload() {
+  if (upload_.joinable()) upload_.join();
+  return upload_status_;
+}
+
+Status DatasetOutput::close_in_background(std::unique_ptr<WritableFile> file) {
+  ZW_RETURN_IF_ERROR(wait_for_upload());
+  upload_ = std::thread([this, file = std::move(file)] { upload_status_ = file->close(); });
+  return Status::ok();
+}
+
+Result<ShardWriter> DatasetOutput::create(const std::string& name, bool align_samples) {
+  const std::string path = write_path(name);
+  ZW_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
+                      store_->create(join(dir_, path), metadata_deadline()));
+  // Where publish is a rename the file is closed before it, and closing costs nothing.
+  if (!traits_.cheap_publish) file = std::make_unique<BackgroundClose>(std::move(file), *this);
+  // An uploaded object is made durable by its upload, checked by the server: no fsync.
+  const bool sync_shard = sync_ && traits_.cheap_publish;
+  return ShardWriter::create(std::move(file), location(path), {align_samples, sync_shard});
+}
+
+Result<std::string> DatasetOutput::publish(const std::string& name) {
+  const std::string path = final_path(name);
+  if (traits_.cheap_publish) {
+    ZW_RETURN_IF_ERROR(
+        store_->publish(join(dir_, write_path(name)), join(dir_, path), metadata_deadline()));
   }
-  if (!merged.empty()) ZW_RETURN_IF_ERROR(prepare_directory(merged, overwrite, sync));
-  ZW_RETURN_IF_ERROR(prepare_directory(root, overwrite, sync));
-  return std::unique_ptr<DatasetOutput>(std::make_unique<DirectoryOutput>(root, sync));
+  return path;
+}
+
+void DatasetOutput::discard(const std::string& name) {
+  (void)wait_for_upload();
+  (void)store_->remove(join(dir_, write_path(name)), metadata_deadline());
+}
+
+Status DatasetOutput::finish() {
+  ZW_RETURN_IF_ERROR(wait_for_upload());
+  return sync_ ? store_->sync_directory(dir_, metadata_deadline()) : Status::ok();
+}
+
+Status DatasetOutput::put_file(const std::string& name, std::string_view text) {
+  return put_published(*store_, dir_, name, text, sync_);
+}
+
+Status put_published(Store& store, const std::string& dir, const std::string& name,
+                     std::string_view text, bool sync) {
+  const std::span<const std::byte> bytes = as_bytes(text);
+  if (!store.traits().cheap_publish) {
+    return store.put(join(dir, name), bytes, metadata_deadline());
+  }
+  const std::string partial = join(dir, "." + name + ".partial");
+  ZW_RETURN_IF_ERROR(store.put(partial, bytes, metadata_deadline()));
+  ZW_RETURN_IF_ERROR(store.publish(partial, join(dir, name), metadata_deadline()));
+  return sync ? store.sync_directory(dir, metadata_deadline()) : Status::ok();
+}
+
+void DatasetOutput::remove_stale_shards(const std::vector<ManifestShard>& kept) {
+  std::unordered_set<std::string> keep;
+  for (const ManifestShard& s : kept) keep.insert(s.path);
+  // The root, then the hash-named prefixes found there.
+  std::vector<std::string> dirs{""};
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    const std::string below = dirs[i];
+    auto names = store_->list(join(dir_, below), metadata_deadline());
+    if (!names.is_ok()) continue;
+    for (const std::string& name : *names) {
+      const std::string path = join(below, name);
+      if (below.empty() && is_hash_prefix(name)) {
+        dirs.push_back(name);
+      } else if (is_shard_name(name) && !keep.count(path)) {
+        (void)store_->remove(join(dir_, path), metadata_deadline());
+      }
+    }
+  }
 }
 
 Result<std::string> publish_dataset(DatasetOutput& output, const Manifest& manifest,

@@ -4,11 +4,10 @@
 #include <unordered_set>
 
 #include "common/clock.hpp"
-#include "common/path_check.hpp"
-#include "storage/remote_object.hpp"
 #include "shard/pack/dataset_output.hpp"
 #include "shard/pack/image_check.hpp"
 #include "shard/pack/shard_set_writer.hpp"
+#include "zerowait/storage/open.hpp"
 
 namespace zerowait {
 
@@ -17,7 +16,7 @@ class DatasetWriter::Impl {
   Impl(DatasetWriterOptions options, std::unique_ptr<internal::DatasetOutput> output)
       : options_(std::move(options)),
         output_(std::move(output)),
-        shards_(*output_, options_.shard_size, {options_.align, output_->sync_shards()}),
+        shards_(*output_, options_.shard_size, options_.align),
         start_(std::chrono::steady_clock::now()) {}
 
   Result<bool> write(std::string_view key, std::span<const FieldData> fields) {
@@ -85,11 +84,9 @@ class DatasetWriter::Impl {
 Result<std::unique_ptr<DatasetWriter>> DatasetWriter::create(DatasetWriterOptions options) {
   if (options.out_dir.empty()) return invalid_argument("the dataset writer needs an out_dir");
   if (options.shard_size == 0) return invalid_argument("shard size must be greater than 0");
-  if (!internal::is_s3_url(options.out_dir)) {
-    ZW_RETURN_IF_ERROR(internal::require_local_path(options.out_dir, "dataset output"));
-  }
+  ZW_RETURN_IF_ERROR(require_writable_store(options.out_dir, "dataset output"));
   ZW_ASSIGN_OR_RETURN(std::unique_ptr<internal::DatasetOutput> output,
-                      internal::open_dataset_output(options.out_dir, options.tmp_dir,
+                      internal::DatasetOutput::open(options.out_dir, options.tmp_dir,
                                                     options.overwrite, options.sync));
   return std::unique_ptr<DatasetWriter>(
       new DatasetWriter(std::make_unique<Impl>(std::move(options), std::move(output))));

@@ -1,6 +1,6 @@
 // merge_parts(): joins the parts of a `pack --part I/N` run into one manifest, after checking
 // that they are all there, belong together and are intact. The parts and the merged manifest are
-// in a local directory or under an s3:// prefix (MergeRoot).
+// in any Store open_store() serves: a local directory, an s3:// prefix (MergeRoot).
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -13,11 +13,12 @@
 #include "common/clock.hpp"
 #include "common/path_check.hpp"
 #include "common/xxhash.hpp"
-#include "storage/remote_object.hpp"
+#include "shard/pack/dataset_output.hpp"
 #include "zerowait/shard/dataset.hpp"
 #include "zerowait/shard/format.hpp"
 #include "zerowait/shard/manifest.hpp"
 #include "zerowait/shard/pack.hpp"
+#include "zerowait/storage/open.hpp"
 
 namespace zerowait {
 namespace fs = std::filesystem;
@@ -94,161 +95,94 @@ Result<Part> make_part(std::string rel, std::string manifest_path, Manifest mani
   return part;
 }
 
-// Where the parts lie and the merged manifest goes: a local directory or an s3:// prefix.
+// Where the parts lie and the merged manifest goes: the Store open_store() gives for the merge
+// output (a local directory, an s3:// prefix). Parts are found with one listing and read with a
+// read of each part's manifest; the merged manifest is published whole (put_published).
 class MergeRoot {
  public:
-  virtual ~MergeRoot() = default;
-  // Where the merged manifest goes.
-  virtual std::string manifest_location() const = 0;
-  virtual Result<bool> has_manifest() = 0;
-  // The part directories named part-IIII-of-NNNN directly in the root, sorted.
-  virtual Result<std::vector<std::string>> find_part_dirs() = 0;
-  // The part at `path` (a part directory or its manifest.json), which must lie inside the root
-  // since the merged manifest names shards relative to it.
-  virtual Result<Part> load_part(const std::string& path) = 0;
-  virtual Status write_manifest(const Manifest& manifest, bool sync) = 0;
-};
-
-class LocalRoot final : public MergeRoot {
- public:
-  explicit LocalRoot(std::string out_dir)
-      : out_dir_(std::move(out_dir)), root_(normal_absolute(out_dir_)) {}
-
-  std::string manifest_location() const override {
-    return out_dir_ + "/" + format::kManifestName;
+  // `out`: the output as the user gave it; messages and the report name it so.
+  static Result<MergeRoot> open(const std::string& out) {
+    std::string root = out;
+    while (root.size() > 1 && root.ends_with('/')) root.pop_back();
+    ZW_ASSIGN_OR_RETURN(std::shared_ptr<Store> store, open_store(root));
+    return MergeRoot(std::move(store), std::move(root));
   }
 
-  Result<bool> has_manifest() override {
-    std::error_code ec;
-    return fs::exists(manifest_location(), ec);
+  // Whether the output is there to merge in (an object store's prefix always is).
+  Result<bool> exists() {
+    ZW_ASSIGN_OR_RETURN(ObjectStat st, store_->stat("", metadata_deadline()));
+    return st.exists && st.is_directory;
   }
 
-  Result<std::vector<std::string>> find_part_dirs() override {
+  std::string manifest_location() const { return root_ + "/" + format::kManifestName; }
+
+  Result<bool> has_manifest() { return store_->exists(format::kManifestName, metadata_deadline()); }
+
+  // The part directories named part-IIII-of-NNNN directly in the root, sorted, as paths below
+  // the output as it was given.
+  Result<std::vector<std::string>> find_part_dirs() {
+    ZW_ASSIGN_OR_RETURN(std::vector<std::string> names, store_->list("", metadata_deadline()));
     std::vector<std::string> dirs;
-    std::error_code ec;
-    for (fs::directory_iterator it(out_dir_, ec), end; !ec && it != end; it.increment(ec)) {
-      if (it->is_directory(ec) && is_part_dir_name(it->path().filename().string())) {
-        dirs.push_back(it->path().string());
-      }
+    for (const std::string& name : names) {
+      if (is_part_dir_name(name)) dirs.push_back(root_ + "/" + name);
     }
-    if (ec) return errno_status(ec.value(), "cannot list directory", out_dir_);
-    if (dirs.empty()) return not_found(no_parts_message(out_dir_));
-    std::sort(dirs.begin(), dirs.end());
-    return dirs;
+    if (dirs.empty()) return not_found(no_parts_message(root_));
+    return dirs;  // list() is sorted
   }
 
-  Result<Part> load_part(const std::string& path) override {
-    ZW_RETURN_IF_ERROR(internal::require_local_path(path, "merge part"));
-    std::error_code ec;
-    fs::path given = path;  // errors name the part as it was given
-    if (!fs::is_directory(given, ec) && given.filename() == format::kManifestName) {
-      given = given.has_parent_path() ? given.parent_path() : ".";
-    }
-    const fs::path rel = normal_absolute(given.string()).lexically_relative(root_);
-    if (rel.empty() || rel == "." || *rel.begin() == "..") {
-      return invalid_argument(outside_root_message(path, root_.string()));
-    }
-    const std::string manifest_path = (given / format::kManifestName).string();
-    if (!fs::is_directory(given, ec)) {
-      return not_found("part directory '" + given.string() + "' does not exist");
-    }
-    if (!fs::exists(manifest_path, ec)) return not_found(unfinished_part_message(given.string()));
-    ZW_ASSIGN_OR_RETURN(Manifest manifest, Manifest::load(manifest_path));
-    return make_part(rel.generic_string(), manifest_path, std::move(manifest));
-  }
-
-  Status write_manifest(const Manifest& manifest, bool sync) override {
-    return manifest.save(manifest_location(), sync);
-  }
-
- private:
-  std::string out_dir_;
-  fs::path root_;
-};
-
-// s3://BUCKET/PREFIX: the parts of `pack --part I/N -o s3://BUCKET/PREFIX`. Found with one
-// listing, read with a GET of each part's manifest; the merged manifest is one PUT, which S3
-// publishes whole or not at all.
-class S3Root final : public MergeRoot {
- public:
-  static Result<std::unique_ptr<S3Root>> open(const std::string& url) {
-    ZW_ASSIGN_OR_RETURN(internal::S3Location root, internal::parse_s3_url(url));
-    while (root.key.ends_with('/')) root.key.pop_back();
-    auto client = internal::default_s3_client();
-    if (!client.is_ok()) return client.status().with_context("cannot merge in " + url);
-    return std::unique_ptr<S3Root>(new S3Root(std::move(*client), std::move(root)));
-  }
-
-  std::string manifest_location() const override { return url_of(format::kManifestName); }
-
-  Result<bool> has_manifest() override {
-    auto head = client_->head(bucket_, key_of(format::kManifestName), deadline());
-    if (head.status().code() == ErrorCode::kNotFound) return false;
-    ZW_RETURN_IF_ERROR(head.status());
-    return true;
-  }
-
-  Result<std::vector<std::string>> find_part_dirs() override {
-    // Every object of every part is listed (S3 has no directories); their manifests name the
-    // parts that finished.
-    const std::string below = key_of("");
-    ZW_ASSIGN_OR_RETURN(auto objects, client_->list(bucket_, below + "part-", deadline()));
-    std::vector<std::string> dirs;
+  // The part at `path` (a part directory or its manifest.json, as a path or URL), which must lie
+  // inside the root since the merged manifest names shards relative to it.
+  Result<Part> load_part(const std::string& path) {
+    std::string given = path;  // errors name the part as it was given
+    while (given.size() > 1 && given.ends_with('/')) given.pop_back();
     const std::string manifest_tail = std::string("/") + format::kManifestName;
-    for (const internal::S3Object& object : objects) {
-      const std::string_view rel = std::string_view(object.key).substr(below.size());
-      if (!rel.ends_with(manifest_tail)) continue;
-      const std::string_view dir = rel.substr(0, rel.size() - manifest_tail.size());
-      if (is_part_dir_name(dir)) dirs.push_back(url_of(std::string(dir)));
+    if (given.ends_with(manifest_tail)) given.resize(given.size() - manifest_tail.size());
+    if (given == format::kManifestName) given = ".";
+    ZW_ASSIGN_OR_RETURN(std::string rel, relative_to_root(given, path));
+    ZW_ASSIGN_OR_RETURN(ObjectStat st, store_->stat(rel, metadata_deadline()));
+    if (!st.exists || !st.is_directory) {
+      return not_found("part directory '" + given + "' does not exist");
     }
-    if (dirs.empty()) return not_found(no_parts_message(url_));
-    std::sort(dirs.begin(), dirs.end());
-    return dirs;
-  }
-
-  Result<Part> load_part(const std::string& path) override {
-    std::string dir = path;
-    while (dir.ends_with('/')) dir.pop_back();
-    const std::string manifest_tail = std::string("/") + format::kManifestName;
-    if (dir.ends_with(manifest_tail)) dir.resize(dir.size() - manifest_tail.size());
-    const std::string root = url_of("");
-    std::string rel = dir.starts_with(root) ? dir.substr(root.size()) : std::string();
-    const bool inside = !rel.empty() && ("/" + rel + "/").find("/../") == std::string::npos &&
-                        ("/" + rel + "/").find("/./") == std::string::npos;
-    if (!internal::is_s3_url(path) || !inside) {
-      return invalid_argument(outside_root_message(path, url_));
-    }
-    const std::string manifest_url = dir + manifest_tail;
-    auto text = internal::read_remote_object(manifest_url, deadline());
+    const std::string manifest_path = given + manifest_tail;
+    auto text = store_->read(rel + manifest_tail, metadata_deadline());
     if (text.status().code() == ErrorCode::kNotFound) {
-      return not_found(unfinished_part_message(dir));
+      return not_found(unfinished_part_message(given));
     }
     ZW_RETURN_IF_ERROR(text.status());
-    ZW_ASSIGN_OR_RETURN(Manifest manifest, Manifest::parse(*text, manifest_url));
-    return make_part(std::move(rel), manifest_url, std::move(manifest));
+    ZW_ASSIGN_OR_RETURN(Manifest manifest, Manifest::parse(*text, manifest_path));
+    return make_part(std::move(rel), manifest_path, std::move(manifest));
   }
 
-  Status write_manifest(const Manifest& manifest, bool /*sync*/) override {
-    return client_->put(bucket_, key_of(format::kManifestName), manifest.to_json(), deadline());
+  Status write_manifest(const Manifest& manifest, bool sync) {
+    return internal::put_published(*store_, "", format::kManifestName, manifest.to_json(), sync);
   }
 
  private:
-  S3Root(std::shared_ptr<internal::S3Client> client, internal::S3Location root)
-      : client_(std::move(client)),
-        bucket_(std::move(root.bucket)),
-        prefix_(std::move(root.key)),
-        url_("s3://" + bucket_ + (prefix_.empty() ? "" : "/" + prefix_)) {}
-  static Deadline deadline() { return Deadline::after(internal::kRemoteOpenTimeout); }
-  // PREFIX/name; PREFIX/ for an empty name.
-  std::string key_of(const std::string& name) const {
-    return prefix_.empty() ? name : prefix_ + "/" + name;
-  }
-  std::string url_of(const std::string& name) const { return url_ + "/" + name; }
+  MergeRoot(std::shared_ptr<Store> store, std::string root)
+      : store_(std::move(store)), root_(std::move(root)) {}
 
-  std::shared_ptr<internal::S3Client> client_;
-  std::string bucket_;
-  std::string prefix_;  // without a trailing '/'
-  std::string url_;     // s3://BUCKET/PREFIX
+  // `given` as a name in the store ('/'-separated, below the root), or kInvalidArgument when
+  // it lies outside. A root that is a URL takes parts named by URLs below it; a local one takes
+  // paths, relative to the working directory or absolute.
+  Result<std::string> relative_to_root(const std::string& given, const std::string& path) const {
+    const bool root_is_url = !internal::url_scheme(root_).empty();
+    std::string rel;
+    if (root_is_url) {
+      if (given.starts_with(root_ + "/")) rel = given.substr(root_.size() + 1);
+    } else if (internal::url_scheme(given).empty()) {
+      rel = normal_absolute(given).lexically_relative(normal_absolute(root_)).generic_string();
+    }
+    const std::string padded = "/" + rel + "/";
+    if (rel.empty() || rel == "." || padded.find("/../") != std::string::npos ||
+        padded.find("/./") != std::string::npos || padded.find("//") != std::string::npos) {
+      const std::string root = root_is_url ? root_ : normal_absolute(root_).string();
+      return invalid_argument(outside_root_message(path, root));
+    }
+    return rel;
+  }
+
+  std::shared_ptr<Store> store_;
+  std::string root_;  // the output as the user gave it, without a trailing '/'
 };
 
 // Every part 0..N-1 exactly once, all of one input and options. `parts` is sorted by index.
@@ -379,17 +313,12 @@ Status check_shards_and_keys(const std::vector<Part>& parts) {
 Result<MergeReport> merge_parts(const MergeOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   if (options.out_dir.empty()) return invalid_argument("merge needs the output directory");
-  std::unique_ptr<MergeRoot> root;
-  if (internal::is_s3_url(options.out_dir)) {
-    ZW_ASSIGN_OR_RETURN(root, S3Root::open(options.out_dir));
-  } else {
-    ZW_RETURN_IF_ERROR(internal::require_local_path(options.out_dir, "merge output"));
-    std::error_code ec;
-    if (!fs::is_directory(options.out_dir, ec)) {
-      return not_found("merge output '" + options.out_dir +
-                       "' is not a directory: it is the -o OUT_DIR the parts were packed with");
-    }
-    root = std::make_unique<LocalRoot>(options.out_dir);
+  ZW_ASSIGN_OR_RETURN(MergeRoot root_store, MergeRoot::open(options.out_dir));
+  MergeRoot* root = &root_store;
+  ZW_ASSIGN_OR_RETURN(const bool there, root->exists());
+  if (!there) {
+    return not_found("merge output '" + options.out_dir +
+                     "' is not a directory: it is the -o OUT_DIR the parts were packed with");
   }
   const std::string manifest_path = root->manifest_location();
   ZW_ASSIGN_OR_RETURN(const bool exists, root->has_manifest());

@@ -12,8 +12,6 @@
 #include "common/byte_buffer.hpp"
 #include "common/clock.hpp"
 #include "common/file.hpp"
-#include "common/path_check.hpp"
-#include "storage/remote_object.hpp"
 #include "shard/pack/image_check.hpp"
 #include "shard/pack/pack_part.hpp"
 #include "shard/pack/pack_plan.hpp"
@@ -22,6 +20,7 @@
 #include "shard/tar/tar_stream.hpp"
 #include "zerowait/shard/format.hpp"
 #include "zerowait/shard/webdataset.hpp"
+#include "zerowait/storage/open.hpp"
 
 namespace zerowait {
 namespace fs = std::filesystem;
@@ -180,15 +179,14 @@ class OrderedLoader {
 // Everything one pack run accumulates while writing.
 class PackRun {
  public:
-  // Publishes shards through `destination` (which must outlive the run); `sync_shards` fsyncs
-  // each one. `earlier_keys` were packed by earlier parts: a sample with one of them is a
+  // Publishes shards through `destination` (which must outlive the run). `earlier_keys` were packed by earlier parts: a sample with one of them is a
   // duplicate.
-  PackRun(const PackOptions& options, internal::ShardDestination& destination, bool sync_shards,
+  PackRun(const PackOptions& options, internal::ShardDestination& destination,
           uint64_t files_total, uint64_t bytes_total, std::unordered_set<std::string> earlier_keys)
       : options_(options),
         mode_(options.verify_images ? internal::ImageCheck::kDecode
                                     : internal::ImageCheck::kHeader),
-        writer_(destination, options.shard_size, {options.align, sync_shards}),
+        writer_(destination, options.shard_size, options.align),
         keys_(std::move(earlier_keys)) {
     progress_.files_total = files_total;
     progress_.bytes_total = bytes_total;
@@ -344,8 +342,7 @@ Result<PackReport> pack(const PackOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   if (options.out_dir.empty()) return invalid_argument("pack needs an output directory (-o)");
   if (options.shard_size == 0) return invalid_argument("shard size must be greater than 0");
-  const bool to_s3 = internal::is_s3_url(options.out_dir);
-  if (!to_s3) ZW_RETURN_IF_ERROR(internal::require_local_path(options.out_dir, "pack output"));
+  ZW_RETURN_IF_ERROR(require_writable_store(options.out_dir, "pack output"));
   ZW_RETURN_IF_ERROR(internal::check_part(options.part_index, options.part_count));
   ZW_ASSIGN_OR_RETURN(internal::PackPlan plan, internal::plan_pack(options));
   internal::PartPlan part;  // this part's share of the plan, wherever it goes
@@ -354,10 +351,10 @@ Result<PackReport> pack(const PackOptions& options) {
     plan = std::move(part.plan);
   }
   ZW_ASSIGN_OR_RETURN(std::unique_ptr<internal::DatasetOutput> output,
-                      internal::open_dataset_output(options.out_dir, options.tmp_dir,
+                      internal::DatasetOutput::open(options.out_dir, options.tmp_dir,
                                                     options.overwrite, options.sync,
                                                     options.part_index, options.part_count));
-  PackRun run(options, *output, output->sync_shards(), plan.files, plan.bytes,
+  PackRun run(options, *output, plan.files, plan.bytes,
               std::move(part.earlier_keys));
   ZW_ASSIGN_OR_RETURN(Manifest manifest, write_shards(plan, part, options, run));
   ZW_ASSIGN_OR_RETURN(std::string manifest_path,

@@ -1,10 +1,7 @@
 #include "shard/pack/shard_set_writer.hpp"
 
-#include <unistd.h>
-
 #include <cstdio>
 
-#include "common/file.hpp"
 #include "zerowait/shard/format.hpp"
 
 namespace zerowait::internal {
@@ -18,7 +15,7 @@ std::string ShardSetWriter::shard_name(size_t number) {
 ShardSetWriter::~ShardSetWriter() {
   if (current_) {
     current_.reset();
-    ::unlink(current_tmp_.c_str());
+    destination_.discard(shard_name(shards_.size()));
   }
 }
 
@@ -26,8 +23,7 @@ Status ShardSetWriter::add_sample(std::string_view key, std::span<const FieldDat
                                   uint64_t checksum) {
   if (current_ && current_->bytes_written() >= shard_size_) ZW_RETURN_IF_ERROR(close_current());
   if (!current_) {
-    current_tmp_ = destination_.spool_path(shard_name(shards_.size()));
-    ZW_ASSIGN_OR_RETURN(ShardWriter w, ShardWriter::create(current_tmp_, options_));
+    ZW_ASSIGN_OR_RETURN(ShardWriter w, destination_.create(shard_name(shards_.size()), align_samples_));
     current_.emplace(std::move(w));
   }
   ZW_RETURN_IF_ERROR(current_->add_sample(key, fields, checksum));
@@ -42,7 +38,7 @@ Status ShardSetWriter::close_current() {
   ZW_ASSIGN_OR_RETURN(ShardSummary summary, current_->finish());
   current_.reset();
   const std::string name = shard_name(shards_.size());
-  ZW_ASSIGN_OR_RETURN(std::string path, destination_.publish(current_tmp_, name));
+  ZW_ASSIGN_OR_RETURN(std::string path, destination_.publish(name));
   shards_.push_back({std::move(path), summary.samples, summary.file_bytes,
                      format::checksum_hex(summary.index_checksum)});
   published_bytes_ += summary.file_bytes;

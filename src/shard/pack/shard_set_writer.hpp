@@ -1,6 +1,6 @@
-// Writes a sequence of samples into numbered shards of a target size: each shard is written to a
-// local file under a temporary name and handed, once complete, to a ShardDestination that
-// publishes it (renamed into a directory, or uploaded to an object store: dataset_output.hpp).
+// Writes a sequence of samples into numbered shards of a target size: each shard is written to an
+// object a ShardDestination creates and handed, once complete, to it to publish (renamed into
+// place, or left where it was uploaded: store_output.hpp).
 #pragma once
 
 #include <cstdint>
@@ -21,12 +21,14 @@ namespace zerowait::internal {
 class ShardDestination {
  public:
   virtual ~ShardDestination() = default;
-  // The local file shard `name` ("shard-000042.zws") is written to until it is complete.
-  virtual std::string spool_path(const std::string& name) = 0;
-  // Publishes the complete file at `spool` (which is the destination's from now on) and returns
-  // the shard's path relative to the dataset root, as the manifest lists it. May return before the
-  // shard is durable; finish() waits for that.
-  virtual Result<std::string> publish(const std::string& spool, const std::string& name) = 0;
+  // Creates the object shard `name` ("shard-000042.zws") is written to until it is complete;
+  // `align_samples` as ShardWriterOptions has it (whether to sync is the destination's choice).
+  virtual Result<ShardWriter> create(const std::string& name, bool align_samples) = 0;
+  // Publishes shard `name`, whose writer finished, and returns its path relative to the dataset
+  // root, as the manifest lists it. May return before the shard is durable; finish() waits.
+  virtual Result<std::string> publish(const std::string& name) = 0;
+  // Removes what was written of shard `name`, left unfinished by an error. Best effort.
+  virtual void discard(const std::string& name) = 0;
   // Returns once every published shard is durable (or the first error of one that is not).
   virtual Status finish() = 0;
 };
@@ -34,8 +36,8 @@ class ShardDestination {
 class ShardSetWriter {
  public:
   // `destination` must outlive the writer.
-  ShardSetWriter(ShardDestination& destination, uint64_t shard_size, ShardWriterOptions options)
-      : destination_(destination), shard_size_(shard_size), options_(options) {}
+  ShardSetWriter(ShardDestination& destination, uint64_t shard_size, bool align_samples)
+      : destination_(destination), shard_size_(shard_size), align_samples_(align_samples) {}
   ~ShardSetWriter();  // removes a partial shard left by an error
 
   // Appends a sample, opening a new shard first when the current one reached the target size.
@@ -57,9 +59,8 @@ class ShardSetWriter {
 
   ShardDestination& destination_;
   uint64_t shard_size_;
-  ShardWriterOptions options_;
+  bool align_samples_;
   std::optional<ShardWriter> current_;
-  std::string current_tmp_;
   std::vector<ManifestShard> shards_;
   std::set<std::string, std::less<>> field_names_;  // transparent: lookups by string_view
   uint64_t samples_ = 0;

@@ -223,6 +223,7 @@ Status FaultStore::apply(StoreOperation operation, Deadline deadline) {
                       full_name(operation.path));
 }
 
+StoreTraits FaultStore::traits() const { return inner_->traits(); }
 std::string FaultStore::describe() const { return inner_->describe(); }
 
 Status FaultStore::make_directory(const std::string& path, Deadline deadline) {

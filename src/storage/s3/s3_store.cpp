@@ -85,9 +85,16 @@ class S3WritableFile final : public WritableFile {
 
 class S3Store final : public Store {
  public:
-  S3Store(std::shared_ptr<S3Client> client, S3Location root)
-      : client_(std::move(client)), bucket_(std::move(root.bucket)), prefix_(std::move(root.key)) {
+  S3Store(std::shared_ptr<S3Client> client, S3Location root, std::string spool_dir)
+      : client_(std::move(client)),
+        bucket_(std::move(root.bucket)),
+        prefix_(std::move(root.key)),
+        spool_dir_(std::move(spool_dir)) {
     while (prefix_.ends_with('/')) prefix_.pop_back();
+  }
+
+  StoreTraits traits() const override {
+    return {.cheap_publish = false, .rate_limited_per_prefix = true};
   }
 
   std::string describe() const override {
@@ -100,10 +107,16 @@ class S3Store final : public Store {
 
   Result<std::unique_ptr<WritableFile>> create(const std::string& path, Deadline) override {
     ZW_ASSIGN_OR_RETURN(std::string key, key_of(path));
-    const std::string spool_dir = std::filesystem::temp_directory_path().string();
+    std::error_code ec;
+    const std::string spool_dir =
+        spool_dir_.empty() ? std::filesystem::temp_directory_path(ec).string() : spool_dir_;
+    if (ec) return errno_status(ec.value(), "cannot find a temporary directory ($TMPDIR)", "");
     const int fd = ::open(spool_dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) {
-      return errno_status(errno, "cannot make a spool file for " + url(key) + " in", spool_dir);
+      return errno_status(errno,
+                          "cannot make a spool file for " + url(key) +
+                              " (--tmp or $TMPDIR chooses where) in",
+                          spool_dir);
     }
     return std::unique_ptr<WritableFile>(std::make_unique<S3WritableFile>(
         client_, bucket_, key, File(fd, spool_dir + " (spool of " + url(key) + ")")));
@@ -237,16 +250,17 @@ class S3Store final : public Store {
   std::shared_ptr<S3Client> client_;
   std::string bucket_;
   std::string prefix_;
+  std::string spool_dir_;  // empty: $TMPDIR, else /tmp
 };
 
 }  // namespace
 
 namespace internal {
 
-Result<std::shared_ptr<Store>> open_s3_store(const std::string& url) {
+Result<std::shared_ptr<Store>> open_s3_store(const std::string& url, const std::string& spool_dir) {
   ZW_ASSIGN_OR_RETURN(S3Location root, parse_s3_url(url));
   ZW_ASSIGN_OR_RETURN(auto client, default_s3_client());
-  return std::shared_ptr<Store>(std::make_shared<S3Store>(client, std::move(root)));
+  return std::shared_ptr<Store>(std::make_shared<S3Store>(client, std::move(root), spool_dir));
 }
 
 }  // namespace internal

@@ -12,7 +12,9 @@ namespace zerowait::internal {
 
 // The store at "s3://BUCKET[/PREFIX]". Objects are spooled locally (unnamed temp files) and
 // uploaded on sync/close (multipart from 64 MiB); publish copies on the server, the commit
-// record last. kInvalidArgument for another URL; kNotFound when no credentials are found.
-Result<std::shared_ptr<Store>> open_s3_store(const std::string& url);
+// record last. `spool_dir`: where the spool files are made (empty: $TMPDIR, else /tmp).
+// kInvalidArgument for another URL; kNotFound when no credentials are found.
+Result<std::shared_ptr<Store>> open_s3_store(const std::string& url,
+                                             const std::string& spool_dir = "");
 
 }  // namespace zerowait::internal

@@ -7,6 +7,7 @@
 #include "common/text.hpp"
 #include "storage/http/http_source.hpp"
 #include "storage/local/file_sources.hpp"
+#include "storage/local_path.hpp"
 #include "storage/memory/memory_store.hpp"
 #include "storage/remote_object.hpp"
 #include "storage/s3/s3_source.hpp"

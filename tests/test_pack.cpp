@@ -167,20 +167,25 @@ TEST(Pack, AlignedSamples) {
   EXPECT_EQ(read_all(dir / "out").size(), 20u);
 }
 
-TEST(Pack, TarAndTarGzSources) {
-  TempDir dir;
+// A tree of two samples, a.tar holding both and b.tgz (gzip) holding the first under other/.
+void write_tree_and_tars(const testing::TempDir& dir) {
   testing::write_file(dir / "tree/000.jpg", testing::make_jpeg(8, 8, 1));
   testing::write_file(dir / "tree/000.cls", "3");
   testing::write_file(dir / "tree/001.jpg", testing::make_jpeg(8, 8, 2));
   testing::write_file(dir / "tree/001.cls", "4");
-  ASSERT_EQ(testing::run_command({"/bin/tar", "-cf", dir / "a.tar", "-C", dir / "tree", "000.jpg",
+  EXPECT_EQ(testing::run_command({"/bin/tar", "-cf", dir / "a.tar", "-C", dir / "tree", "000.jpg",
                                   "000.cls", "001.jpg", "001.cls"})
                 .exit_code,
             0);
-  ASSERT_EQ(testing::run_command({"/bin/tar", "-czf", dir / "b.tgz", "-C", dir / "tree",
+  EXPECT_EQ(testing::run_command({"/bin/tar", "-czf", dir / "b.tgz", "-C", dir / "tree",
                                   "--transform", "s,^,other/,", "000.jpg", "000.cls"})
                 .exit_code,
             0);
+}
+
+TEST(Pack, TarAndTarGzSources) {
+  TempDir dir;
+  write_tree_and_tars(dir);
   auto report = pack({.sources = {dir / "a.tar", dir / "b.tgz"}, .out_dir = dir / "out"});
   ASSERT_TRUE(report.is_ok()) << report.status().to_string();
   EXPECT_EQ(report->samples, 3u);
@@ -194,18 +199,7 @@ TEST(Pack, TarAndTarGzSources) {
 // storage layer's registry, gzip included, as it reads a local file.
 TEST(Pack, TarsAtAnHttpURLPackAsTheLocalFilesDo) {
   TempDir dir;
-  testing::write_file(dir / "tree/000.jpg", testing::make_jpeg(8, 8, 1));
-  testing::write_file(dir / "tree/000.cls", "3");
-  testing::write_file(dir / "tree/001.jpg", testing::make_jpeg(8, 8, 2));
-  testing::write_file(dir / "tree/001.cls", "4");
-  ASSERT_EQ(testing::run_command({"/bin/tar", "-cf", dir / "a.tar", "-C", dir / "tree", "000.jpg",
-                                  "000.cls", "001.jpg", "001.cls"})
-                .exit_code,
-            0);
-  ASSERT_EQ(testing::run_command({"/bin/tar", "-czf", dir / "b.tgz", "-C", dir / "tree",
-                                  "--transform", "s,^,other/,", "000.jpg", "000.cls"})
-                .exit_code,
-            0);
+  write_tree_and_tars(dir);
   testing::TestHttpServer server;
   server.put("/tars/a.tar", testing::read_file(dir / "a.tar"));
   server.put("/tars/b.tgz", testing::read_file(dir / "b.tgz"));

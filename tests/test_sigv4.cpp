@@ -47,6 +47,24 @@ const std::vector<SuiteCase> kSuite = {
      "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
      "SignedHeaders=host;my-header1;x-amz-date, "
      "Signature=c9d5ea9f3f72853aea855b47ea873832890dbdd183b4468f858259531a5138ea"},
+    // A value folded over three lines (obsolete HTTP line folding): each line trimmed, joined
+    // with ','.
+    {"get-header-value-multiline",
+     "GET",
+     "/",
+     "",
+     {{"Host", "example.amazonaws.com"},
+      {"My-Header1", "value1\n  value2\n     value3"},
+      {"X-Amz-Date", "20150830T123600Z"}},
+     "",
+     "GET\n/\n\nhost:example.amazonaws.com\nmy-header1:value1,value2,value3\n"
+     "x-amz-date:20150830T123600Z\n\nhost;my-header1;x-amz-date\n"
+     "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+     "AWS4-HMAC-SHA256\n20150830T123600Z\n20150830/us-east-1/service/"
+     "aws4_request\nb7b6cbfd8a0430b78891e986784da2630c8a135a8595cec25b26ea94f926ee55",
+     "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
+     "SignedHeaders=host;my-header1;x-amz-date, "
+     "Signature=ba17b383a53190154eb5fa66a1b836cc297cc0a3d70a5d00705980573d8ff790"},
     {"get-header-value-order",
      "GET",
      "/",
@@ -99,6 +117,20 @@ const std::vector<SuiteCase> kSuite = {
      "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
      "SignedHeaders=host;x-amz-date, "
      "Signature=07ef7494c76fa4850883e2b006601f940f8a34d404d0cfa977f52a65bbf5f24f"},
+    // U+1234 in the path: each of its three UTF-8 bytes is encoded.
+    {"get-utf8",
+     "GET",
+     "/\xE1\x88\xB4",
+     "",
+     {{"Host", "example.amazonaws.com"}, {"X-Amz-Date", "20150830T123600Z"}},
+     "",
+     "GET\n/%E1%88%B4\n\nhost:example.amazonaws.com\nx-amz-date:20150830T123600Z\n\n"
+     "host;x-amz-date\ne3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+     "AWS4-HMAC-SHA256\n20150830T123600Z\n20150830/us-east-1/service/"
+     "aws4_request\n2a0a97d02205e45ce2e994789806b19270cfbbb0921b278ccf58f5249ac42102",
+     "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
+     "SignedHeaders=host;x-amz-date, "
+     "Signature=8318018e0b0f223aa2bbf98705b62bb787dc9c0e678f255a891fd03141be5d85"},
     {"get-vanilla",
      "GET",
      "/",
@@ -411,6 +443,19 @@ const std::vector<SuiteCase> kSuite = {
      "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
      "SignedHeaders=host;x-amz-date, "
      "Signature=ef75d96142cf21edca26f06005da7988e4f8dc83a165a80865db7089db637ec5"},
+    {"get-space",
+     "GET",
+     "/example space/",
+     "",
+     {{"Host", "example.amazonaws.com"}, {"X-Amz-Date", "20150830T123600Z"}},
+     "",
+     "GET\n/example%20space/\n\nhost:example.amazonaws.com\nx-amz-date:20150830T123600Z\n\n"
+     "host;x-amz-date\ne3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+     "AWS4-HMAC-SHA256\n20150830T123600Z\n20150830/us-east-1/service/"
+     "aws4_request\n63ee75631ed7234ae61b5f736dfc7754cdccfedbff4b5128a915706ee9390d86",
+     "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
+     "SignedHeaders=host;x-amz-date, "
+     "Signature=652487583200325589f1fba4c7e578f72c47cb61beeca81406b39ddec1366741"},
     {"get-slashes",
      "GET",
      "//example//",
@@ -479,7 +524,7 @@ bool suite_files_disagree(const std::string& name) {
 
 TEST(SigV4, EveryCaseOfTheAwsTestSuite) {
   const Scope scope{"20150830T123600Z", "us-east-1", "service"};
-  ASSERT_EQ(kSuite.size(), 28u);
+  ASSERT_EQ(kSuite.size(), 31u);
   for (const SuiteCase& c : kSuite) {
     const Request request{c.method, c.path, c.query, c.headers, sha256_hex(c.body)};
     const std::string creq = canonical_request(request, PathRule::kNormalized);

@@ -125,18 +125,26 @@ std::string canonical_query(std::string_view query) {
   return out;
 }
 
-// Leading and trailing spaces removed, runs of spaces inside made one.
+// Leading and trailing spaces removed, runs of spaces inside made one. A value folded over
+// several lines (obsolete HTTP line folding) is signed as its lines, each trimmed, joined with
+// ',' — as AWS's test suite (get-header-value-multiline) has it.
 std::string trimmed_value(std::string_view value) {
   std::string out;
-  bool space = false;
-  for (const char c : value) {
-    if (c == ' ' || c == '\t') {
-      space = !out.empty();
-      continue;
+  for (const std::string_view line : split(value, '\n')) {
+    std::string trimmed;
+    bool space = false;
+    for (const char c : line) {
+      if (c == ' ' || c == '\t' || c == '\r') {
+        space = !trimmed.empty();
+        continue;
+      }
+      if (space) trimmed += ' ';
+      space = false;
+      trimmed += c;
     }
-    if (space) out += ' ';
-    space = false;
-    out += c;
+    if (trimmed.empty()) continue;
+    if (!out.empty()) out += ',';
+    out += trimmed;
   }
   return out;
 }

@@ -66,11 +66,12 @@ std::string error_answer(int status) {
          std::to_string(body.size()) + "\r\n\r\n" + body;
 }
 
-// Closes with RST instead of FIN: the client sees "connection reset by peer".
+// Makes the close that follows (once serve() returns) abort the connection with RST instead of
+// FIN: the client sees "connection reset by peer" (ECONNRESET), not a clean end of stream. No
+// shutdown() here: it would send a FIN first, and the client would read an EOF.
 void reset_connection(int fd) {
   const linger abort{1, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort, sizeof abort);
-  ::shutdown(fd, SHUT_RDWR);
 }
 
 bool matches(const FaultProxy::Fault& fault, const std::string& method, const std::string& path) {
@@ -128,6 +129,11 @@ void FaultProxy::clear_faults() {
   rules_.clear();
 }
 
+uint64_t FaultProxy::faults_applied() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return faults_applied_;
+}
+
 std::vector<FaultProxy::Exchange> FaultProxy::log() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return log_;
@@ -146,6 +152,7 @@ std::optional<FaultProxy::Fault> FaultProxy::take_fault(const std::string& metho
   for (auto it = rules_.begin(); it != rules_.end(); ++it) {
     if (!matches(it->fault, method, path)) continue;
     Fault fault = it->fault;
+    ++faults_applied_;
     if (it->remaining > 0 && --it->remaining == 0) rules_.erase(it);
     return fault;
   }

@@ -48,6 +48,9 @@ class FaultProxy {
   void fail_next(const Fault& fault, int times = 1);  // the next `times` matching requests
   void fail_always(const Fault& fault);               // every matching request until cleared
   void clear_faults();
+  // Requests a fault has been applied to so far, counted when the fault begins (a stall under
+  // way counts): a test can wait for this before it sends the requests that should meet it.
+  uint64_t faults_applied() const;
 
   struct Exchange {
     std::string method, path, range;  // range: the Range header, "" when none
@@ -80,6 +83,7 @@ class FaultProxy {
   uint64_t bandwidth_ = 0;
   std::chrono::steady_clock::time_point link_free_at_{};
   std::deque<Rule> rules_;
+  uint64_t faults_applied_ = 0;
   std::vector<Exchange> log_;
   // Last: destroyed first, so the connections' threads end before the members they use.
   std::optional<ConnectionThreads> listener_;

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -153,13 +154,17 @@ TEST_F(BlockCacheTest, ReadsEqualTheOriginAndEachBlockIsDownloadedOnce) {
 }
 
 TEST_F(BlockCacheTest, TwoProcessesSharingTheDirectoryDownloadEachBlockOnce) {
-  // Every answer is slow, so the two children, reading the same blocks in the same order,
-  // always want a block at the same moment.
-  server_.fail_next({.stall = 50ms}, 2 + 11);
-  ChildProcesses children;
-  std::vector<pid_t> pids;
-  for (int c = 0; c < 2; ++c) {
-    pids.push_back(children.add([&] {
+  // The first process's download of block 0 is held by the server for 3 s, and the second
+  // process starts only once that download is under way (the server has read its GET): the
+  // second must then wait for the first's block instead of downloading it, which its `waits`
+  // counter shows. Run one after the other, the second would find block 0 on disk (waits 0).
+  server_.fail_next({}, 1);                   // the first process's HEAD
+  server_.fail_next({.stall = 3000ms}, 1);    // its GET of block 0
+  // Each child reads every block in order and leaves its counters in a file: "misses waits".
+  // The second waits for the file "go" the test makes once the first's GET is in.
+  auto reader = [&](const std::string& name) {
+    return [&, name] {
+      if (name == "second" && !testing::wait_for_file(dir_ / "go", 30s)) return 4;
       auto cache = BlockCache::open(cache_options());
       if (!cache.is_ok()) return 2;
       auto source = cached_object(**cache);
@@ -173,14 +178,37 @@ TEST_F(BlockCacheTest, TwoProcessesSharingTheDirectoryDownloadEachBlockOnce) {
           return 1;
         }
       }
+      const BlockCacheStats s = (*cache)->stats();
+      testing::write_file(dir_ / name, std::to_string(s.misses) + " " + std::to_string(s.waits));
       return 0;
-    }));
-  }
+    };
+  };
+  ChildProcesses children;
+  const pid_t first_pid = children.add(reader("first"));
+  const pid_t second_pid = children.add(reader("second"));
   children.start();
-  for (pid_t pid : pids) EXPECT_EQ(children.wait(pid), 0);
+  const auto give_up = std::chrono::steady_clock::now() + 30s;
+  while (server_.requests() < 2 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(server_.requests(), 2u) << "the first process's HEAD and GET of block 0";
+  testing::write_file(dir_ / "go", "");
+  EXPECT_EQ(children.wait(first_pid), 0);
+  EXPECT_EQ(children.wait(second_pid), 0);
   const auto by_range = gets();
   EXPECT_EQ(by_range.size(), 11u);
   for (const auto& [range, count] : by_range) EXPECT_EQ(count, 1) << range;
+  auto counters = [&](const std::string& name) {
+    std::istringstream in(testing::read_file(dir_ / name));
+    uint64_t misses = 0, waits = 0;
+    in >> misses >> waits;
+    return std::pair{misses, waits};
+  };
+  const auto [first_misses, first_waits] = counters("first");
+  const auto [second_misses, second_waits] = counters("second");
+  EXPECT_GE(first_misses, 1u);  // block 0 at least
+  EXPECT_EQ(first_misses + second_misses, 11u);
+  EXPECT_GE(second_waits, 1u) << "the second process did not wait for the first's block 0";
 
   // A third process finds everything: no download at all.
   auto cache = open_cache();
@@ -260,8 +288,9 @@ TEST_F(BlockCacheTest, AReadOverSeveralMissingBlocksDownloadsThemInParallel) {
   auto cache = open_cache(o);
   auto source = cached_object(*cache);
   // The first answers are slow: while one GET waits, the others are already asked on
-  // connections of their own; one after another they would all use the one connection.
-  server_.fail_next({.stall = 300ms}, 4);
+  // connections of their own; one after another they would all use the one connection. 1.5 s
+  // is the others' margin to be asked while the first waits, on a loaded machine too.
+  server_.fail_next({.stall = 1500ms}, 4);
   const uint64_t connections_before = server_.connections();
   EXPECT_EQ(read(*source, 0, object_.size()), object_);
   EXPECT_GE(server_.connections() - connections_before, 2u);
@@ -280,7 +309,7 @@ TEST_F(BlockCacheTest, TheRequestsOfOneReadDownloadTheirBlocksInParallel) {
   o.prefetch_threads = 2;
   auto cache = open_cache(o);
   auto source = cached_object(*cache);
-  server_.fail_next({.stall = 300ms}, 2);
+  server_.fail_next({.stall = 1500ms}, 2);  // the margin for the second GET to be asked
   const uint64_t connections_before = server_.connections();
   std::string head(100, '\0'), tail(100, '\0');
   const ReadRequest requests[] = {{0, std::as_writable_bytes(std::span(head))},
@@ -374,7 +403,8 @@ TEST_F(BlockCacheTest, AFillerKilledMidDownloadLeavesNothingAndTheCacheIsReused)
 TEST_F(BlockCacheTest, WaitingForAnotherFillerEndsAtTheReadsDeadline) {
   auto cache = open_cache();
   auto source = cached_object(*cache);
-  server_.fail_next({.stall = 1500ms});
+  // The filler's answer takes 3 s: far past the waiter's 200 ms deadline, on a loaded machine too.
+  server_.fail_next({.stall = 3000ms});
   std::thread slow(
       [&] { EXPECT_EQ(read(*source, 0, 10, Deadline::after(10s)), object_.substr(0, 10)); });
   while (server_.requests() < 2) std::this_thread::sleep_for(1ms);  // the HEAD, then its GET
@@ -386,7 +416,7 @@ TEST_F(BlockCacheTest, WaitingForAnotherFillerEndsAtTheReadsDeadline) {
   EXPECT_NE(s.message().find("block 0 of '" + server_.url("/obj") + "'"), std::string::npos)
       << s.message();
   EXPECT_NE(s.message().find("downloading"), std::string::npos) << s.message();
-  EXPECT_LT(waited, 1400ms);  // it gave up at its own deadline, not when the filler finished
+  EXPECT_LT(waited, 2500ms);  // it gave up at its own deadline, not when the filler finished
   slow.join();
   EXPECT_EQ(cache->stats().misses, 1u);
 }
@@ -398,8 +428,9 @@ TEST_F(BlockCacheTest, ThreadsWaitingForAFillTakeItsBlockOrTakeOverWhenItFails) 
     while (server_.requests() < n) std::this_thread::sleep_for(1ms);
   };
   // Block 0: its filler's GET stalls while three more threads ask for it; they are handed the
-  // filler's block.
-  server_.fail_next({.stall = 300ms});
+  // filler's block. The three start once the GET is in; 3 s is their margin to reach the block
+  // on a loaded machine (a late one would find it on disk and count a hit, not a wait).
+  server_.fail_next({.stall = 3000ms});
   std::vector<std::thread> readers;
   readers.emplace_back([&] { EXPECT_EQ(read(*source, 0, 100), object_.substr(0, 100)); });
   wait_for_requests(2);  // the HEAD, then block 0's GET

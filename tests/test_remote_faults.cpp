@@ -11,7 +11,9 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "testing/child_processes.hpp"
@@ -271,7 +273,10 @@ TEST_F(RemoteFaultsTest, CacheFillsCutByFaultsNeverPublishAPartialBlock) {
 }
 
 // Two processes reading the whole dataset through one cache directory: every block of every
-// shard reaches the server once, as the proxy counts, and the cache stays under its cap.
+// shard reaches the server once, as the proxy counts, and the cache stays under its cap. The
+// first shard GET is held at the proxy for 3 s and the second process starts only once it is
+// held, so the second must wait for the first's block (its `waits` counter) rather than find it
+// on disk, as it would if the two ran one after the other.
 TEST_F(RemoteFaultsTest, TwoProcessesSharingACacheDownloadEachBlockOnceCountedAtTheProxy) {
   BlockCacheOptions o = cache_options();
   uint64_t dataset_bytes = 0;
@@ -279,10 +284,12 @@ TEST_F(RemoteFaultsTest, TwoProcessesSharingACacheDownloadEachBlockOnceCountedAt
   o.capacity_bytes = 2 * dataset_bytes;
   // Made by the parent, so the children agree on the layout from the start.
   ASSERT_TRUE(BlockCache::open(o).is_ok());
-  testing::ChildProcesses children;
-  std::vector<pid_t> pids;
-  for (int c = 0; c < 2; ++c) {
-    pids.push_back(children.add([&] {
+  proxy_->fail_next({.method = "GET", .path_contains = ".zws", .stall = 3000ms});
+  // Each child reads every sample and leaves its counters in a file: "misses waits".
+  // The second waits for the file "go" the test makes once the first's GET is held.
+  auto reader = [&](const std::string& name) {
+    return [&, name] {
+      if (name == "second" && !testing::wait_for_file(dir_ / "go", 30s)) return 4;
       auto cache = BlockCache::open(o);
       if (!cache.is_ok()) return 2;
       DatasetOptions options;
@@ -293,14 +300,31 @@ TEST_F(RemoteFaultsTest, TwoProcessesSharingACacheDownloadEachBlockOnceCountedAt
         auto sample = (*remote)->read(i, {.deadline = Deadline::after(30s)});
         if (!sample.is_ok() || sample->buffer != local_->read(i)->buffer) return 1;
       }
+      const BlockCacheStats s = (*cache)->stats();
+      testing::write_file(dir_ / name, std::to_string(s.misses) + " " + std::to_string(s.waits));
       return 0;
-    }));
-  }
+    };
+  };
+  testing::ChildProcesses children;
+  const pid_t first_pid = children.add(reader("first"));
+  const pid_t second_pid = children.add(reader("second"));
   children.start();
-  for (pid_t pid : pids) EXPECT_EQ(children.wait(pid), 0);
+  const Clock::time_point start = Clock::now();
+  while (proxy_->faults_applied() == 0 && since(start) < 30) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(proxy_->faults_applied(), 1u) << "the first process's first shard GET is held";
+  testing::write_file(dir_ / "go", "");
+  EXPECT_EQ(children.wait(first_pid), 0);
+  EXPECT_EQ(children.wait(second_pid), 0);
   const auto gets = shard_gets();
   EXPECT_GE(gets.size(), shards_ * 2);  // several blocks per shard
   for (const auto& [request, count] : gets) EXPECT_EQ(count, 1) << request;
+  uint64_t misses[2] = {}, waits[2] = {};
+  for (int c = 0; c < 2; ++c) {
+    std::istringstream in(testing::read_file(dir_ / (c == 0 ? "first" : "second")));
+    in >> misses[c] >> waits[c];
+  }
+  EXPECT_EQ(misses[0] + misses[1], gets.size());
+  EXPECT_GE(waits[1], 1u) << "the second process did not wait for the first's block";
   auto cache = BlockCache::open(o);
   ASSERT_TRUE(cache.is_ok());
   EXPECT_LE((*cache)->stats().usage_bytes, o.capacity_bytes);

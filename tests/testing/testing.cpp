@@ -53,6 +53,15 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+bool wait_for_file(const std::string& path, std::chrono::milliseconds limit) {
+  const auto give_up = std::chrono::steady_clock::now() + limit;
+  while (::access(path.c_str(), F_OK) != 0) {
+    if (std::chrono::steady_clock::now() > give_up) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
 std::vector<std::byte> to_bytes(const std::string& s) {
   std::vector<std::byte> out(s.size());
   if (!s.empty()) std::memcpy(out.data(), s.data(), s.size());

@@ -2,6 +2,7 @@
 // bytes, and running the real `zerowait` command as a subprocess.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -28,6 +29,9 @@ class TempDir {
 // Creates parent directories as needed; aborts the test (ADD_FAILURE + exception) on error.
 void write_file(const std::string& path, const std::string& bytes);
 std::string read_file(const std::string& path);
+// Whether `path` exists within `limit`, looked for every 5 ms: a forked child's go-ahead at a
+// moment its parent chooses (after something it waits for has happened).
+bool wait_for_file(const std::string& path, std::chrono::milliseconds limit);
 std::vector<std::byte> to_bytes(const std::string& s);
 std::string to_string(const std::vector<std::byte>& b);
 

@@ -4,9 +4,13 @@
 // retention and verification; and a step the bucket holds only in part never counting.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 
 #include "storage/s3/s3_client.hpp"
+#include "storage/s3/s3_upload.hpp"
+#include "testing/fault_proxy.hpp"
 #include "testing/checkpoint_state.hpp"
 #include "testing/s3_server.hpp"
 #include "testing/testing.hpp"
@@ -87,6 +91,65 @@ TEST_F(S3CheckpointTest, AStepMirroredToTheBucketRestoresExactlyOnceTheLocalCopy
   EXPECT_EQ(r->step, 2u);
   EXPECT_EQ(r->tier, Tier::kMirror);
   EXPECT_EQ(restored, state.values);
+}
+
+// A file over the multipart threshold goes up in parts through the fault proxy, which fails one
+// part with 503 and resets the connection of another: those parts are sent again, the step
+// commits, and every file in the bucket is byte for byte the local one.
+TEST_F(S3CheckpointTest, AFileOverTheMultipartThresholdIsSentInPartsAndAFailedPartAgain) {
+  const auto server = testing::test_s3_server_env();
+  ASSERT_TRUE(server);
+  testing::FaultProxy proxy(server->at("AWS_ENDPOINT_URL"));
+  std::map<std::string, std::string> through_proxy = *server;
+  through_proxy["AWS_ENDPOINT_URL"] = proxy.url();
+  testing::export_test_s3_env(through_proxy);
+  proxy.fail_next({.method = "PUT", .path_contains = "partNumber=2&", .status = 503});
+  proxy.fail_next({.method = "PUT", .path_contains = "partNumber=4&", .reset = true});
+
+  TempDir local_dir;
+  auto mirror = bucket_target("runs/m");
+  ASSERT_TRUE(mirror);
+  // 17 Mi floats, 68 MiB: the large tensor's file is over the threshold.
+  const size_t large = (internal::kS3MultipartFromBytes + (4 << 20)) / sizeof(float);
+  TrainingState state = TrainingState::make({1000, large});
+  state.fill_all(1);
+  CheckpointOptions options;
+  options.mirror = mirror;
+  {
+    auto cp = testing::open_or_die(make_local_store(local_dir.path()), options);
+    save_and_wait(*cp, state.request(1));
+    ASSERT_TRUE(cp->wait_all().is_ok());
+  }
+  EXPECT_EQ(list_steps(*mirror).value(), std::vector<uint64_t>{1});
+
+  // Multipart was used, and the two failed parts went again in the same upload.
+  EXPECT_EQ(proxy.faults_applied(), 2u);
+  std::map<std::string, int> parts_sent, parts_failed;
+  for (const testing::FaultProxy::Exchange& e : proxy.log()) {
+    if (e.method != "PUT" || e.path.find("uploadId=") == std::string::npos) continue;
+    const size_t at = e.path.find("partNumber=");
+    ASSERT_NE(at, std::string::npos) << e.path;
+    const std::string part = e.path.substr(at, e.path.find('&', at) - at);
+    ++(e.faulted ? parts_failed : parts_sent)[part];
+  }
+  EXPECT_EQ(parts_failed, (std::map<std::string, int>{{"partNumber=2", 1}, {"partNumber=4", 1}}));
+  EXPECT_GE(parts_sent.size(), 5u);  // 68 MiB in 16 MiB parts
+  for (const auto& [part, times] : parts_sent) EXPECT_EQ(times, 1) << part;
+
+  // What the bucket holds is what was written locally, byte for byte.
+  const std::string step_dir = local_dir / "step-1";
+  uint64_t compared = 0, largest = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(step_dir)) {
+    const std::string name = entry.path().filename().string();
+    auto in_bucket = client_->get(bucket_, "runs/m/step-1/" + name, Deadline::after(120s));
+    ASSERT_TRUE(in_bucket.is_ok()) << name << ": " << in_bucket.status().to_string();
+    EXPECT_TRUE(*in_bucket == testing::read_file(entry.path().string())) << name;
+    compared += 1;
+    largest = std::max<uint64_t>(largest, in_bucket->size());
+  }
+  EXPECT_GT(compared, 1u);
+  EXPECT_GE(largest, internal::kS3MultipartFromBytes);
+  EXPECT_EQ(read_all(*mirror, 1), state.values);
 }
 
 TEST_F(S3CheckpointTest, APrimaryInTheBucketSavesIncrementallyKeepsTheNewestAndVerifies) {

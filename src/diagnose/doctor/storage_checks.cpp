@@ -20,6 +20,7 @@
 #include "common/clock.hpp"
 #include "diagnose/doctor/mounts.hpp"
 #include "diagnose/doctor/checks.hpp"
+#include "diagnose/doctor/per_file_cost.hpp"
 
 namespace zerowait::doctor {
 namespace {
@@ -415,49 +416,6 @@ TreeSample sample_tree(const std::string& host_dir, uint64_t max_files, double m
   return sample;
 }
 
-// Per-file costs measured on sampled files: the open+fstat+close a shard read does not pay, and
-// the whole open+fstat+read+close. Both come from one pass with the clock read between the
-// steps, so both see the same cache state (two passes would warm the second's metadata).
-struct PerFileCost {
-  size_t files = 0;
-  double overhead_seconds = 0;
-  double total_seconds = 0;
-};
-
-PerFileCost measure_per_file_cost(const TreeSample& sample, double max_seconds) {
-  constexpr size_t kMaxFiles = 200;
-  constexpr uint64_t kMaxBytes = 64 * kMiB;
-  std::vector<char> buffer(kMiB, 1);  // touched before the clock runs: first touch is slow here
-  PerFileCost cost;
-  uint64_t bytes_left = kMaxBytes;
-  const size_t stride = std::max<size_t>(1, sample.files.size() / kMaxFiles);
-  const auto start = std::chrono::steady_clock::now();
-  for (size_t i = 0; i < sample.files.size() && cost.files < kMaxFiles; i += stride) {
-    if (sample.sizes[i] > bytes_left) continue;
-    if (internal::seconds_since(start) > max_seconds) break;
-    const auto opened = std::chrono::steady_clock::now();
-    const int fd = ::open(sample.files[i].c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
-    struct stat info {};
-    ::fstat(fd, &info);
-    const auto read_start = std::chrono::steady_clock::now();
-    uint64_t bytes = 0;
-    for (ssize_t got; bytes < bytes_left &&
-                      (got = ::read(fd, buffer.data(), buffer.size())) > 0;) {
-      bytes += uint64_t(got);
-    }
-    const auto read_end = std::chrono::steady_clock::now();
-    ::close(fd);
-    const auto closed = std::chrono::steady_clock::now();
-    bytes_left -= std::min(bytes, bytes_left);
-    cost.overhead_seconds +=
-        internal::seconds(read_start - opened) + internal::seconds(closed - read_end);
-    cost.total_seconds += internal::seconds(closed - opened);
-    ++cost.files;
-  }
-  return cost;
-}
-
 std::string directories(size_t count) {
   return format_number(count) + (count == 1 ? " directory" : " directories");
 }
@@ -512,7 +470,16 @@ void check_small_files(PathFindings& findings, const System& system, const std::
     return;
   }
   std::string summary = seen + " with a median of " + format_bytes(median);
-  const PerFileCost cost = measure_per_file_cost(sample, options.sample_seconds);
+  const PerFileCost cost =
+      measure_per_file_cost(sample.files, sample.sizes, options.sample_seconds);
+  if (!cost.stalled_file.empty()) {
+    // Abandoned at the time bound, not waited for: a hung mount must not hang the doctor.
+    const std::string stalled = "a read of " + cost.stalled_file + " had not returned after " +
+                                format_fixed(cost.stalled_seconds, 2) +
+                                " s and was abandoned (a stuck or very slow file system)";
+    evidence += "; " + stalled;
+    if (cost.files == 0) summary += ": a read stalled, no estimate";
+  }
   if (cost.files > 0 && cost.total_seconds > cost.overhead_seconds) {
     const double gain = cost.total_seconds / (cost.total_seconds - cost.overhead_seconds);
     const std::string estimate = "estimated " + format_fixed(gain, 1) + " x from packing";

@@ -197,7 +197,9 @@ def ratio(name, value, goal, higher_is_better, goal_format=""):
             "result": "PASS" if passed else "FAIL"}
 
 
-def print_table(rows, ratios, notes):
+def print_table(rows, ratios, notes, judged=True):
+    """The rows, then the ratios: with their goals and PASS/FAIL when `judged`, else their values
+    alone (the goals are the project's own, not a verdict on the user's machine)."""
     print()
     print(f"{'measurement':<44} {'cache':<6} {'seconds':>9} {'MB/s':>9} {'samples/s':>11}")
     print("-" * 83)
@@ -206,10 +208,15 @@ def print_table(rows, ratios, notes):
         print(f"{r['name']:<44} {r['cache']:<6} {r['seconds']:>9.3f} {r['mb_per_s']:>9.1f} "
               f"{sps:>11}")
     print()
-    print(f"{'ratio':<44} {'value':>9} {'goal':>9} {'result':>8}")
-    print("-" * 73)
+    if judged:
+        print(f"{'ratio':<44} {'value':>9} {'goal':>9} {'result':>8}")
+        print("-" * 73)
+    else:
+        print(f"{'ratio':<44} {'value':>9}")
+        print("-" * 54)
     for r in ratios:
-        print(f"{r['name']:<44} {r['value']:>9.2f} {r['goal']:>9} {r['result']:>8}")
+        judgement = f" {r['goal']:>9} {r['result']:>8}" if judged else ""
+        print(f"{r['name']:<44} {r['value']:>9.2f}{judgement}")
     for note in notes:
         print(f"note: {note}")
     print()

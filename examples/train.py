@@ -231,9 +231,11 @@ def main(argv: list[str] | None = None) -> int:
         stall = loader.stats()["wait_s"] - waited
         loss = loss_sum.item() / batches
         if rank == 0:
+            # "GPU" only where a GPU waited: on the CPU it is the training loop that waits.
+            stalled = "GPU input stall" if device.type == "cuda" else "input stall"
             print(f"epoch {epoch}: step {step}, {samples} samples in {wall:.2f} s "
                   f"({samples / wall:.0f} samples/s per rank), loss {loss:.4f}, "
-                  f"GPU input stall: {100 * stall / wall:.1f} % ({stall:.2f} s)", flush=True)
+                  f"{stalled}: {100 * stall / wall:.1f} % ({stall:.2f} s)", flush=True)
     if ckpt is not None:
         if saved_at != step:
             blocked += save_checkpoint(ckpt, module, optimizer, loader, step)

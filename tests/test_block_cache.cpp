@@ -158,8 +158,8 @@ TEST_F(BlockCacheTest, TwoProcessesSharingTheDirectoryDownloadEachBlockOnce) {
   // process starts only once that download is under way (the server has read its GET): the
   // second must then wait for the first's block instead of downloading it, which its `waits`
   // counter shows. Run one after the other, the second would find block 0 on disk (waits 0).
-  server_.fail_next({}, 1);                   // the first process's HEAD
-  server_.fail_next({.stall = 3000ms}, 1);    // its GET of block 0
+  server_.fail_next({}, 1);                 // the first process's HEAD
+  server_.fail_next({.stall = 3000ms}, 1);  // its GET of block 0
   // Each child reads every block in order and leaves its counters in a file: "misses waits".
   // The second waits for the file "go" the test makes once the first's GET is in.
   auto reader = [&](const std::string& name) {

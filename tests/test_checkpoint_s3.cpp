@@ -10,8 +10,8 @@
 
 #include "storage/s3/s3_client.hpp"
 #include "storage/s3/s3_upload.hpp"
-#include "testing/fault_proxy.hpp"
 #include "testing/checkpoint_state.hpp"
+#include "testing/fault_proxy.hpp"
 #include "testing/s3_server.hpp"
 #include "testing/testing.hpp"
 #include "zerowait/checkpoint/checkpointer.hpp"

@@ -28,16 +28,19 @@ size_t occurrences(const std::string& text, const std::string& what) {
 
 TEST(FallbackNotes, OfProcessesForkedFromOneExactlyOnePrintsTheNote) {
   testing::TempDir dir;
+  // A kind of this run's own: the tree this test process heads remembers kinds across repeats.
+  static int run = 0;
+  const std::string kind = "test_forked_siblings_" + std::to_string(++run);
   testing::ChildProcesses children;
   std::vector<pid_t> pids;
   for (int c = 0; c < 4; ++c) {
     const std::string err = dir / ("stderr-" + std::to_string(c));
-    pids.push_back(children.add([err] {
+    pids.push_back(children.add([err, kind] {
       if (std::freopen(err.c_str(), "w", stderr) == nullptr) return 2;
-      note_fallback("test_forked_siblings", "a fallback every rank meets");
-      note_fallback("test_forked_siblings", "a fallback every rank meets");
+      note_fallback(kind, "a fallback every rank meets");
+      note_fallback(kind, "a fallback every rank meets");
       std::fflush(stderr);
-      return fallback_count("test_forked_siblings") == 2 ? 0 : 1;  // each still counts
+      return fallback_count(kind) == 2 ? 0 : 1;  // each still counts
     }));
   }
   children.start();  // all four at once

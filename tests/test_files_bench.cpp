@@ -15,6 +15,7 @@
 #include "zerowait/host/page_cache.hpp"
 #include "zerowait/shard/pack.hpp"
 #include "zerowait/shard/synthetic.hpp"
+#include "zerowait/storage/byte_source.hpp"
 
 namespace zerowait {
 namespace {
@@ -152,6 +153,41 @@ TEST_F(PackedTree, ComparesEveryFileWithEverySample) {
   // The warm pass found what the cold pass read in the page cache.
   EXPECT_GT(report->warm.resident_before, 0.5);
   EXPECT_GT(packed.warm.resident_before, 0.5);
+}
+
+// Ground truth by construction: 60 files of known bytes, packed into a dataset of 60 samples
+// (each file's bytes, and its class number as text, "0" to "2": one byte). The packed side reads
+// every one of them, opened and read as zerowait.Loader does by default: io "auto", named.
+TEST_F(PackedTree, ThePackedSideReadsEverySampleWithTheLoadersDefaultBackend) {
+  constexpr uint64_t kLabelBytes = 1;
+  FilesBenchOptions options;
+  options.dir = tree_;
+  options.dataset = shards_;
+  options.threads = 2;
+  Result<FilesBenchReport> report = run_files_bench(options);
+  ASSERT_TRUE(report.is_ok()) << report.status().to_string();
+  ASSERT_TRUE(report->packed.has_value());
+  const PackedFilesBench& packed = *report->packed;
+  EXPECT_EQ(packed.io, io_uring_available() ? "io_uring" : "pread");
+  for (const ReadPass* pass : {&packed.cold, &packed.warm}) {
+    EXPECT_EQ(pass->items, kFiles);
+    EXPECT_EQ(pass->bytes, tree_bytes_ + kFiles * kLabelBytes);
+  }
+}
+
+TEST_F(PackedTree, WithoutIoUringThePackedSideReadsWithPreadAndSaysSo) {
+  const testing::CommandResult r =
+      run_cli({"bench", "files", tree_, "--dataset", shards_, "--json"},
+              {"ZEROWAIT_DISABLE_IO_URING=1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json out = nlohmann::json::parse(r.out);
+  EXPECT_EQ(out["packed"]["io"], "pread");
+  EXPECT_EQ(out["packed"]["cold"]["items"], kFiles);
+  const testing::CommandResult table = run_cli({"bench", "files", tree_, "--dataset", shards_});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  const std::string named =
+      std::string("io \"auto\": ") + (io_uring_available() ? "io_uring" : "pread") + " here";
+  EXPECT_NE(table.out.find(named), std::string::npos) << table.out;
 }
 
 TEST_F(PackedTree, MaxFilesReadsASubsetOnBothSides) {

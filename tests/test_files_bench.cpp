@@ -159,9 +159,8 @@ TEST_F(PackedTree, ComparesEveryFileWithEverySample) {
 }
 
 TEST_F(PackedTree, WithoutIoUringThePackedSideReadsWithPreadAndSaysSo) {
-  const testing::CommandResult r =
-      run_cli({"bench", "files", tree_, "--dataset", shards_, "--json"},
-              {"ZEROWAIT_DISABLE_IO_URING=1"});
+  const testing::CommandResult r = run_cli(
+      {"bench", "files", tree_, "--dataset", shards_, "--json"}, {"ZEROWAIT_DISABLE_IO_URING=1"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json out = nlohmann::json::parse(r.out);
   EXPECT_EQ(out["packed"]["io"], "pread");

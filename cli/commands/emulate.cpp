@@ -172,8 +172,9 @@ Command add_emulate_command(CLI::App& app) {
       std::error_code error;
       if (!path.empty() && std::filesystem::exists(path, error) &&
           !std::filesystem::is_directory(path, error)) {
-        throw CLI::ValidationError(name, path + " is a file; give a directory (--generate "
-                                   "makes it, --data runs on what --generate made)");
+        throw CLI::ValidationError(name, path +
+                                             " is a file; give a directory (--generate "
+                                             "makes it, --data runs on what --generate made)");
       }
     }
     if (!checkpointing && args->data.empty() && args->generate.empty()) {

@@ -210,8 +210,7 @@ LoaderStats Loader::stats() const {
   // The I/O fallbacks the backends noted for this loader (byte_source.cpp, read_engine.cpp,
   // direct_source.cpp), not for every loader in the process.
   stats.io_fallbacks = impl.fallbacks->count("io_uring") +
-                       impl.fallbacks->count("io_uring_thread") +
-                       impl.fallbacks->count("direct");
+                       impl.fallbacks->count("io_uring_thread") + impl.fallbacks->count("direct");
   if (impl.dataset->cache() != nullptr) stats.cache = impl.dataset->cache()->stats();
   stats.numa = impl.numa;
   return stats;

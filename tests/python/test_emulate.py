@@ -106,7 +106,8 @@ def test_resnet50_both_inputs_and_the_au_rule(cli, resnet_data, tmp_path):
     assert report["throughput"]["samples_per_s"] == report["rows"][0]["samples_per_s"]
     assert report["emulate"]["page_cache"]["asked"] == "evicted"
     assert report["emulate"]["page_cache"]["measured"] == report["rows"][0]["page_cache"]
-    assert result.returncode == (0 if all(r["pass"] for r in report["rows"]) else 3)
+    # zerowait's row is judged; the DataLoader's is the reference, whatever its verdict.
+    assert result.returncode == (0 if report["rows"][0]["pass"] else 3)
     # The human output names what the scale made of MLPerf's numbers.
     text = run(cli, "resnet50", "--data", resnet_data, "--steps", 2).stdout
     assert "sample bytes   114,660 -> 115 (x 0.001)" in text

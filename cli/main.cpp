@@ -5,11 +5,13 @@
 #include <exception>
 #include <iostream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
 #include "output.hpp"
+#include "unknown_command.hpp"
 #include "zerowait/storage/url.hpp"
 
 namespace zerowait::cli {
@@ -124,6 +126,12 @@ int run(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // --help and --version arrive here too, with exit code 0.
+    if (e.get_exit_code() != 0) {
+      if (std::optional<std::string> unknown = unknown_command_message(app, argc, argv)) {
+        std::cerr << "zerowait: error: " << *unknown << '\n';
+        return kExitUsage;
+      }
+    }
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
   for (const Command& command : commands) {

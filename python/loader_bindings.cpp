@@ -105,12 +105,10 @@ LoaderHolder make_loader(py::handle path, py::dict kw) {
   const CacheChoice cache_dir = cache_choice(get("cache_dir"));
   const uint64_t cache_bytes = get("cache_bytes").cast<uint64_t>();
   py::gil_scoped_release release;
-  DatasetOptions dataset_options;
-  dataset_options.backend = o.io;
-  dataset_options.cache =
+  std::shared_ptr<BlockCache> cache =
       value_or_throw(open_block_cache_or_none(cache_dir, cache_bytes, dataset_path));
-  std::shared_ptr<Dataset> dataset = value_or_throw(Dataset::open(dataset_path, dataset_options));
-  return LoaderHolder(value_or_throw(Loader::create(std::move(dataset), std::move(o))).release());
+  return LoaderHolder(
+      value_or_throw(Loader::open(dataset_path, std::move(o), std::move(cache))).release());
 }
 
 py::dtype numpy_dtype(DType dtype) { return py::dtype(std::string(dtype_name(dtype))); }

@@ -161,6 +161,22 @@ Drops the files' pages from the page cache (fdatasync, then posix_fadvise(POSIX_
 what `zerowait bench files` and `zerowait emulate` do before a cold pass. No root needed.
 )doc");
   m.def(
+      "page_cache_residency",
+      [](const std::vector<std::string>& paths) {
+        const Residency r = value_or_throw(without_gil([&] { return residency(paths); }));
+        py::dict d;
+        d["bytes"] = r.bytes;
+        d["resident_bytes"] = r.resident_bytes;
+        d["unmeasured_bytes"] = r.unmeasured_bytes;
+        d["unmeasured_reason"] = r.unmeasured_bytes != 0 ? kUnmeasuredResidency : "";
+        return d;
+      },
+      py::arg("paths"), R"doc(
+How much of the files is in the page cache now (mincore): {"bytes", "resident_bytes",
+"unmeasured_bytes" (files this user cannot measure), "unmeasured_reason"}. What `zerowait
+emulate` measures before each run. OSError naming a file that cannot be opened.
+)doc");
+  m.def(
       "available_memory_bytes", [] { return available_memory_bytes(); },
       "MemAvailable of /proc/meminfo in bytes; 0 when it cannot be read.");
   m.def(

@@ -15,6 +15,7 @@
 #include "zerowait/host/page_cache.hpp"
 #include "zerowait/shard/pack.hpp"
 #include "zerowait/shard/synthetic.hpp"
+#include "zerowait/storage/byte_source.hpp"
 
 namespace zerowait {
 namespace {
@@ -141,10 +142,13 @@ TEST_F(PackedTree, ComparesEveryFileWithEverySample) {
   ASSERT_TRUE(report->packed.has_value());
   const PackedFilesBench& packed = *report->packed;
   EXPECT_EQ(packed.dataset_samples, kFiles);
+  // Read the way zerowait.Loader does by default: io "auto", named.
+  EXPECT_EQ(packed.io, io_uring_available() ? "io_uring" : "pread");
   for (const ReadPass* pass : {&packed.cold, &packed.warm}) {
     EXPECT_EQ(pass->items, kFiles);
-    // Every JPEG's bytes, and each sample's class label besides.
-    EXPECT_GT(pass->bytes, tree_bytes_);
+    // Known by construction: every JPEG's bytes, and each sample's class number as text ("0" to
+    // "2": one byte).
+    EXPECT_EQ(pass->bytes, tree_bytes_ + kFiles * 1);
     EXPECT_GT(pass->items_per_s(), 0);
   }
   EXPECT_DOUBLE_EQ(packed.speedup_cold, packed.cold.items_per_s() / report->cold.items_per_s());
@@ -152,6 +156,20 @@ TEST_F(PackedTree, ComparesEveryFileWithEverySample) {
   // The warm pass found what the cold pass read in the page cache.
   EXPECT_GT(report->warm.resident_before, 0.5);
   EXPECT_GT(packed.warm.resident_before, 0.5);
+}
+
+TEST_F(PackedTree, WithoutIoUringThePackedSideReadsWithPreadAndSaysSo) {
+  const testing::CommandResult r = run_cli(
+      {"bench", "files", tree_, "--dataset", shards_, "--json"}, {"ZEROWAIT_DISABLE_IO_URING=1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json out = nlohmann::json::parse(r.out);
+  EXPECT_EQ(out["packed"]["io"], "pread");
+  EXPECT_EQ(out["packed"]["cold"]["items"], kFiles);
+  const testing::CommandResult table = run_cli({"bench", "files", tree_, "--dataset", shards_});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  const std::string named =
+      std::string("io \"auto\": ") + (io_uring_available() ? "io_uring" : "pread") + " here";
+  EXPECT_NE(table.out.find(named), std::string::npos) << table.out;
 }
 
 TEST_F(PackedTree, MaxFilesReadsASubsetOnBothSides) {

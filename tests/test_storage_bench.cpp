@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -206,6 +207,36 @@ TEST_F(DirectFile, EveryJobMeasuresRequests) {
     expect_sane(*m, job.block_size, job.name());
   }
   EXPECT_EQ(fs::file_size(path_), kSize) << "sequential writes wrap inside the file";
+}
+
+// The kernel's own count of this process's reads from storage (/proc/self/io read_bytes).
+uint64_t storage_read_bytes() {
+  std::ifstream in("/proc/self/io");
+  std::string name;
+  uint64_t value = 0;
+  while (in >> name >> value) {
+    if (name == "read_bytes:") return value;
+  }
+  return 0;
+}
+
+// Ground truth beside the bench's own count: O_DIRECT reads all go to the device, which the
+// kernel counts per process. With no ramp, every byte read is a measured byte, but for the
+// requests still in flight when the window closed (at most `depth`), which are not measured.
+TEST_F(DirectFile, ReadBytesMatchWhatTheKernelCounted) {
+  for (const StorageJob& job :
+       {StorageJob{StoragePattern::kRandRead, 4096, 1, StorageEngine::kPsync},
+        StorageJob{StoragePattern::kSeqRead, kSequentialBlock, 1, StorageEngine::kPsync}}) {
+    const uint64_t before = storage_read_bytes();
+    Result<JobMeasurement> m = run_storage_job(fd_, path_, kSize, job, 0, 0.05);
+    const uint64_t counted = storage_read_bytes() - before;
+    ASSERT_TRUE(m.is_ok()) << job.name() << ": " << m.status().to_string();
+    if (counted == 0)
+      GTEST_SKIP() << "this kernel does not count the reads (no task I/O accounting)";
+    EXPECT_GE(counted, m->bytes) << job.name();
+    EXPECT_LE(counted - m->bytes, job.depth * job.block_size) << job.name();
+    EXPECT_EQ(m->bytes, m->ios * job.block_size) << job.name();
+  }
 }
 
 TEST_F(DirectFile, StopsWhenAsked) {

@@ -46,6 +46,7 @@ void print_json_report(const FilesBenchReport& report) {
     const PackedFilesBench& p = *report.packed;
     packed = {{"dataset", p.dataset},
               {"samples", p.dataset_samples},
+              {"io", p.io},
               {"open_seconds", p.open_seconds},
               {"loader_start_seconds", p.loader_start_seconds},
               {"cold", pass_json(p.cold)},
@@ -101,9 +102,14 @@ void print_table(const FilesBenchReport& report) {
   row("cold", report.cold, packed ? &packed->cold : nullptr, packed ? packed->speedup_cold : 0);
   row("warm", report.warm, packed ? &packed->warm : nullptr, packed ? packed->speedup_warm : 0);
   table.print(std::cout);
-  std::cout << "\nper file: open + fstat + read to the end + close. packed: zerowait's Loader, "
-               "raw bytes of every field,\nshuffle \"random\", checksums verified. speed-up = "
-               "samples/s over files/s, cold against cold, warm against warm.\n";
+  std::cout << "\nper file: open + fstat + read to the end + close.";
+  if (packed) {
+    std::cout << " packed: zerowait's Loader as zerowait.Loader\nreads by default (io \"auto\": "
+              << packed->io << " here), raw bytes of every field, shuffle \"random\", "
+              << "checksums verified.\nspeed-up = samples/s over files/s, cold against cold, "
+                 "warm against warm.";
+  }
+  std::cout << "\n";
   print_cold_cache(std::cout, kColdByFadvise);
   // What the eviction left: the evidence that "cold" was cold.
   const auto share = [](double resident) {
@@ -180,7 +186,8 @@ Command add_bench_files_command(CLI::App& bench) {
       "\n"
       "With --dataset, the same number of samples is read from the packed dataset the way\n"
       "training reads it: through zerowait's Loader (shuffle \"random\", raw bytes of every\n"
-      "field, checksums verified, io \"auto\"), with --threads worker threads, cold (its shard\n"
+      "field, checksums verified, io \"auto\": io_uring where the kernel allows it, else\n"
+      "pread; the table names the one used), with --threads worker threads, cold (its shard\n"
       "files evicted the same way) and warm. The passes alternate (files cold, packed cold,\n"
       "files warm, packed warm) so that a drift of the disk weighs on both. The loader's\n"
       "start-up (its batch memory faulted in, once per training process) is reported apart,\n"
@@ -189,9 +196,9 @@ Command add_bench_files_command(CLI::App& bench) {
       "\n"
       "--json prints {\"dir\", \"threads\", \"files_listed\", \"list_seconds\",\n"
       "\"list_files_per_s\", \"files_read\", \"files\": {\"cold\", \"warm\"}, \"packed\":\n"
-      "{\"dataset\", \"samples\", \"open_seconds\", \"loader_start_seconds\", \"cold\", \"warm\",\n"
-      "\"speedup_cold\", \"speedup_warm\"} or null, \"cold_cache\": {\"method\", \"needs_root\",\n"
-      "\"what\", \"stays_warm\"}, \"notes\"}, each pass {\"items\", \"bytes\",\n"
+      "{\"dataset\", \"samples\", \"io\", \"open_seconds\", \"loader_start_seconds\", \"cold\",\n"
+      "\"warm\", \"speedup_cold\", \"speedup_warm\"} or null, \"cold_cache\": {\"method\",\n"
+      "\"needs_root\", \"what\", \"stays_warm\"}, \"notes\"}, each pass {\"items\", \"bytes\",\n"
       "\"seconds\", \"items_per_s\", \"mb_s\", \"resident_before\"}.\n"
       "\n"
       "Example:\n"

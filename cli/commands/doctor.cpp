@@ -138,6 +138,11 @@ Command add_doctor_command(CLI::App& app) {
             options.paths = args->paths.empty() ? std::vector<std::string>{"."} : args->paths;
             options.root = args->root;
             options.planned_workers = args->workers;
+            // A path that is not there is a mistyped command line, not a finding.
+            if (const Status missing = doctor::check_paths_exist(options); !missing.is_ok()) {
+              std::cerr << "zerowait: error: " << missing.message() << '\n';
+              return kExitUsage;
+            }
             const doctor::DoctorReport report = doctor::run_doctor(options);
             if (args->json) {
               print_json(report_json(report, *args));

@@ -3,8 +3,10 @@
 // MLPerf's checkpointing workloads against torch.save. The comparison runs torch code (the
 // DataLoader, torch.save), so this command checks its options and execs
 // `python -m zerowait.emulate` with them (python/zerowait/emulate.py does the work).
+#include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "commands.hpp"
@@ -60,11 +62,19 @@ const char* kFooter =
     "still asks for the full workload's bytes per second); for checkpointing, the checkpoint.\n"
     "The unscaled data set follows MLPerf's size rule: 5x this host's memory, at least 500\n"
     "batches. Before each run its files are dropped from the page cache (posix_fadvise\n"
-    "DONTNEED), since a scaled data set would fit in memory; --warm keeps them.\n"
+    "DONTNEED), since a scaled data set would fit in memory; --warm keeps them. What the cache\n"
+    "held when each run began is then measured (mincore) and labels the run: evicted (<= 1 %\n"
+    "resident), partial, or warm (>= 99 %; tmpfs stays warm whatever is evicted).\n"
+    "\n"
+    "--find-max doubles N from 1 until N misses the floor, then bisects. One run's verdict is\n"
+    "noise near the floor, so each N runs twice; when the two verdicts differ, a third run\n"
+    "decides (the majority of three). --input both judges zerowait's rows: the DataLoader's\n"
+    "are the reference, and its missing the floor does not change the exit status.\n"
     "\n"
     "Runs python -m zerowait.emulate in $ZEROWAIT_PYTHON, else the python3 beside this\n"
     "executable, else python3 on PATH; it needs torch. Exit status 3 when a run misses its AU\n"
-    "floor (with --find-max: when not even 1 accelerator meets it).\n"
+    "floor (with --find-max: when not even 1 accelerator meets it); 2 on a bad command line,\n"
+    "such as --data or --generate naming a file instead of a directory.\n"
     "\n"
     "Examples:\n"
     "  zerowait emulate resnet50 --scale 0.05 --generate /data/emu    # make the data set\n"
@@ -134,7 +144,8 @@ Command add_emulate_command(CLI::App& app) {
       ->default_str("0");
   cmd->add_flag("--warm", args->warm, "Keep the data set in the page cache (no eviction)");
   cmd->add_flag("--find-max", args->find_max,
-                "Find the most accelerators that meet the floor");
+                "Find the most accelerators that meet the floor (each N runs twice; a third run "
+                "decides when they disagree)");
   cmd->add_option("--max-accelerators", args->max_accelerators, "--find-max's bound")
       ->type_name("N")
       ->check(integer_at_least(1))
@@ -155,6 +166,16 @@ Command add_emulate_command(CLI::App& app) {
     if (checkpointing && args->data.empty()) {
       throw CLI::ValidationError("--data", args->workload + " writes its checkpoints into "
                                  "--data DIR; give one");
+    }
+    for (const auto& [name, path] : {std::pair<std::string, std::string>{"--data", args->data},
+                                     {"--generate", args->generate}}) {
+      std::error_code error;
+      if (!path.empty() && std::filesystem::exists(path, error) &&
+          !std::filesystem::is_directory(path, error)) {
+        throw CLI::ValidationError(name, path +
+                                             " is a file; give a directory (--generate "
+                                             "makes it, --data runs on what --generate made)");
+      }
     }
     if (!checkpointing && args->data.empty() && args->generate.empty()) {
       throw CLI::ValidationError("--data", "give --data DIR to run on a data set that "

@@ -26,7 +26,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from zerowait._emulate_workloads import FIELD, data_files, evict
+from zerowait._emulate_workloads import FIELD, data_files, evict, measure_page_cache
 
 # Seconds a rank may take to build its pipeline before the run is abandoned.
 SETUP_TIMEOUT = 300
@@ -135,9 +135,11 @@ def run(spec: Dict, log) -> Dict:
     seed, warm, the data set's numbers) and returns its steps per rank and metrics. Raises
     RuntimeError naming the rank that failed."""
     world = spec["accelerators"]
+    files = data_files(spec["data"], spec["input"])
     evicted = None
     if not spec["warm"]:
-        evicted = evict(data_files(spec["data"], spec["input"]))
+        evicted = evict(files)
+    page_cache = measure_page_cache(files)  # what the run starts from, whatever was asked
     # Forked, so that N ranks do not each import torch again; the parent has started no
     # threads of zerowait or torch by now.
     context = multiprocessing.get_context("fork")
@@ -159,7 +161,8 @@ def run(spec: Dict, log) -> Dict:
     ends = {rank: report[1] for rank, report in reports.items()}
     steps = steps_log(by_rank)
     metrics = metrics_of(steps, world)
-    metrics.update(duration_s=max(ends.values()) - start, evicted=evicted, steps=steps)
+    metrics.update(duration_s=max(ends.values()) - start, evicted=evicted, page_cache=page_cache,
+                   steps=steps)
     return metrics
 
 

@@ -225,3 +225,26 @@ def evict(paths: List[str]) -> Tuple[int, int]:
     POSIX_FADV_DONTNEED, as `zerowait bench files` does). Returns (files, bytes)."""
     _core.evict_from_page_cache(list(paths))
     return len(paths), sum(os.stat(path).st_size for path in paths)
+
+
+# A run is labelled by what the page cache held of its files when it began, measured (mincore),
+# not by what was asked: tmpfs keeps a file's pages whatever eviction asks, so a "cold" run there
+# is warm. At most 1 % resident counts as evicted, at least 99 % as warm.
+EVICTED_AT_MOST = 0.01
+WARM_AT_LEAST = 0.99
+
+
+def measure_page_cache(paths: List[str]) -> Dict:
+    """What the page cache holds of ``paths`` now: {"resident_share" (None when this user cannot
+    measure them), "label": "evicted" / "partial" / "warm" / "unknown", "text"}, the text as
+    printed ("evicted (0.0 % resident)")."""
+    measured = _core.page_cache_residency(list(paths))
+    known = measured["bytes"] - measured["unmeasured_bytes"]
+    if known <= 0 and measured["bytes"] > 0:
+        return dict(resident_share=None, label="unknown",
+                    text=f"unknown ({measured['unmeasured_reason']})")
+    share = measured["resident_bytes"] / known if known > 0 else 1.0
+    label = ("evicted" if share <= EVICTED_AT_MOST
+             else "warm" if share >= WARM_AT_LEAST else "partial")
+    return dict(resident_share=round(share, 4), label=label,
+                text=f"{label} ({share * 100:.1f} % resident)")

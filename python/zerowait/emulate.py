@@ -13,18 +13,26 @@ run's AU is the ranks' mean, and it passes when it reaches the workload's floor.
   ``--data DIR`` runs on it. Before each run its files are dropped from the page cache
   (posix_fadvise DONTNEED) unless ``--warm``: MLPerf requires a data set of 5x the host's
   memory so that it cannot be served from the cache; a scaled one could be, so it is evicted.
+  What the cache held of the files when each run began is measured (mincore) and labels the
+  run: evicted (at most 1 % resident), partial, or warm (at least 99 %), with the share; on
+  tmpfs, whose pages are the files, an "evicted" run is warm and says so.
 - ``--scale F`` shrinks the sample sizes, the sample count and the compute per batch by F: each
   emulated accelerator still asks for the bytes per second of the full workload, over a data
   set F**2 of the size. Per-sample and per-file costs do not shrink, so at a small F a
   small-sample workload asks for more samples per second than the full one: a pessimistic test.
-- ``--find-max``: the largest N that meets the floor (doubling from 1 until a run fails, then
+- ``--find-max``: the largest N that meets the floor (doubling from 1 until N fails, then
   bisecting), bounded by ``--max-accelerators`` and by the data set (each rank needs 2 steps).
+  One run's verdict is noise near the floor, so each N is run twice; when the two disagree, a
+  third run decides (the majority of three): FIND_MAX_RULE.
+- ``--input both``: the exit status judges zerowait's row; the DataLoader row is the reference,
+  and its missing the floor is information.
 - llama3-8b / llama3-70b: checkpointing (see _emulate_checkpoint.py); ``--data DIR`` is where
   the checkpoints go, ``--accelerators`` the ranks (default: MLPerf's 8 / 64).
 
 ``--out RUN`` writes the run directory of docs/observe.md (kind "emulate"); ``--json`` prints
 its run.json. Exit status: 0 when every run meets its floor; 3 when one does not (with
-``--find-max``: when not even 1 accelerator does); 1 on an error; 2 on a bad command line.
+``--find-max``: when not even 1 accelerator does; with ``--input both``: zerowait's runs only);
+1 on an error; 2 on a bad command line (``--data`` or ``--generate`` naming a file, too).
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from typing import Dict, List, Optional
@@ -42,6 +51,8 @@ from zerowait import _emulate_workloads as workloads
 SCHEMA = _core.RUN_SCHEMA  # "zerowait.run/1" (docs/observe.md)
 RULE = "compute / wall over all steps but the first, mean over ranks (MLPerf Storage)"
 EXIT_FAILED_FLOOR = 3
+FIND_MAX_RULE = ("each N runs twice; when the two verdicts differ, a third run decides "
+                 "(the majority of three)")
 
 
 class UsageError(ValueError):
@@ -74,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds of compute per batch, instead of the scaled preset's")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--warm", action="store_true", help="do not evict the page cache first")
-    p.add_argument("--find-max", action="store_true")
+    p.add_argument("--find-max", action="store_true",
+                   help="the most accelerators that meet the floor; " + FIND_MAX_RULE)
     p.add_argument("--max-accelerators", type=int, default=64)
     p.add_argument("--checkpoints", type=int, default=2,
                    help="checkpointing: checkpoints written and read")
@@ -94,6 +106,11 @@ def check_args(args: argparse.Namespace) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be >= {least}, got {value}")
     if args.compute is not None and args.compute < 0:
         raise UsageError(f"--compute must be >= 0, got {args.compute:g}")
+    for name in ("data", "generate"):
+        path = getattr(args, name)
+        if path and os.path.exists(path) and not os.path.isdir(path):
+            raise UsageError(f"--{name} {path} is a file; give a directory (--generate makes "
+                             "it, --data runs on what --generate made)")
     if args.workload in workloads.CHECKPOINTING:
         if not args.data:
             raise UsageError(f"{args.workload} writes checkpoints into --data DIR; give one")
@@ -121,10 +138,12 @@ def _row(input_name: str, n: int, result: Dict, floor: float) -> Dict:
                 **{"pass": result["au"] >= floor},
                 samples_per_s=round(result["samples_per_s"], 1),
                 mb_per_s=round(result["mb_per_s"], 1), steps=result["counted_steps"],
-                duration_s=round(result["duration_s"], 2))
+                duration_s=round(result["duration_s"], 2),
+                page_cache=result["page_cache"]["text"],
+                resident_share=result["page_cache"]["resident_share"])
 
 
-TABLE = "{:<9} {:>12} {:>7} {:>6} {:>5} {:>11} {:>9}  {}"
+TABLE = "{:<9} {:>12} {:>7} {:>6} {:>5} {:>11} {:>9}  {:<26} {}"
 
 
 def _table_line(row: Dict) -> str:
@@ -133,7 +152,8 @@ def _table_line(row: Dict) -> str:
                 else f"{min(ranks):.1%} .. {max(ranks):.1%}")
     return TABLE.format(row["input"], row["accelerators"], f"{row['au']:.1%}",
                         f"{row['floor']:.0%}", "yes" if row["pass"] else "NO",
-                        f"{row['samples_per_s']:,.1f}", f"{row['mb_per_s']:,.1f}", per_rank)
+                        f"{row['samples_per_s']:,.1f}", f"{row['mb_per_s']:,.1f}",
+                        row["page_cache"], per_rank)
 
 
 def run_training(args: argparse.Namespace, out: Output) -> int:
@@ -172,14 +192,20 @@ def run_training(args: argparse.Namespace, out: Output) -> int:
                   else "its files are dropped from the page cache before each run "
                        "(posix_fadvise DONTNEED): MLPerf sizes the data set at 5x the host's "
                        "memory so that it cannot be cached; a scaled data set could be")
+    cache_note += ("; what it held when each run began is measured (mincore): the 'page cache' "
+                   "column")
     out(f"data set {args.data}: {metadata['samples']:,} samples, "
         f"{workloads.format_bytes(metadata['bytes'])} per copy; {cache_note}")
     out(f"each step: next batch, then sleep {run['compute']:.5g} s; AU = {RULE}")
     out(f"per rank: zerowait.Loader with {workers} threads, shuffle {args.shuffle!r}; torch "
         f"DataLoader with {workers} workers, DistributedSampler (a uniform permutation)")
     out()
+    if args.find_max:
+        out(f"--find-max: {FIND_MAX_RULE}")
+    if args.input == "both":
+        out("the exit status judges zerowait's rows; the DataLoader's are the reference")
     out(TABLE.format("input", "accelerators", "AU", "floor", "pass", "samples/s", "MB/s",
-                     "AU per rank"))
+                     "page cache", "AU per rank"))
 
     results: List[Dict] = []
 
@@ -206,6 +232,11 @@ def run_training(args: argparse.Namespace, out: Output) -> int:
         out(_table_line(row))
         return row
 
+    def stable_pass(input_name: str, n: int) -> bool:
+        """N's verdict by FIND_MAX_RULE."""
+        first, second = trial(input_name, n)["pass"], trial(input_name, n)["pass"]
+        return first if first == second else trial(input_name, n)["pass"]
+
     find_max: Dict[str, int] = {}
     for input_name in inputs:
         if not args.find_max:
@@ -215,13 +246,13 @@ def run_training(args: argparse.Namespace, out: Output) -> int:
             raise UsageError(f"{args.data} holds too few samples for 2 steps of one accelerator")
         lo, hi, n = 0, bound + 1, 1
         while n <= bound:  # double while the floor is met
-            if not trial(input_name, n)["pass"]:
+            if not stable_pass(input_name, n):
                 hi = n
                 break
             lo, n = n, n * 2
         while hi - lo > 1:  # then bisect between the last pass and the first failure
             mid = (lo + hi) // 2
-            if trial(input_name, mid)["pass"]:
+            if stable_pass(input_name, mid):
                 lo = mid
             else:
                 hi = mid
@@ -234,11 +265,21 @@ def run_training(args: argparse.Namespace, out: Output) -> int:
             f"({limit})" if lo else
             f"{input_name}: not even 1 accelerator meets the {preset.floor:.0%} floor")
 
-    failed = (any(v == 0 for v in find_max.values()) if args.find_max
-              else any(not r["row"]["pass"] for r in results))
+    failed = missed_floor(args.input, [r["row"] for r in results],
+                          find_max if args.find_max else None)
     report = training_run_json(args, preset, metadata, run, results, find_max)
     finish(args, report, results, out)
     return EXIT_FAILED_FLOOR if failed else 0
+
+
+def missed_floor(input_choice: str, rows: List[Dict], find_max: Optional[Dict[str, int]]) -> bool:
+    """Whether the run exits 3. With ``--input both`` zerowait's rows are judged: the DataLoader's
+    are the reference, and its missing the floor is information. ``find_max`` (input -> N, None
+    without --find-max): failed when not even 1 accelerator met the floor."""
+    judged = "zerowait" if input_choice == "both" else input_choice
+    if find_max is not None:
+        return find_max.get(judged) == 0
+    return any(not row["pass"] for row in rows if row["input"] == judged)
 
 
 def training_run_json(args, preset, metadata, run, results, find_max) -> Dict:
@@ -264,8 +305,12 @@ def training_run_json(args, preset, metadata, run, results, find_max) -> Dict:
                      scale=metadata["scale"], config=run["config"], batch=preset.batch,
                      compute_s=run["compute"], compute_full_s=run["compute_full"],
                      workers=run["workers"], shuffle=args.shuffle,
-                     data=dict(metadata), page_cache="kept (--warm)" if args.warm else "evicted",
-                     find_max=find_max or None))
+                     data=dict(metadata),
+                     page_cache=dict(asked="kept (--warm)" if args.warm else "evicted",
+                                     measured=row["page_cache"],
+                                     resident_share=row["resident_share"]),
+                     find_max=find_max or None,
+                     find_max_rule=FIND_MAX_RULE if args.find_max else None))
 
 
 # --- checkpointing -------------------------------------------------------------------------
@@ -346,8 +391,11 @@ def write_run(directory: str, report: Dict, results: List[Dict]) -> None:
     configuration's), through the one writer of run directories (_core.write_run)."""
     files = {"steps.jsonl": results[0]["steps"]}
     if len(results) > 1:
+        runs: Dict[str, int] = {}
         for r in results:
-            name = f"{r['row']['input']}-{r['row']['accelerators']}.jsonl"
+            base = f"{r['row']['input']}-{r['row']['accelerators']}"
+            runs[base] = runs.get(base, 0) + 1  # --find-max runs an N more than once
+            name = f"{base}.jsonl" if runs[base] == 1 else f"{base}-run{runs[base]}.jsonl"
             r["row"]["steps_file"] = f"steps/{name}"
             files[f"steps/{name}"] = r["steps"]
         report["rows"] = [r["row"] for r in results]

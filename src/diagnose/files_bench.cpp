@@ -55,19 +55,24 @@ Result<uint64_t> read_whole(const std::string& path, std::vector<char>& buffer) 
   return done;
 }
 
-// Reads `count` samples of `dataset` through a Loader in its shuffled order (seed `seed`),
-// raw bytes, the way the Python Loader reads by default (io "auto", shuffle "random", checksums
-// verified). Counts whole batches: the last one may pass `count`. The clock starts after
-// Loader::create, which reads nothing but faults in the batch arenas (~0.3 GB/s on first touch
-// here: about a second for the default 512 MiB), a cost paid once per training process;
-// `start_seconds` gets it.
-Result<ReadPass> read_samples(const std::shared_ptr<Dataset>& dataset, uint64_t count,
-                              unsigned threads, uint64_t seed, double* start_seconds) {
+// The Loader as the Python Loader makes it by default (io "auto", shuffle "random", checksums
+// verified, raw bytes), with `threads` workers and the shuffle seed `seed`.
+LoaderOptions packed_loader_options(unsigned threads, uint64_t seed) {
   LoaderOptions options;
   options.threads = threads;
   options.shuffle.mode = ShuffleMode::kRandom;
   options.shuffle.seed = seed;
   options.io = resolve_auto_io_backend();
+  return options;
+}
+
+// Reads `count` samples of `dataset` through a Loader in its shuffled order. Counts whole
+// batches: the last one may pass `count`. The clock starts after Loader::create, which reads
+// nothing but faults in the batch arenas (~0.3 GB/s on first touch here: about a second for the
+// default 512 MiB), a cost paid once per training process; `start_seconds` gets it. `io` gets
+// the backend the loader read with (its stats).
+Result<ReadPass> read_samples(const std::shared_ptr<Dataset>& dataset, LoaderOptions options,
+                              uint64_t count, double* start_seconds, std::string* io) {
   options.batch_size = std::min<uint64_t>(options.batch_size, std::max<uint64_t>(count, 1));
   ReadPass pass;
   const auto created = std::chrono::steady_clock::now();
@@ -83,6 +88,7 @@ Result<ReadPass> read_samples(const std::shared_ptr<Dataset>& dataset, uint64_t 
     }
   }
   pass.seconds = seconds_since(start);
+  *io = loader->stats().io;
   return pass;  // the loader's prefetching threads end outside the timed part
 }
 
@@ -169,12 +175,13 @@ Result<FilesBenchReport> run_files_bench(const FilesBenchOptions& options) {
 
   std::shared_ptr<Dataset> dataset;
   std::vector<std::string> shards;
+  const LoaderOptions loader_options = packed_loader_options(options.threads, options.seed);
   if (!options.dataset.empty()) {
     progress("opening the dataset " + options.dataset);
     PackedFilesBench packed;
     packed.dataset = options.dataset;
     const auto start = std::chrono::steady_clock::now();
-    ZW_ASSIGN_OR_RETURN(dataset, Dataset::open(options.dataset));
+    ZW_ASSIGN_OR_RETURN(dataset, open_loader_dataset(options.dataset, loader_options));
     packed.open_seconds = seconds_since(start);
     packed.dataset_samples = dataset->size();
     for (size_t s = 0; s < dataset->shard_count(); ++s) shards.push_back(dataset->shard_path(s));
@@ -202,8 +209,8 @@ Result<FilesBenchReport> run_files_bench(const FilesBenchOptions& options) {
     const double shards_resident = resident_share(shards);
     progress("packed: cold pass (" + std::to_string(samples) + " samples)");
     ZW_ASSIGN_OR_RETURN(report.packed->cold,
-                        read_samples(dataset, samples, options.threads, options.seed,
-                                     &report.packed->loader_start_seconds));
+                        read_samples(dataset, loader_options, samples,
+                                     &report.packed->loader_start_seconds, &report.packed->io));
     report.packed->cold.resident_before = shards_resident;
   }
   const double files_warm_resident = resident_share(files);
@@ -216,8 +223,9 @@ Result<FilesBenchReport> run_files_bench(const FilesBenchOptions& options) {
     progress("packed: warm pass");
     // The same seed: the same samples as the cold pass, as the files' warm pass rereads its files.
     double start_seconds = 0;
-    ZW_ASSIGN_OR_RETURN(packed.warm, read_samples(dataset, samples, options.threads,
-                                                  options.seed, &start_seconds));
+    std::string io;
+    ZW_ASSIGN_OR_RETURN(packed.warm,
+                        read_samples(dataset, loader_options, samples, &start_seconds, &io));
     packed.warm.resident_before = shards_resident;
     const auto speedup = [](const ReadPass& packed_pass, const ReadPass& files_pass) {
       return files_pass.items_per_s() > 0 ? packed_pass.items_per_s() / files_pass.items_per_s()

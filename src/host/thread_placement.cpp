@@ -5,6 +5,7 @@
 #include <future>
 #include <utility>
 
+#include "common/log.hpp"
 #include "host/numa.hpp"
 
 namespace zerowait::internal {
@@ -13,7 +14,10 @@ Result<std::thread> start_thread(const ThreadPlacement& placement, std::function
   std::promise<Status> placed;
   std::future<Status> placed_status = placed.get_future();
   // The promise moves into the thread: it is done with it before `work` starts.
-  std::thread thread([placement, work = std::move(work), placed = std::move(placed)]() mutable {
+  // The new thread's fallbacks count for whoever started it (a Loader's workers for the Loader).
+  std::thread thread([placement, work = std::move(work), placed = std::move(placed),
+                      tally = current_fallback_tally()]() mutable {
+    FallbackScope scope(std::move(tally));
     if (!placement.name.empty()) {
       pthread_setname_np(pthread_self(), placement.name.substr(0, 15).c_str());  // only a label
     }

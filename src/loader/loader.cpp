@@ -13,6 +13,21 @@ using SteadyClock = std::chrono::steady_clock;
 // The Loader's public methods; Loader::create (fields, decoders, NUMA placement, the arena pool)
 // is in loader_create.cpp, the state both share in loader_impl.hpp.
 
+namespace {
+
+// The backend the shards are read with: `asked`, unless it fell back. io_uring falls back to
+// pread where the kernel refuses it (each shard opened counts); O_DIRECT to reading through the
+// page cache where the file system refuses it (each shard counts "direct"). A thread that cannot
+// set up its own ring reads that batch with pread: counted, the backend stays io_uring.
+std::string io_in_use(IoBackend asked, const internal::FallbackTally& fallbacks) {
+  const char* buffered = io_uring_available() ? "io_uring" : "pread";
+  if (asked == IoBackend::kIoUring) return buffered;
+  if (asked == IoBackend::kDirect && fallbacks.count("direct") > 0) return buffered;
+  return io_backend_name(asked);
+}
+
+}  // namespace
+
 Result<CorruptPolicy> parse_corrupt_policy(const std::string& name) {
   if (name == "raise") return CorruptPolicy::kRaise;
   if (name == "skip") return CorruptPolicy::kSkip;
@@ -190,12 +205,12 @@ LoaderStats Loader::stats() const {
   }
   stats.arena_bytes = impl.pool->bytes();
   stats.memory_budget = impl.options.memory_budget;
-  stats.io = impl.io;
+  stats.io = io_in_use(impl.options.io, *impl.fallbacks);
   stats.pinned = impl.pool->pin();
-  // Every I/O fallback the backends note (byte_source.cpp, read_engine.cpp, direct_source.cpp).
-  stats.io_fallbacks = internal::fallback_count("io_uring") +
-                       internal::fallback_count("io_uring_thread") +
-                       internal::fallback_count("direct");
+  // The I/O fallbacks the backends noted for this loader (byte_source.cpp, read_engine.cpp,
+  // direct_source.cpp), not for every loader in the process.
+  stats.io_fallbacks = impl.fallbacks->count("io_uring") +
+                       impl.fallbacks->count("io_uring_thread") + impl.fallbacks->count("direct");
   if (impl.dataset->cache() != nullptr) stats.cache = impl.dataset->cache()->stats();
   stats.numa = impl.numa;
   return stats;

@@ -94,12 +94,45 @@ Status take_layout(const Dataset& dataset, const std::string& name, FieldDecoder
 
 }  // namespace
 
+Result<std::shared_ptr<Dataset>> open_loader_dataset(const std::string& path,
+                                                     const LoaderOptions& options,
+                                                     std::shared_ptr<BlockCache> cache) {
+  DatasetOptions dataset_options;
+  dataset_options.backend = options.io;
+  dataset_options.cache = std::move(cache);
+  return Dataset::open(path, std::move(dataset_options));
+}
+
+Result<std::unique_ptr<Loader>> Loader::open(const std::string& path, LoaderOptions options,
+                                             std::shared_ptr<BlockCache> cache) {
+  const auto opening = std::make_shared<internal::FallbackTally>();
+  std::shared_ptr<Dataset> dataset;
+  {
+    internal::FallbackScope scope(opening);
+    ZW_ASSIGN_OR_RETURN(dataset, open_loader_dataset(path, options, std::move(cache)));
+  }
+  ZW_ASSIGN_OR_RETURN(std::unique_ptr<Loader> loader,
+                      create(std::move(dataset), std::move(options)));
+  loader->impl_->fallbacks->add_all(*opening);
+  return loader;
+}
+
 Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<Dataset> dataset,
                                                LoaderOptions options) {
   if (dataset == nullptr) return invalid_argument("Loader needs a dataset");
   ZW_RETURN_IF_ERROR(options.validate());
+  // A loader that reports one backend while its shards are read with another is what made
+  // `bench files` compare the Loader's pread against a training run's io_uring.
+  if (dataset->backend() != options.io) {
+    return invalid_argument(std::string("the loader reads with io '") +
+                            io_backend_name(options.io) + "' but " + dataset->path() +
+                            " was opened with '" + io_backend_name(dataset->backend()) +
+                            "': open it with open_loader_dataset (or DatasetOptions::backend)");
+  }
   std::unique_ptr<Loader> loader(new Loader());
   Impl& impl = *loader->impl_;
+  // Shards opened from here on (the first ones now, on helper threads) count their fallbacks here.
+  internal::FallbackScope fallback_scope(impl.fallbacks);
 
   // Fields: the asked ones, or the dataset's schema; decode entries must name delivered fields.
   std::vector<std::unique_ptr<FieldDecoder>> decoders;  // of `names`, laid out below
@@ -252,7 +285,6 @@ Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<Dataset> dataset,
   // Touch the arenas now: first-touch page faults (~0.3 GB/s here) belong to start-up, not to
   // the first batches of training (and, bound to a node, they are allocated there).
   ZW_RETURN_IF_ERROR(impl.pool->prefault(read_estimate, out_estimate));
-  impl.io = io_backend_name(options.io);
   impl.epoch = options.epoch;
   impl.dataset = std::move(dataset);
   impl.options = std::move(options);

@@ -32,7 +32,8 @@ struct Loader::Impl {
   unsigned prefetch = 1;  // current limit (autotune may raise it)
   unsigned max_prefetch = 1;
   unsigned cache_look_ahead = 0;  // batches announced to the node-local cache past the current
-  std::string io;
+  // The fallbacks met by this loader's threads, Loader::create's and the workers' (stats()).
+  std::shared_ptr<internal::FallbackTally> fallbacks = std::make_shared<internal::FallbackTally>();
   NumaStats numa;
   std::vector<unsigned> worker_cpus;  // empty: the threads run where the creating thread may
   uint64_t epoch = 0;
@@ -81,6 +82,7 @@ struct Loader::Impl {
     run = std::make_unique<LoaderRun>(*dataset, options, fields, pool, counters,
                                       plan(epoch, position), epoch, std::move(next_epoch), threads,
                                       prefetch, blocks.get(), cache_look_ahead, worker_cpus);
+    internal::FallbackScope scope(fallbacks);  // the workers inherit it
     Status started = run->start();
     if (!started.is_ok()) run.reset();
     return started;

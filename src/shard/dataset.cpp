@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "common/log.hpp"
 #include "common/path_check.hpp"
 #include "storage/remote_object.hpp"
 #include "zerowait/shard/format.hpp"
@@ -89,7 +90,9 @@ constexpr size_t kParallelOpens = 8;
 // Calls open(i) for every i < n, on up to kParallelOpens threads (the caller's among them).
 void for_each_in_parallel(size_t n, const std::function<void(size_t)>& open) {
   std::atomic<size_t> next{0};
+  const std::shared_ptr<internal::FallbackTally> tally = internal::current_fallback_tally();
   auto open_some = [&] {
+    internal::FallbackScope scope(tally);  // an open's fallbacks count for the caller's owner
     for (size_t i = next++; i < n; i = next++) open(i);
   };
   std::vector<std::thread> helpers;

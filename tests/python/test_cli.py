@@ -7,6 +7,7 @@ import shutil
 import subprocess
 
 import numpy as np
+import pytest
 
 import zerowait
 from helpers import read_tree
@@ -28,6 +29,25 @@ def test_version_matches_the_package(cli):
     result = run(cli, "--version")
     assert result.returncode == 0
     assert zerowait.__version__ in result.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["doctr"], "unknown command 'doctr'; did you mean 'doctor'?"),
+    (["cache", "stats"], "unknown command 'stats'; did you mean 'status'?"),
+    # Nothing close: the word, and the commands there are instead of a guess.
+    (["bench", "disk"], "unknown command 'disk'; the commands of 'zerowait bench' are storage, files, net"),
+])
+def test_a_mistyped_command_names_the_word_and_the_nearest(cli, args, message):
+    result = run(cli, *args)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("zerowait: error: " + message), result.stderr
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+
+
+def test_a_missing_command_is_still_said_so(cli):
+    result = run(cli, "bench")
+    assert result.returncode == 2
+    assert "A subcommand is required" in result.stderr
 
 
 def test_inspect_json_describes_a_packed_dataset(cli, image_tree, image_dataset):

@@ -117,6 +117,34 @@ def test_bad_flags_are_usage_errors(cli):
     assert "--workers" in done.stderr
 
 
+def test_a_path_that_does_not_exist_is_a_usage_error(cli, tmp_path):
+    missing = tmp_path / "no" / "such"
+    for args in ([str(missing)], [str(tmp_path), str(missing)], [str(missing), "--json"]):
+        done = subprocess.run([str(cli), "doctor", *args], capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert done.stdout == ""
+        assert done.stderr == (f"zerowait: error: '{missing}' does not exist: give the directory "
+                               "the job reads data from or writes checkpoints to\n")
+
+
+def test_a_file_is_checked_for_its_file_system_and_not_sampled_as_a_tree(cli, tmp_path):
+    # Many small files beside it: its directory's tree is not what was asked about.
+    for i in range(1200):
+        (tmp_path / f"{i}.jpg").write_bytes(b"x" * 100)
+    shard = tmp_path / "train.zws"
+    shard.write_bytes(b"z" * 4096)
+    code, report = run_doctor(cli, str(shard))
+    check_schema(report)
+    storage = {f["check"]: f for f in report["findings"] if f["area"] == "storage"}
+    assert "storage.mount" in storage or "storage.o_direct" in storage, sorted(storage)
+    small = storage["storage.small_files"]
+    assert small["status"] == "info"
+    assert small["summary"] == "not checked: a file, not a directory of samples"
+    assert f"the file system holding {shard}" in small["evidence"]
+    assert not any("zerowait pack" in f["fix"] for f in report["findings"]), report
+
+
 # Tests run as root in CI: an unprivileged user is nobody, through setpriv (util-linux).
 UNPRIVILEGED = (["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
                  "--"] if os.geteuid() == 0 else [])

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "zerowait/common/status.hpp"
+
 namespace zerowait::doctor {
 
 enum class Severity { kOk, kInfo, kWarn, kFail };
@@ -54,5 +56,8 @@ struct DoctorReport {
 // Runs every check. Never throws for what it finds: an unreadable file is a finding (kInfo,
 // "could not read"), not an error.
 DoctorReport run_doctor(const DoctorOptions& options);
+// kNotFound naming the first of `options.paths` that does not exist (under `options.root` when
+// set): checking it would describe a file system the job never uses.
+Status check_paths_exist(const DoctorOptions& options);
 
 }  // namespace zerowait::doctor

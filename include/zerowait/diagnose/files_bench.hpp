@@ -53,6 +53,9 @@ struct PackedFilesBench {
   std::string dataset;
   uint64_t dataset_samples = 0;  // may differ from the files listed: rates are per sample
   double open_seconds = 0;       // Dataset::open (the manifest), against listing the tree
+  // The backend the loader read the shards with (its stats()["io"]: "io_uring", or "pread"
+  // where io_uring is not available), opened as the Python Loader opens them.
+  std::string io;
   // Loader::create before the cold pass (its batch arenas faulted in), outside the passes' time:
   // paid once per training process, not per epoch.
   double loader_start_seconds = 0;

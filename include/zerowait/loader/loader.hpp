@@ -60,7 +60,9 @@ struct LoaderOptions {
   // under this process's cgroup memory.max) shared by LOCAL_WORLD_SIZE ranks; stats() says
   // what was chosen.
   uint64_t memory_budget = 0;
-  IoBackend io = IoBackend::kPread;  // the dataset's shards are opened with this backend
+  // The backend the dataset's shards are opened with: Loader::create refuses a dataset opened
+  // with another (open_loader_dataset opens one with this).
+  IoBackend io = IoBackend::kPread;
   CorruptPolicy on_corrupt = CorruptPolicy::kRaise;
   std::vector<std::string> fields;            // empty: every field in the dataset's schema
   std::map<std::string, FieldDecode> decode;  // fields not listed here come raw (field_decoder.hpp)
@@ -194,8 +196,13 @@ struct LoaderStats {
   unsigned arenas_free = 0;
   uint64_t arena_bytes = 0;  // bytes held by the pool now
   uint64_t memory_budget = 0;
-  std::string io;       // the backend reads go through
+  // The backend the shards are read with: LoaderOptions::io, or what it fell back to (io_uring
+  // refused by the kernel: "pread"; O_DIRECT refused by the file system: the buffered one).
+  std::string io;
   bool pinned = false;  // arenas page-locked for CUDA
+  // Times this loader's opens and reads fell back from LoaderOptions::io (once per shard opened
+  // without io_uring or without O_DIRECT, once per read on a thread that could not set up its
+  // ring); other loaders in the process count their own.
   uint64_t io_fallbacks = 0;
   // The node-local cache the dataset's remote shards are read through (this process's counts);
   // empty without one.
@@ -204,6 +211,14 @@ struct LoaderStats {
   std::vector<StepStats> recent;  // the last steps, oldest first (at most 1024)
 };
 
+// Opens `path` (any form Dataset::open takes) as a Loader with `options` reads it: its shards
+// with options.io, remote shards through `cache` when not null. The one way Loader::open (the
+// Python Loader) and `zerowait bench files` open a dataset, so that both read alike.
+// Dataset::open's errors.
+Result<std::shared_ptr<Dataset>> open_loader_dataset(const std::string& path,
+                                                     const LoaderOptions& options,
+                                                     std::shared_ptr<BlockCache> cache = nullptr);
+
 // Thread-safety: one consumer thread at a time calls the methods (the worker threads are
 // internal). Destruction stops and joins the workers, also
 // mid-epoch; batches still held by the caller stay valid.
@@ -211,6 +226,10 @@ class Loader {
  public:
   static Result<std::unique_ptr<Loader>> create(std::shared_ptr<Dataset> dataset,
                                                 LoaderOptions options);
+  // open_loader_dataset, then create: the fallbacks met opening the dataset (a directory
+  // without a manifest opens every shard) count in this loader's stats too.
+  static Result<std::unique_ptr<Loader>> open(const std::string& path, LoaderOptions options,
+                                              std::shared_ptr<BlockCache> cache = nullptr);
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;

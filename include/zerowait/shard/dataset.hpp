@@ -56,6 +56,8 @@ class Dataset {
                                                DatasetOptions options = {});
 
   const std::string& path() const { return path_; }
+  // The backend its shard files are opened with (DatasetOptions::backend).
+  IoBackend backend() const { return options_.backend; }
   // The node-local cache remote shards are read through; null without one.
   const std::shared_ptr<BlockCache>& cache() const { return options_.cache; }
   // The manifest as written by pack, or one synthesized from the shards.

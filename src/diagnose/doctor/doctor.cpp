@@ -1,7 +1,9 @@
 #include "zerowait/diagnose/doctor.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <filesystem>
 
 #include "common/clock.hpp"
 #include "diagnose/doctor/checks.hpp"
@@ -25,6 +27,22 @@ const char* severity_name(Severity severity) {
 size_t DoctorReport::count(Severity severity) const {
   return size_t(std::count_if(findings.begin(), findings.end(),
                               [severity](const Finding& f) { return f.severity == severity; }));
+}
+
+Status check_paths_exist(const DoctorOptions& options) {
+  const System system(options.root);
+  for (const std::string& path : options.paths) {
+    std::error_code error;
+    const std::filesystem::file_status status =
+        std::filesystem::symlink_status(system.host_path(system.machine_path(path)), error);
+    // A path under a directory this user may not search is there: the doctor says so itself.
+    if (!std::filesystem::exists(status) && !(error && error.value() == EACCES)) {
+      return not_found("'" + path + "' does not exist" +
+                       (options.root.empty() ? "" : " under " + options.root) +
+                       ": give the directory the job reads data from or writes checkpoints to");
+    }
+  }
+  return Status::ok();
 }
 
 DoctorReport run_doctor(const DoctorOptions& options) {

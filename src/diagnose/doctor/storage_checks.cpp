@@ -422,10 +422,14 @@ std::string directories(size_t count) {
 
 void check_small_files(PathFindings& findings, const System& system, const std::string& path,
                        const DoctorOptions& options) {
-  std::string dir = path;  // a file's tree is its directory's
+  const std::string& dir = path;
   std::error_code error;
   if (!std::filesystem::is_directory(system.host_path(path), error)) {
-    dir = std::filesystem::path(path).parent_path().string();
+    // Its directory may be one the job never reads (/tmp for /tmp/shards.zws): no advice on it.
+    findings.add("small_files", Severity::kInfo, "not checked: a file, not a directory of samples")
+        .evidence = "the checks above are of the file system holding " + path +
+                    "; give the directory the job reads its files from to sample its files";
+    return;
   }
   const std::string host = system.host_path(dir);
   if (system.denied(dir)) {

@@ -78,8 +78,7 @@ TEST(MemoryStore, IsNotFetchedOverANetworkAndAnUnknownSchemeIsRefused) {
   EXPECT_NE(source.status().message().find(url), std::string::npos) << source.status().message();
   auto refused = read_object(url, Deadline::none());
   EXPECT_EQ(refused.status().code(), ErrorCode::kInvalidArgument);
-  EXPECT_NE(refused.status().message().find(url), std::string::npos)
-      << refused.status().message();
+  EXPECT_NE(refused.status().message().find(url), std::string::npos) << refused.status().message();
 }
 
 }  // namespace

@@ -167,9 +167,8 @@ Result<std::vector<std::string>> Dataset::list_folder(const std::string& path) c
 Result<std::shared_ptr<ShardReader>> Dataset::open_shard_at(const std::string& path,
                                                             const KnownObject* known) const {
   ZW_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> opened,
-                      options_.store
-                          ? options_.store->open(path, options_.backend, open_deadline())
-                          : open_source(path, options_.backend, open_deadline(), known));
+                      options_.store ? options_.store->open(path, options_.backend, open_deadline())
+                                     : open_source(path, options_.backend, open_deadline(), known));
   std::shared_ptr<ByteSource> source = std::move(opened);
   // Objects fetched over the network are read through the node-local cache; local files in
   // place, where the page cache already keeps them.
@@ -196,9 +195,8 @@ Status Dataset::add_shard_paths(const std::vector<std::string>& paths, bool from
   // Every shard is opened now, to count its samples: several at once, since a remote shard's
   // open waits on requests (and a remote tar's on a scan of the whole object).
   std::vector<std::optional<Result<std::shared_ptr<ShardReader>>>> opened(paths.size());
-  for_each_in_parallel(paths.size(), [&](size_t i) {
-    opened[i] = open_shard_at(paths[i], nullptr);
-  });
+  for_each_in_parallel(paths.size(),
+                       [&](size_t i) { opened[i] = open_shard_at(paths[i], nullptr); });
   std::set<std::string> fields;
   for (size_t i = 0; i < paths.size(); ++i) {
     ZW_ASSIGN_OR_RETURN(auto reader, std::move(*opened[i]));

@@ -244,8 +244,7 @@ Result<format::ShardIndex> build_tar_index(ByteSource& tar) {
   tar.advise_sequential();
   const bool remote = !is_local_path(tar.name());
   SourceInput input(tar, remote ? kRemoteScan : kLocalScan,
-                    remote ? std::optional<std::chrono::nanoseconds>(kOpenTimeout)
-                           : std::nullopt);
+                    remote ? std::optional<std::chrono::nanoseconds>(kOpenTimeout) : std::nullopt);
   internal::TarWalker walker(&input, tar.name());
   IndexBuilder builder;
   internal::TarMember member;

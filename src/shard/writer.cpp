@@ -1,6 +1,5 @@
 #include "zerowait/shard/writer.hpp"
 
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>

@@ -11,6 +11,7 @@
 #include "testing/testing.hpp"
 #include "zerowait/shard/dataset.hpp"
 #include "zerowait/shard/pack.hpp"
+#include "zerowait/storage/fault_store.hpp"
 
 namespace zerowait {
 namespace {
@@ -159,16 +160,19 @@ TEST(Dataset, OpenShardsOpensTogetherAndEachOnce) {
   std::condition_variable changed;
   int began = 0;
   std::atomic<bool> waited_alone{false};
-  SourceWrapper wait_for_company = [&](std::shared_ptr<ByteSource> source) {
+  // The dataset is read through a FaultStore whose rule holds each shard's open back.
+  auto store = std::make_shared<FaultStore>(make_local_store(dir.path()));
+  store->set_rule([&](const StoreOperation& operation) {
+    if (operation.kind != "open") return Fault{};
     std::unique_lock<std::mutex> lock(mutex);
     ++began;
     changed.notify_all();
     if (!changed.wait_for(lock, std::chrono::seconds(30), [&] { return began >= 2; })) {
       waited_alone = true;
     }
-    return source;
-  };
-  auto ds = Dataset::open(dir / "ds", {.wrap_source = wait_for_company});
+    return Fault{};
+  });
+  auto ds = Dataset::open("ds", {.store = store});
   ASSERT_TRUE(ds.is_ok()) << ds.status().to_string();
   const size_t shards = (*ds)->shard_count();
   ASSERT_GE(shards, 3u);
@@ -192,6 +196,46 @@ TEST(Dataset, OpenShardsOpensTogetherAndEachOnce) {
   EXPECT_EQ(missing.code(), ErrorCode::kNotFound);
   EXPECT_NE(missing.message().find("shard-000001.zws"), std::string::npos) << missing.to_string();
   EXPECT_NE((*fresh)->shard_if_open(2), nullptr) << "the other shards still open";
+}
+
+// Every byte a dataset reads goes through its store: a FaultStore under it fails the manifest's
+// read, fails a sample's read (EIO) or cuts it short, and each error names the object.
+TEST(Dataset, FaultsUnderItsStoreAreNamed) {
+  TempDir dir;
+  make_dataset(dir);
+  auto store = std::make_shared<FaultStore>(make_local_store(dir.path()));
+  store->set_rule([](const StoreOperation& operation) {
+    return operation.kind == "get" ? Fault{Fault::Kind::kError, EIO} : Fault{};
+  });
+  auto refused = Dataset::open("ds", {.store = store});
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_EQ(refused.status().code(), ErrorCode::kIo) << refused.status().to_string();
+  EXPECT_NE(refused.status().message().find("ds/manifest.json"), std::string::npos)
+      << refused.status().message();
+
+  store->set_rule(nullptr);
+  auto ds = Dataset::open("ds", {.store = store});
+  ASSERT_TRUE(ds.is_ok()) << ds.status().to_string();
+  ASSERT_TRUE((*ds)->shard(0).is_ok());  // its footer and index read
+  const uint64_t at = (*(*ds)->shard(0))->index().samples[0].offset;
+  for (const Fault::Kind kind : {Fault::Kind::kError, Fault::Kind::kShortRead}) {
+    store->set_read_fault_rule([kind](const std::string&, uint64_t, uint64_t) {
+      return Fault{kind, EIO};
+    });
+    auto sample = (*ds)->read(0);
+    ASSERT_FALSE(sample.is_ok());
+    EXPECT_EQ(sample.status().code(),
+              kind == Fault::Kind::kError ? ErrorCode::kIo : ErrorCode::kCorrupt)
+        << sample.status().to_string();
+    EXPECT_NE(sample.status().message().find(dir / "ds/shard-000000.zws"), std::string::npos)
+        << sample.status().message();
+    if (kind == Fault::Kind::kError) {  // a short read names where the bytes ran out
+      EXPECT_NE(sample.status().message().find(std::to_string(at)), std::string::npos)
+          << sample.status().message();
+    }
+  }
+  store->set_rule(nullptr);
+  EXPECT_TRUE((*ds)->read(0).is_ok());
 }
 
 TEST(Dataset, WebDatasetTarDirectory) {

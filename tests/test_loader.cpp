@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -22,11 +23,13 @@
 #include "zerowait/loader/loader.hpp"
 #include "zerowait/shard/dataset.hpp"
 #include "zerowait/shard/writer.hpp"
+#include "zerowait/storage/fault_store.hpp"
 
 namespace zerowait {
 namespace {
 
 using testing::TempDir;
+namespace fs = std::filesystem;
 
 // Sample g of the test data set: "bin" starts with g as 8 bytes and has a size that varies with
 // g; "cls" is g % 10 as text; "jpg" (when asked) is a small real JPEG.
@@ -61,9 +64,16 @@ void write_dataset(const std::string& dir, const std::vector<uint64_t>& shard_si
   }
 }
 
+struct ReadFaults;
+// A FaultStore over the local folder holding `dir`, applying `faults` to every read.
+std::shared_ptr<FaultStore> through(std::shared_ptr<ReadFaults> faults, const fs::path& dir);
+
+// A loader over the dataset at `dir`, read through `faults` when given.
 std::unique_ptr<Loader> make_loader(const std::string& dir, LoaderOptions options,
-                                    SourceWrapper wrap_source = {}) {
-  auto dataset = Dataset::open(dir, {.backend = options.io, .wrap_source = std::move(wrap_source)});
+                                    std::shared_ptr<ReadFaults> faults = nullptr) {
+  auto dataset = faults ? Dataset::open(fs::path(dir).filename(),
+                                        {.backend = options.io, .store = through(faults, dir)})
+                        : Dataset::open(dir, {.backend = options.io});
   EXPECT_TRUE(dataset.is_ok()) << dataset.status().to_string();
   auto loader = Loader::create(dataset.value(), std::move(options));
   EXPECT_TRUE(loader.is_ok()) << loader.status().to_string();
@@ -583,9 +593,10 @@ TEST_F(LoaderTest, StatsCountWhatHappened) {
 
 // ---- Reads that stall ------------------------------------------------------------------------
 
-// What the shard sources of a test do once armed: sleep before every read (a slow disk), or stop
-// the next read — until its deadline passes (what the io_uring backend does: cancel at the
-// deadline) or, ignoring the deadline, until released (a pread on a hung file system).
+// What a test's FaultStore does to the dataset's reads once armed: sleep before every read (a
+// slow disk), or stop the next read — until its deadline passes (what the io_uring backend does:
+// cancel at the deadline) or, ignoring the deadline, until released (a pread on a hung file
+// system). It also notes the longest deadline any read was given.
 struct ReadFaults {
   enum class Stall { kNone, kUntilDeadline, kUntilReleased };
   std::mutex mutex;
@@ -596,9 +607,11 @@ struct ReadFaults {
   int stalled = 0;                               // reads stopped so far
   std::chrono::nanoseconds longest_deadline{0};  // the most time any read was given
 
-  // Runs before each read; an error replaces the read.
-  Status before_read(const std::string& name, uint64_t offset, Deadline deadline) {
+  // The FaultStore's rule: called on the reading thread before each read of a shard.
+  Fault on(const StoreOperation& operation) {
+    if (operation.kind != "read") return {};
     std::unique_lock<std::mutex> lock(mutex);
+    const Deadline deadline = operation.deadline;
     if (deadline.at != Clock::time_point::max()) {
       longest_deadline =
           std::max<std::chrono::nanoseconds>(longest_deadline, deadline.at - Clock::now());
@@ -608,19 +621,14 @@ struct ReadFaults {
     if (delay.count() > 0) {
       lock.unlock();
       std::this_thread::sleep_for(delay);
-      return Status::ok();
+      return {};
     }
     const Stall mode = std::exchange(stall, Stall::kNone);
-    if (mode == Stall::kNone) return Status::ok();
+    if (mode == Stall::kNone) return {};
     ++stalled;
-    if (mode == Stall::kUntilReleased) {
-      changed.wait(lock, [&] { return released; });
-      return Status::ok();
-    }
-    changed.wait_until(lock, deadline.at, [&] { return released; });
-    return Status(ErrorCode::kDeadlineExceeded, "'" + name + "': read at offset " +
-                                                    std::to_string(offset) +
-                                                    " did not finish before its deadline");
+    if (mode == Stall::kUntilDeadline) return {Fault::Kind::kStall};  // the store holds it
+    changed.wait(lock, [&] { return released; });
+    return {};
   }
   void release() {
     std::lock_guard<std::mutex> lock(mutex);
@@ -629,27 +637,10 @@ struct ReadFaults {
   }
 };
 
-class FaultySource : public ByteSource {
- public:
-  FaultySource(std::shared_ptr<ByteSource> file, std::shared_ptr<ReadFaults> faults)
-      : file_(std::move(file)), faults_(std::move(faults)) {}
-  const std::string& name() const override { return file_->name(); }
-  uint64_t size() const override { return file_->size(); }
-  Status read(std::span<const ReadRequest> requests, Deadline deadline) override {
-    const uint64_t offset = requests.empty() ? 0 : requests.front().offset;
-    ZW_RETURN_IF_ERROR(faults_->before_read(name(), offset, deadline));
-    return file_->read(requests, deadline);
-  }
-
- private:
-  std::shared_ptr<ByteSource> file_;
-  std::shared_ptr<ReadFaults> faults_;
-};
-
-SourceWrapper through(std::shared_ptr<ReadFaults> faults) {
-  return [faults](std::shared_ptr<ByteSource> file) -> std::shared_ptr<ByteSource> {
-    return std::make_shared<FaultySource>(std::move(file), faults);
-  };
+std::shared_ptr<FaultStore> through(std::shared_ptr<ReadFaults> faults, const fs::path& dir) {
+  auto store = std::make_shared<FaultStore>(make_local_store(dir.parent_path()));
+  store->set_rule([faults](const StoreOperation& operation) { return faults->on(operation); });
+  return store;
 }
 
 // Every batch of the epoch that comes back; errors are collected, not fatal.
@@ -681,7 +672,7 @@ TEST_F(LoaderTest, AReadPastItsDeadlineFailsOneBatchAndTheNextGoesOn) {
   LoaderOptions o = base_options();
   o.shuffle.mode = ShuffleMode::kNone;
   o.read_timeout = std::chrono::milliseconds(300);
-  auto loader = make_loader(dir_.path(), o, through(faults));
+  auto loader = make_loader(dir_.path(), o, faults);
   {
     std::lock_guard<std::mutex> lock(faults->mutex);
     faults->stall = ReadFaults::Stall::kUntilDeadline;
@@ -710,7 +701,7 @@ TEST_F(LoaderTest, AHungReadIsNamedByTheWatchdogAndNothingIsLost) {
   auto faults = std::make_shared<ReadFaults>();
   LoaderOptions o = base_options();
   o.read_timeout = std::chrono::milliseconds(100);
-  auto loader = make_loader(dir_.path(), o, through(faults));
+  auto loader = make_loader(dir_.path(), o, faults);
   {
     std::lock_guard<std::mutex> lock(faults->mutex);
     faults->stall = ReadFaults::Stall::kUntilReleased;
@@ -745,7 +736,7 @@ TEST_F(LoaderTest, AHungReadIsNamedByTheWatchdogAndNothingIsLost) {
 // deliver the whole epoch, each sample once.
 TEST_F(LoaderTest, NextWithATimeoutReturnsByItAndLosesNothing) {
   auto faults = std::make_shared<ReadFaults>();
-  auto loader = make_loader(dir_.path(), base_options(), through(faults));
+  auto loader = make_loader(dir_.path(), base_options(), faults);
   {
     std::lock_guard<std::mutex> lock(faults->mutex);
     faults->delay = std::chrono::milliseconds(400);
@@ -781,7 +772,7 @@ TEST_F(LoaderTest, AutotuneRaisesPrefetchWhileTheConsumerWaitsAndKeepsTheBatches
   LoaderOptions o = plain_options;
   o.autotune = true;
   o.prefetch = 8;
-  auto tuned = make_loader(dir_.path(), o, through(faults));
+  auto tuned = make_loader(dir_.path(), o, faults);
   {
     std::lock_guard<std::mutex> lock(faults->mutex);
     faults->delay = std::chrono::milliseconds(2);

@@ -4,7 +4,6 @@
 
 #include <string>
 
-#include "storage/remote_object.hpp"
 #include "zerowait/storage/open.hpp"
 
 namespace zerowait {
@@ -53,27 +52,33 @@ TEST(MemoryStore, AURLWithoutANameIsRefused) {
   EXPECT_NE(store.status().message().find("memory://NAME"), std::string::npos);
 }
 
-// The registry's remote answers come from its table: memory:// is registered but fetched over no
-// network (so no cache fronts it), and an unregistered scheme is refused rather than sent to
-// some client.
-TEST(MemoryStore, IsNotRemoteAndTheRemoteCallsRefuseIt) {
-  EXPECT_TRUE(internal::is_remote_url("https://host/ds/manifest.json"));
-  EXPECT_TRUE(internal::is_remote_url("HTTP://host/a.tar"));
-  EXPECT_TRUE(internal::is_remote_url("S3://bucket/key"));
-  EXPECT_TRUE(internal::is_s3_url("S3://bucket/key"));
-  EXPECT_FALSE(internal::is_s3_url("https://host/key"));
-  EXPECT_FALSE(internal::is_remote_url("memory://registry-test/ds/a.bin"));
-  EXPECT_FALSE(internal::is_remote_url("/data/ds/a.zws"));
-  EXPECT_FALSE(internal::is_remote_url("ftp://host/a.zws"));
+// The registry's answers come from its table: memory:// is registered but fetched over no
+// network (so no cache fronts it), its objects read whole like any other; an unregistered scheme
+// is refused rather than sent to some client.
+TEST(MemoryStore, IsNotFetchedOverANetworkAndAnUnknownSchemeIsRefused) {
+  EXPECT_TRUE(reads_over_network("https://host/ds/manifest.json"));
+  EXPECT_TRUE(reads_over_network("HTTP://host/a.tar"));
+  EXPECT_TRUE(reads_over_network("S3://bucket/key"));
+  EXPECT_FALSE(reads_over_network("memory://registry-test/ds/a.bin"));
+  EXPECT_FALSE(reads_over_network("/data/ds/a.zws"));
+  EXPECT_FALSE(reads_over_network("ftp://host/a.zws"));
 
-  for (const std::string url : {"memory://registry-test/ds/a.bin", "ftp://host/a.zws"}) {
-    auto source = internal::open_remote_source(url, Deadline::none());
-    EXPECT_EQ(source.status().code(), ErrorCode::kInvalidArgument) << url;
-    EXPECT_NE(source.status().message().find(url), std::string::npos)
-        << source.status().message();
-    auto whole = internal::read_remote_object(url, Deadline::none());
-    EXPECT_EQ(whole.status().code(), ErrorCode::kInvalidArgument) << url;
-  }
+  auto store = open_store("memory://registry-test-whole");
+  ASSERT_TRUE(store.is_ok()) << store.status().to_string();
+  ASSERT_TRUE((*store)->make_directory("ds", Deadline::none()).is_ok());
+  ASSERT_TRUE((*store)->put("ds/m.json", as_bytes("{}"), Deadline::none()).is_ok());
+  auto whole = read_object("memory://registry-test-whole/ds/m.json", Deadline::none());
+  ASSERT_TRUE(whole.is_ok()) << whole.status().to_string();
+  EXPECT_EQ(*whole, "{}");
+
+  const std::string url = "ftp://host/a.zws";
+  EXPECT_EQ(require_readable(url, "dataset").code(), ErrorCode::kInvalidArgument);
+  auto source = open_source(url, IoBackend::kPread, Deadline::none());
+  EXPECT_EQ(source.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(source.status().message().find(url), std::string::npos) << source.status().message();
+  auto refused = read_object(url, Deadline::none());
+  EXPECT_EQ(refused.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find(url), std::string::npos) << refused.status().message();
 }
 
 }  // namespace

@@ -33,6 +33,7 @@
 #include "zerowait/loader/numa.hpp"
 #include "zerowait/shard/dataset.hpp"
 #include "zerowait/shard/writer.hpp"
+#include "zerowait/storage/fault_store.hpp"
 
 namespace zerowait {
 namespace {
@@ -154,9 +155,18 @@ std::string one_cpu_node0(const TempDir& root, std::string* why) {
   return cpu;
 }
 
+// Records the name and CPUs of every thread that reads the dataset.
+struct ReadThreads {
+  std::mutex mutex;
+  std::set<std::string> seen;  // "name: CPU list"
+};
+
 // Shards of samples with an 8 KiB "bin" field: a batch of 32 has a 256 KiB raw column, which
-// stays a view of the batch arena (kOwnedColumnMaxBytes).
-std::shared_ptr<Dataset> write_dataset(const TempDir& dir, SourceWrapper wrap = {}) {
+// stays a view of the batch arena (kOwnedColumnMaxBytes). With `threads`, the dataset is read
+// through a FaultStore that injects nothing: its rule, run on each reading thread, only notes the
+// thread's name and CPUs.
+std::shared_ptr<Dataset> write_dataset(const TempDir& dir,
+                                       std::shared_ptr<ReadThreads> threads = nullptr) {
   uint64_t g = 0;
   for (int s = 0; s < 4; ++s) {
     auto writer = ShardWriter::create(dir / ("shard-" + std::to_string(s) + ".zws"),
@@ -169,43 +179,24 @@ std::shared_ptr<Dataset> write_dataset(const TempDir& dir, SourceWrapper wrap = 
     }
     EXPECT_TRUE(writer.value().finish().is_ok());
   }
-  auto dataset = Dataset::open(dir.path(), {.wrap_source = std::move(wrap)});
+  DatasetOptions options;
+  if (threads) {
+    auto store = std::make_shared<FaultStore>(make_local_store(dir.path()));
+    store->set_rule([threads](const StoreOperation& operation) {
+      if (operation.kind != "read") return Fault{};
+      char thread_name[16] = {};
+      pthread_getname_np(pthread_self(), thread_name, sizeof thread_name);
+      const std::string cpus = internal::format_cpu_list(internal::allowed_cpus());
+      std::lock_guard<std::mutex> lock(threads->mutex);
+      threads->seen.insert(std::string(thread_name) + ": " + cpus);
+      return Fault{};
+    });
+    options.store = std::move(store);
+  }
+  // With a store, "" is its root: the folder of shards.
+  auto dataset = Dataset::open(threads ? "" : dir.path(), options);
   EXPECT_TRUE(dataset.is_ok()) << dataset.status().to_string();
   return dataset.value();
-}
-
-// Records the name and CPUs of every thread that reads through it.
-struct ReadThreads {
-  std::mutex mutex;
-  std::set<std::string> seen;  // "name: CPU list"
-};
-
-class RecordingSource : public ByteSource {
- public:
-  RecordingSource(std::shared_ptr<ByteSource> file, std::shared_ptr<ReadThreads> threads)
-      : file_(std::move(file)), threads_(std::move(threads)) {}
-  const std::string& name() const override { return file_->name(); }
-  uint64_t size() const override { return file_->size(); }
-  Status read(std::span<const ReadRequest> requests, Deadline deadline) override {
-    char thread_name[16] = {};
-    pthread_getname_np(pthread_self(), thread_name, sizeof thread_name);
-    const std::string cpus = internal::format_cpu_list(internal::allowed_cpus());
-    {
-      std::lock_guard<std::mutex> lock(threads_->mutex);
-      threads_->seen.insert(std::string(thread_name) + ": " + cpus);
-    }
-    return file_->read(requests, deadline);
-  }
-
- private:
-  std::shared_ptr<ByteSource> file_;
-  std::shared_ptr<ReadThreads> threads_;
-};
-
-SourceWrapper recording(std::shared_ptr<ReadThreads> threads) {
-  return [threads](std::shared_ptr<ByteSource> file) -> std::shared_ptr<ByteSource> {
-    return std::make_shared<RecordingSource>(std::move(file), threads);
-  };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -356,7 +347,7 @@ TEST(LoaderNuma, PinsEveryLoaderThreadAndBindsTheArenas) {
     options.shuffle.block_bytes = 64 << 10;  // several blocks a batch, from several shards
     options.shuffle.window_bytes = 1 << 20;
     options.numa = node_request(root.path(), 0);
-    auto loader = Loader::create(write_dataset(dir, recording(reads)), options);
+    auto loader = Loader::create(write_dataset(dir, reads), options);
     ASSERT_TRUE(loader.is_ok()) << loader.status().to_string();
     reads->seen.clear();  // opening the dataset read indexes on this thread
 

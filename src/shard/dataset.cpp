@@ -2,33 +2,27 @@
 
 #include <algorithm>
 #include <atomic>
-#include <filesystem>
 #include <functional>
 #include <optional>
 #include <set>
 #include <thread>
 
 #include "common/log.hpp"
-#include "common/path_check.hpp"
-#include "storage/remote_object.hpp"
 #include "zerowait/shard/format.hpp"
+#include "zerowait/shard/webdataset.hpp"
 #include "zerowait/storage/open.hpp"
 
 namespace zerowait {
-namespace fs = std::filesystem;
 namespace {
 
 bool is_shard_file(const std::string& name) {
   return name.ends_with(format::kShardExtension) || name.ends_with(".tar");
 }
 
-// Where the manifest of a dataset at a URL is: the URL itself when it names a .json, else
-// manifest.json under it. A web server's folders cannot be listed, and listing a bucket costs
-// requests (and, for large prefixes, minutes), so a remote dataset is found through its manifest.
-std::string remote_manifest_url(std::string url) {
-  if (url.ends_with(".json")) return url;
-  while (url.ends_with('/')) url.pop_back();
-  return url + "/" + format::kManifestName;
+// `name` inside folder `folder` (a path, a URL or a store's name; "" is a store's root).
+std::string join(std::string folder, const std::string& name) {
+  while (folder.ends_with('/')) folder.pop_back();
+  return folder.empty() ? name : folder + "/" + name;
 }
 
 // WebDataset's shard lists: "shard-{000000..000099}.tar" (a numeric range, zero-padded to the
@@ -106,97 +100,86 @@ void for_each_in_parallel(size_t n, const std::function<void(size_t)>& open) {
 std::shared_ptr<Dataset> Dataset::make(std::string path, DatasetOptions options) {
   std::shared_ptr<Dataset> ds(new Dataset());
   ds->path_ = std::move(path);
-  if (options.cache) {
-    // Remote shards are read through the cache, then through the caller's wrapper if any.
-    // Local files are read in place: the page cache already keeps them.
-    options.wrap_source = [cache = options.cache, outer = std::move(options.wrap_source)](
-                              std::shared_ptr<ByteSource> source) {
-      if (!is_local_path(source->name())) source = cache->wrap(std::move(source));
-      return outer ? outer(std::move(source)) : source;
-    };
-  }
   ds->options_ = std::move(options);
   return ds;
 }
 
 Result<std::shared_ptr<Dataset>> Dataset::open(const std::string& path, DatasetOptions options) {
-  if (path.find('{') != std::string::npos) {
-    std::vector<std::string> shards;
-    ZW_RETURN_IF_ERROR(expand_braces(path, &shards));
-    std::shared_ptr<Dataset> ds = make(path, std::move(options));
-    for (const std::string& shard : shards) {
-      if (!internal::is_remote_url(shard)) {
-        ZW_RETURN_IF_ERROR(internal::require_local_path(shard, "dataset"));
-      }
-    }
-    ZW_RETURN_IF_ERROR(ds->add_shard_paths(shards, /*from_manifest=*/false));
-    return ds;
-  }
-  if (internal::is_remote_url(path)) return open_remote(path, std::move(options));
-  ZW_RETURN_IF_ERROR(internal::require_local_path(path, "dataset"));
+  ZW_RETURN_IF_ERROR(require_readable(path, "dataset"));
   std::shared_ptr<Dataset> ds = make(path, std::move(options));
-  std::error_code ec;
-  const fs::file_status st = fs::status(path, ec);
-  if (ec || !fs::exists(st)) {
-    return not_found("dataset '" + path + "' does not exist");
-  }
-  std::string manifest_path;
-  if (fs::is_directory(st)) {
-    if (fs::exists(fs::path(path) / format::kManifestName)) {
-      manifest_path = (fs::path(path) / format::kManifestName).string();
-    } else {
-      // A directory of shards without a manifest (e.g. WebDataset tars): open each shard.
-      std::vector<std::string> shards;
-      for (const auto& entry : fs::directory_iterator(path, ec)) {
-        if (entry.is_regular_file() && is_shard_file(entry.path().filename().string())) {
-          shards.push_back(entry.path().string());
-        }
-      }
-      if (ec) return io_error("cannot list dataset directory '" + path + "': " + ec.message());
-      if (shards.empty()) {
-        return not_found("'" + path + "' holds no " + format::kManifestName + ", no " +
-                         format::kShardExtension + " and no .tar files: not a dataset");
-      }
-      std::sort(shards.begin(), shards.end());
-      ZW_RETURN_IF_ERROR(ds->add_shard_paths(shards, /*from_manifest=*/false));
-      return ds;
+  std::vector<std::string> shards;
+  if (path.find('{') != std::string::npos) {
+    ZW_RETURN_IF_ERROR(expand_braces(path, &shards));
+    for (const std::string& shard : shards) {
+      ZW_RETURN_IF_ERROR(require_readable(shard, "dataset"));
     }
-  } else if (path.ends_with(".json")) {
-    manifest_path = path;
+  } else if (is_shard_file(path)) {
+    shards.push_back(path);
   } else {
-    ZW_RETURN_IF_ERROR(ds->add_shard_paths({path}, /*from_manifest=*/false));
+    ZW_RETURN_IF_ERROR(ds->open_manifest_or_folder());
     return ds;
   }
-  ZW_ASSIGN_OR_RETURN(ds->manifest_, Manifest::load(manifest_path));
-  const fs::path base = fs::path(manifest_path).parent_path();
-  std::vector<std::string> shards;
-  for (const ManifestShard& s : ds->manifest_.shards) shards.push_back((base / s.path).string());
-  ZW_RETURN_IF_ERROR(ds->add_shard_paths(shards, /*from_manifest=*/true));
+  ZW_RETURN_IF_ERROR(ds->add_shard_paths(shards, /*from_manifest=*/false));
   return ds;
 }
 
-Result<std::shared_ptr<Dataset>> Dataset::open_remote(const std::string& url,
-                                                      DatasetOptions options) {
-  std::shared_ptr<Dataset> ds = make(url, std::move(options));
-  if (url.ends_with(format::kShardExtension) || url.ends_with(".tar")) {
-    ZW_RETURN_IF_ERROR(ds->add_shard_paths({url}, /*from_manifest=*/false));
-    return ds;
+// The manifest is read whole (one GET at a URL): a folder is listed only when it has none, since a
+// web server's folders cannot be listed and listing a bucket costs requests (for a large prefix,
+// minutes). A folder of shards without a manifest (WebDataset tars) has each shard read.
+Status Dataset::open_manifest_or_folder() {
+  const std::string manifest_path =
+      path_.ends_with(".json") ? path_ : join(path_, format::kManifestName);
+  Result<std::string> text = read_whole(manifest_path);
+  if (text.is_ok()) {
+    ZW_ASSIGN_OR_RETURN(manifest_, Manifest::parse(*text, manifest_path));
+    const std::string base = manifest_path.substr(0, manifest_path.rfind('/') + 1);
+    std::vector<std::string> shards;
+    for (const ManifestShard& s : manifest_.shards) shards.push_back(base + s.path);
+    return add_shard_paths(shards, /*from_manifest=*/true);
   }
-  const std::string manifest_url = remote_manifest_url(url);
-  auto manifest_text =
-      internal::read_remote_object(manifest_url, Deadline::after(internal::kRemoteOpenTimeout));
-  if (manifest_text.status().code() == ErrorCode::kNotFound) {
-    return not_found("dataset '" + url + "': there is no " + manifest_url +
-                     "; a remote dataset is found through its manifest (" +
-                     manifest_text.status().message() + ")");
+  if (text.status().code() != ErrorCode::kNotFound || manifest_path == path_) {
+    return text.status();
   }
-  ZW_RETURN_IF_ERROR(manifest_text.status());
-  ZW_ASSIGN_OR_RETURN(ds->manifest_, Manifest::parse(*manifest_text, manifest_url));
-  const std::string base = manifest_url.substr(0, manifest_url.rfind('/') + 1);
+  const Result<std::vector<std::string>> names = list_folder(path_);
   std::vector<std::string> shards;
-  for (const ManifestShard& s : ds->manifest_.shards) shards.push_back(base + s.path);
-  ZW_RETURN_IF_ERROR(ds->add_shard_paths(shards, /*from_manifest=*/true));
-  return ds;
+  if (names.is_ok()) {
+    for (const std::string& name : *names) {
+      if (is_shard_file(name)) shards.push_back(join(path_, name));
+    }
+  }
+  if (!shards.empty()) return add_shard_paths(shards, /*from_manifest=*/false);
+  if (names.status().code() == ErrorCode::kNotFound) {
+    return not_found("dataset '" + path_ + "' does not exist (" + text.status().message() + ")");
+  }
+  return not_found("dataset '" + path_ + "' has no " + manifest_path + " and no " +
+                   format::kShardExtension + " or .tar files beside it: not a dataset (" +
+                   text.status().message() + ")");
+}
+
+Result<std::string> Dataset::read_whole(const std::string& path) const {
+  if (options_.store) return options_.store->read(path, open_deadline());
+  return read_object(path, open_deadline());
+}
+
+Result<std::vector<std::string>> Dataset::list_folder(const std::string& path) const {
+  if (options_.store) return options_.store->list(path, open_deadline());
+  ZW_ASSIGN_OR_RETURN(std::shared_ptr<Store> store, open_store(path));
+  return store->list("", open_deadline());
+}
+
+Result<std::shared_ptr<ShardReader>> Dataset::open_shard_at(const std::string& path,
+                                                            const KnownObject* known) const {
+  ZW_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> opened,
+                      options_.store ? options_.store->open(path, options_.backend, open_deadline())
+                                     : open_source(path, options_.backend, open_deadline(), known));
+  std::shared_ptr<ByteSource> source = std::move(opened);
+  // Objects fetched over the network are read through the node-local cache; local files in
+  // place, where the page cache already keeps them.
+  if (options_.cache && reads_over_network(source->name())) {
+    source = options_.cache->wrap(std::move(source));
+  }
+  if (path.ends_with(".tar")) return open_tar_shard(std::move(source));
+  return ShardReader::open(std::move(source));
 }
 
 Status Dataset::add_shard_paths(const std::vector<std::string>& paths, bool from_manifest) {
@@ -215,9 +198,8 @@ Status Dataset::add_shard_paths(const std::vector<std::string>& paths, bool from
   // Every shard is opened now, to count its samples: several at once, since a remote shard's
   // open waits on requests (and a remote tar's on a scan of the whole object).
   std::vector<std::optional<Result<std::shared_ptr<ShardReader>>>> opened(paths.size());
-  for_each_in_parallel(paths.size(), [&](size_t i) {
-    opened[i] = ShardReader::open_path(paths[i], options_.backend, options_.wrap_source);
-  });
+  for_each_in_parallel(paths.size(),
+                       [&](size_t i) { opened[i] = open_shard_at(paths[i], nullptr); });
   std::set<std::string> fields;
   for (size_t i = 0; i < paths.size(); ++i) {
     ZW_ASSIGN_OR_RETURN(auto reader, std::move(*opened[i]));
@@ -285,23 +267,20 @@ Result<std::shared_ptr<ShardReader>> Dataset::shard(size_t s) const {
 Result<std::shared_ptr<ShardReader>> Dataset::open_checked(size_t s) const {
   const ManifestShard& expected = manifest_.shards[s];
   const std::string& path = shard_paths_[s];
-  // A remote shard the manifest describes (its index checksum recorded) opens without a HEAD.
-  if (!expected.checksum.empty() && !is_local_path(path) &&
-      path.ends_with(format::kShardExtension)) {
-    const internal::KnownObject known{expected.bytes, "index-" + expected.checksum};
-    ZW_ASSIGN_OR_RETURN(auto source, internal::open_shard_source(path, options_.backend,
-                                                                 options_.wrap_source, &known));
-    auto opened = ShardReader::open(std::move(source));
-    if (!opened.is_ok()) {
-      return opened.status().with_context(
-          "shard '" + path + "' does not read as the manifest describes it (" +
-          std::to_string(expected.bytes) + " bytes; replaced after packing?)");
-    }
-    return check_against_manifest(s, std::move(opened).value());
+  // A shard the manifest describes (its index checksum recorded) opens without asking the
+  // storage for its size (a HEAD at a URL).
+  std::optional<KnownObject> known;
+  if (!expected.checksum.empty() && path.ends_with(format::kShardExtension)) {
+    known = KnownObject{expected.bytes, "index-" + expected.checksum};
   }
-  ZW_ASSIGN_OR_RETURN(auto reader,
-                      ShardReader::open_path(path, options_.backend, options_.wrap_source));
-  return check_against_manifest(s, std::move(reader));
+  auto opened = open_shard_at(path, known ? &*known : nullptr);
+  if (known && !opened.is_ok()) {
+    return opened.status().with_context(
+        "shard '" + path + "' does not read as the manifest describes it (" +
+        std::to_string(expected.bytes) + " bytes; replaced after packing?)");
+  }
+  ZW_RETURN_IF_ERROR(opened.status());
+  return check_against_manifest(s, std::move(opened).value());
 }
 
 Result<std::shared_ptr<ShardReader>> Dataset::check_against_manifest(

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "storage/remote_object.hpp"
 #include "zerowait/shard/webdataset.hpp"
+#include "zerowait/storage/open.hpp"
 
 namespace zerowait {
 namespace {
@@ -73,11 +73,10 @@ Result<std::shared_ptr<ShardReader>> ShardReader::open(std::shared_ptr<ByteSourc
 }
 
 Result<std::shared_ptr<ShardReader>> ShardReader::open_path(const std::string& path,
-                                                            IoBackend backend,
-                                                            const SourceWrapper& wrap) {
-  if (path.ends_with(".tar")) return open_tar_shard(path, backend, wrap);
+                                                            IoBackend backend) {
+  if (path.ends_with(".tar")) return open_tar_shard(path, backend);
   ZW_ASSIGN_OR_RETURN(std::shared_ptr<ByteSource> source,
-                      internal::open_shard_source(path, backend, wrap));
+                      open_source(path, backend, open_deadline()));
   return open(std::move(source));
 }
 

@@ -12,7 +12,6 @@
 #include "common/file.hpp"
 #include "common/log.hpp"
 #include "storage/cache/block_store.hpp"
-#include "storage/remote_object.hpp"
 #include "shard/tar/tar_header.hpp"
 #include "zerowait/storage/cache_directory.hpp"
 #include "zerowait/storage/open.hpp"
@@ -245,8 +244,7 @@ Result<format::ShardIndex> build_tar_index(ByteSource& tar) {
   tar.advise_sequential();
   const bool remote = !is_local_path(tar.name());
   SourceInput input(tar, remote ? kRemoteScan : kLocalScan,
-                    remote ? std::optional<std::chrono::nanoseconds>(internal::kRemoteOpenTimeout)
-                           : std::nullopt);
+                    remote ? std::optional<std::chrono::nanoseconds>(kOpenTimeout) : std::nullopt);
   internal::TarWalker walker(&input, tar.name());
   IndexBuilder builder;
   internal::TarMember member;
@@ -271,38 +269,45 @@ Result<std::string> tar_index_user_cache_path(const std::string& tar_path) {
   return dir + "/" + internal::cache_object_id(name, 0, "tar-index") + ".zwidx";
 }
 
-Result<std::shared_ptr<ShardReader>> open_tar_shard(const std::string& tar_path, IoBackend backend,
-                                                    const SourceWrapper& wrap) {
+Result<std::shared_ptr<ShardReader>> open_tar_shard(const std::string& tar_path,
+                                                    IoBackend backend) {
+  ZW_ASSIGN_OR_RETURN(std::shared_ptr<ByteSource> source,
+                      open_source(tar_path, backend, open_deadline()));
+  return open_tar_shard(std::move(source));
+}
+
+Result<std::shared_ptr<ShardReader>> open_tar_shard(std::shared_ptr<ByteSource> source) {
+  const std::string tar_path = source->name();
   if (!is_local_path(tar_path)) {
     // No sidecar: the index is built by one scan per open. Through a cache, that scan is what
     // fills the cache with the tar's blocks, so the samples' reads that follow hit.
-    ZW_ASSIGN_OR_RETURN(std::shared_ptr<ByteSource> source,
-                        internal::open_shard_source(tar_path, backend, wrap));
     ZW_ASSIGN_OR_RETURN(format::ShardIndex index, build_tar_index(*source));
     return std::make_shared<ShardReader>(std::move(source), std::move(index),
                                          format::kNoChecksums, ShardKind::kTar);
   }
-  ZW_ASSIGN_OR_RETURN(TarIdentity before, stat_tar(tar_path));
-  ZW_ASSIGN_OR_RETURN(std::shared_ptr<ByteSource> source,
-                      internal::open_shard_source(tar_path, backend, wrap));
-  ZW_ASSIGN_OR_RETURN(TarIdentity after, stat_tar(tar_path));
-  // A tar that changes while it is opened is indexed, but its index is not cached.
-  const bool cacheable = before == after && after.size == source->size();
+  ZW_ASSIGN_OR_RETURN(TarIdentity opened, stat_tar(tar_path));
+  // A tar replaced since it was opened (another size) or changed while it is indexed is indexed,
+  // but its index is not cached.
+  bool cacheable = opened.size == source->size();
 
   // Beside the tar first; where this user may not write there (a shared dataset), in the
   // user's cache directory.
   const std::string sidecar = tar_index_sidecar_path(tar_path);
   const Result<std::string> user_sidecar = tar_index_user_cache_path(tar_path);
   std::optional<format::ShardIndex> index;
-  if (cacheable) index = load_sidecar(sidecar, after, source->name());
+  if (cacheable) index = load_sidecar(sidecar, opened, tar_path);
   if (cacheable && !index && user_sidecar.is_ok()) {
-    index = load_sidecar(*user_sidecar, after, source->name());
+    index = load_sidecar(*user_sidecar, opened, tar_path);
   }
   if (!index) {
     ZW_ASSIGN_OR_RETURN(index, build_tar_index(*source));
+    if (cacheable) {
+      const Result<TarIdentity> indexed = stat_tar(tar_path);
+      cacheable = indexed.is_ok() && *indexed == opened;
+    }
     // Neither place writable (or a full disk) only costs the cache: the index stays in memory.
     if (cacheable) {
-      const std::string bytes = encode_sidecar(after, *index);
+      const std::string bytes = encode_sidecar(opened, *index);
       Status written = internal::write_file_atomic(sidecar, bytes, false);
       if (!written.is_ok()) {
         const std::string beside = written.message();

@@ -1,13 +1,11 @@
 #include "zerowait/shard/writer.hpp"
 
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <vector>
 
-#include "common/crash_points.hpp"
 #include "common/xxhash.hpp"
 
 namespace zerowait {
@@ -52,7 +50,6 @@ struct ShardWriter::State {
 
   // Writes `data` at `offset`, leaving 4 KiB blocks of zeros as holes.
   Status write_out(std::span<const std::byte> data, uint64_t offset) {
-    internal::count_written_bytes(data.size());
     size_t pos = 0;
     while (pos < data.size()) {
       // Extend a run of non-zero blocks, then write it with one pwrite.

@@ -2,6 +2,8 @@
 // here; nothing else in the tree maps a scheme to a driver.
 #include "zerowait/storage/open.hpp"
 
+#include <filesystem>
+#include <span>
 #include <string_view>
 
 #include "common/text.hpp"
@@ -9,7 +11,6 @@
 #include "storage/local/file_sources.hpp"
 #include "storage/local_path.hpp"
 #include "storage/memory/memory_store.hpp"
-#include "storage/remote_object.hpp"
 #include "storage/s3/s3_source.hpp"
 #include "storage/s3/s3_store.hpp"
 #include "zerowait/storage/url.hpp"
@@ -20,21 +21,16 @@ namespace {
 using StoreOpener = Result<std::shared_ptr<Store>> (*)(const std::string& url,
                                                        const StoreOptions& options);
 using SourceOpener = Result<std::unique_ptr<ByteSource>> (*)(const std::string& url,
-                                                             IoBackend backend, Deadline deadline);
-using RemoteOpener = Result<std::unique_ptr<ByteSource>> (*)(const std::string& url,
-                                                             Deadline deadline,
-                                                             const internal::KnownObject* known);
+                                                             IoBackend backend, Deadline deadline,
+                                                             const KnownObject* known);
 using ObjectReader = Result<std::string> (*)(const std::string& url, Deadline deadline);
 
 struct Driver {
   std::string_view scheme;
   StoreOpener store;  // nullptr: the scheme has objects to read but nowhere to write
   SourceOpener source;
-  // Set for drivers that fetch over the network (what is_remote_url answers, and so what the
-  // node-local cache fronts): a ranged-GET source, without a HEAD when the object is known, and
-  // a small object read whole.
-  RemoteOpener remote_source = nullptr;
-  ObjectReader read_object = nullptr;
+  ObjectReader read_object;
+  bool over_network = false;  // what a node-local cache fronts
 };
 
 Result<std::shared_ptr<Store>> open_local_store(const std::string& path, const StoreOptions&) {
@@ -50,14 +46,36 @@ Result<std::shared_ptr<Store>> open_s3_store(const std::string& url, const Store
 }
 
 Result<std::unique_ptr<ByteSource>> open_local_source(const std::string& path, IoBackend backend,
-                                                      Deadline) {
+                                                      Deadline, const KnownObject*) {
   return open_file_source(path, backend);
 }
 
-template <RemoteOpener open>
+// Through the local store of its directory, whose calls keep their deadline on a hung mount.
+Result<std::string> read_local_object(const std::string& path, Deadline deadline) {
+  const std::filesystem::path file(path);
+  const std::filesystem::path directory = file.parent_path();
+  return make_local_store(directory.empty() ? "." : directory)
+      ->read(file.filename().string(), deadline);
+}
+
+Result<std::unique_ptr<ByteSource>> open_memory_source(const std::string& url, IoBackend backend,
+                                                       Deadline deadline, const KnownObject*) {
+  return internal::open_memory_source(url, backend, deadline);
+}
+
+Result<std::string> read_memory_object(const std::string& url, Deadline deadline) {
+  ZW_ASSIGN_OR_RETURN(auto source, internal::open_memory_source(url, IoBackend::kPread, deadline));
+  std::string bytes(source->size(), '\0');
+  ZW_RETURN_IF_ERROR(source->read_at(0, std::as_writable_bytes(std::span(bytes)), deadline));
+  return bytes;
+}
+
+// A ranged-GET driver: the IoBackend is a local file's business.
+template <Result<std::unique_ptr<ByteSource>> (*open)(const std::string&, Deadline,
+                                                      const KnownObject*)>
 Result<std::unique_ptr<ByteSource>> open_remote(const std::string& url, IoBackend,
-                                                Deadline deadline) {
-  return open(url, deadline, nullptr);
+                                                Deadline deadline, const KnownObject* known) {
+  return open(url, deadline, known);
 }
 
 // The same driver under another scheme's name.
@@ -66,18 +84,18 @@ constexpr Driver served_as(std::string_view scheme, Driver driver) {
   return driver;
 }
 
-constexpr Driver kLocal = {"", open_local_store, open_local_source};
+constexpr Driver kLocal = {"", open_local_store, open_local_source, read_local_object};
 
 constexpr Driver kHttp = {"http", nullptr, open_remote<internal::open_http_url>,
-                          internal::open_http_url, internal::read_http_object};
+                          internal::read_http_object, /*over_network=*/true};
 constexpr Driver kS3 = {"s3", open_s3_store, open_remote<internal::open_s3_url>,
-                        internal::open_s3_url, internal::read_s3_object};
+                        internal::read_s3_object, /*over_network=*/true};
 
 // One line per scheme.
 constexpr Driver kDrivers[] = {
     kHttp,
     served_as("https", kHttp),
-    {"memory", open_memory_store, internal::open_memory_source},
+    {"memory", open_memory_store, open_memory_source, read_memory_object},
     kS3,
 };
 
@@ -97,16 +115,10 @@ std::string known_schemes() {
   return known + "and local paths";
 }
 
-Status no_driver(std::string_view verb, const std::string& url, std::string_view which) {
-  return invalid_argument("cannot " + std::string(verb) + " '" + url + "': no " +
-                          std::string(which) + "storage driver serves " +
-                          std::string(url_scheme(url)) + ":// (there are " + known_schemes() + ")");
-}
-
-// The remote driver of `url`, or nullptr when none fetches it over the network.
-const Driver* remote_driver_of(std::string_view url) {
-  const Driver* driver = driver_of(url);
-  return driver != nullptr && driver->remote_source != nullptr ? driver : nullptr;
+Status no_driver(std::string_view verb, const std::string& url) {
+  return invalid_argument("cannot " + std::string(verb) + " '" + url +
+                          "': no storage driver serves " + std::string(url_scheme(url)) +
+                          ":// (there are " + known_schemes() + ")");
 }
 
 }  // namespace
@@ -121,6 +133,11 @@ Result<std::shared_ptr<Store>> open_store(const std::string& url, const StoreOpt
 
 bool is_local_path(std::string_view url) { return driver_of(std::string(url)) == &kLocal; }
 
+bool reads_over_network(std::string_view url) {
+  const Driver* driver = driver_of(url);
+  return driver != nullptr && driver->over_network;
+}
+
 Status require_writable_store(const std::string& url, std::string_view what) {
   const Driver* driver = driver_of(url);
   if (driver != nullptr && driver->store != nullptr) return Status::ok();
@@ -128,45 +145,23 @@ Status require_writable_store(const std::string& url, std::string_view what) {
   return internal::require_local_path(url, what);
 }
 
+Status require_readable(const std::string& url, std::string_view what) {
+  if (driver_of(url) != nullptr) return Status::ok();
+  // A URL (every plain path has a driver): refused by name, as a local-only argument would be.
+  return internal::require_local_path(url, what);
+}
+
 Result<std::unique_ptr<ByteSource>> open_source(const std::string& url, IoBackend backend,
-                                                Deadline deadline) {
+                                                Deadline deadline, const KnownObject* known) {
   const Driver* driver = driver_of(url);
-  if (driver == nullptr) return no_driver("read", url, "");
-  return driver->source(url, backend, deadline);
+  if (driver == nullptr) return no_driver("read", url);
+  return driver->source(url, backend, deadline, known);
 }
 
-namespace internal {
-
-bool is_remote_url(std::string_view path) { return remote_driver_of(path) != nullptr; }
-
-bool is_s3_url(std::string_view path) {
-  const Driver* driver = driver_of(path);
-  return driver != nullptr && driver->scheme == kS3.scheme;
-}
-
-Result<std::unique_ptr<ByteSource>> open_remote_source(const std::string& url, Deadline deadline,
-                                                       const KnownObject* known) {
-  const Driver* driver = remote_driver_of(url);
-  if (driver == nullptr) return no_driver("fetch", url, "remote ");
-  return driver->remote_source(url, deadline, known);
-}
-
-Result<std::shared_ptr<ByteSource>> open_shard_source(const std::string& path, IoBackend backend,
-                                                      const SourceWrapper& wrap,
-                                                      const KnownObject* known) {
-  ZW_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> opened,
-                      is_remote_url(path)
-                          ? open_remote_source(path, Deadline::after(kRemoteOpenTimeout), known)
-                          : open_file_source(path, backend));
-  std::shared_ptr<ByteSource> source = std::move(opened);
-  return wrap ? wrap(std::move(source)) : source;
-}
-
-Result<std::string> read_remote_object(const std::string& url, Deadline deadline) {
-  const Driver* driver = remote_driver_of(url);
-  if (driver == nullptr) return no_driver("fetch", url, "remote ");
+Result<std::string> read_object(const std::string& url, Deadline deadline) {
+  const Driver* driver = driver_of(url);
+  if (driver == nullptr) return no_driver("read", url);
   return driver->read_object(url, deadline);
 }
 
-}  // namespace internal
 }  // namespace zerowait

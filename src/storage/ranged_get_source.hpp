@@ -10,17 +10,9 @@
 
 #include "storage/local/file_sources.hpp"  // check_range, deadline_status: shared with files
 #include "zerowait/storage/byte_source.hpp"
+#include "zerowait/storage/open.hpp"  // KnownObject: what a manifest says of an object
 
 namespace zerowait::internal {
-
-// What a dataset's manifest already says about a remote object: its size, and a version that
-// changes with its content (its index checksum). Given these, a shard opens without a HEAD, one
-// round trip less per shard; a manifest that does not describe the object shows as a failed or
-// corrupt read of the shard's footer, which Dataset reports against the manifest.
-struct KnownObject {
-  uint64_t size = 0;
-  std::string version;
-};
 
 // Fills `dst` with the object's bytes from `offset`, within `deadline`.
 using FetchRange =

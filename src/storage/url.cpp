@@ -32,8 +32,6 @@ Status require_local_path(std::string_view text, std::string_view what, std::str
 
 namespace internal {
 
-std::string_view url_scheme(std::string_view text) { return zerowait::url_scheme(text); }
-
 Status require_local_path(const std::filesystem::path& path, std::string_view what) {
   const std::string text = path.string();
   const std::string_view scheme = url_scheme(text);

@@ -13,6 +13,8 @@
 #include "zerowait/common/status.hpp"
 #include "zerowait/storage/block_cache.hpp"
 #include "zerowait/storage/byte_source.hpp"
+#include "zerowait/storage/open.hpp"
+#include "zerowait/storage/store.hpp"
 #include "zerowait/shard/manifest.hpp"
 #include "zerowait/shard/reader.hpp"
 
@@ -20,11 +22,13 @@ namespace zerowait {
 
 struct DatasetOptions {
   IoBackend backend = IoBackend::kPread;
-  // Every shard file, once opened with `backend`, is read through what this returns (empty:
-  // the file itself). See SourceWrapper.
-  SourceWrapper wrap_source;
-  // Remote shards (http(s)://, s3://) are read through this node-local cache when set
-  // (docs/cache.md); `wrap_source` then wraps the cached source.
+  // Unset, `path` and the shards are paths or URLs read through the storage registry
+  // (zerowait/storage/open.hpp). Set, they are names in this store, which every read goes
+  // through: how a test reads a dataset through a FaultStore (zerowait/storage/fault_store.hpp)
+  // that fails, stalls, cuts short or observes its reads.
+  std::shared_ptr<Store> store;
+  // Shards fetched over the network (http(s)://, s3://) are read through this node-local cache
+  // when set (docs/cache.md).
   std::shared_ptr<BlockCache> cache;
   // The most memory the open shards' indexes may hold (about 48 bytes a sample): past it, the
   // shards used longest ago are closed (a reader still in use stays valid until released) and
@@ -45,13 +49,13 @@ struct SampleLocation {
 // closed them or is gone. Errors name the manifest or shard file.
 class Dataset {
  public:
-  // `path` is one of: a manifest.json; a directory holding one; a directory of .zws / .tar files
-  // (no manifest: each shard's footer or tar index is read); a single .zws; a single .tar.
-  // Or an http(s):// or s3://BUCKET/KEY URL of a manifest.json, of a folder (prefix) holding
-  // one, or of a single .zws: the manifest comes with one GET (no listing), and shards are read
-  // with ranged GETs (docs/remote.md). s3:// takes its settings from the environment and the AWS
-  // config files, as the AWS SDKs do. Or a brace list of shards, local or remote, as WebDataset
-  // writes them: "shard-{000000..000099}.tar", "{train,extra}/shard-0.zws" (each opened at once).
+  // `path` is a local path or a URL (http(s)://, s3://BUCKET/KEY; docs/remote.md), read the same
+  // way: a manifest.json; a folder holding one; a folder of .zws / .tar files without one (listed
+  // where the storage lists folders; each shard's footer or tar index is read); a single .zws;
+  // a single .tar; or a brace list of shards as WebDataset writes them:
+  // "shard-{000000..000099}.tar", "{train,extra}/shard-0.zws" (each opened at once). A manifest
+  // is read whole (one GET at a URL), and shards with ranged reads when first used. s3:// takes
+  // its settings from the environment and the AWS config files, as the AWS SDKs do.
   static Result<std::shared_ptr<Dataset>> open(const std::string& path,
                                                DatasetOptions options = {});
 
@@ -91,10 +95,16 @@ class Dataset {
 
  private:
   Dataset() = default;
-  // A dataset at `path` with `options`, the cache (if any) folded into options_.wrap_source.
   static std::shared_ptr<Dataset> make(std::string path, DatasetOptions options);
-  static Result<std::shared_ptr<Dataset>> open_remote(const std::string& url,
-                                                      DatasetOptions options);
+  // path_ as a manifest (.json), or a folder holding one or holding shards.
+  Status open_manifest_or_folder();
+  // The dataset's objects by path or URL (or by name in options_.store): a whole one (a
+  // manifest), a folder's names, a shard (read through the cache). `known`: what the manifest
+  // says of it.
+  Result<std::string> read_whole(const std::string& path) const;
+  Result<std::vector<std::string>> list_folder(const std::string& path) const;
+  Result<std::shared_ptr<ShardReader>> open_shard_at(const std::string& path,
+                                                     const KnownObject* known) const;
   Status add_shard_paths(const std::vector<std::string>& paths, bool from_manifest);
 
   std::string path_;

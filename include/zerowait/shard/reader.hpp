@@ -57,11 +57,10 @@ class ShardReader {
  public:
   // Opens a native shard with one read of the footer and one of the index.
   static Result<std::shared_ptr<ShardReader>> open(std::shared_ptr<ByteSource> source);
-  // Opens a file path: ".tar" goes through the WebDataset tar index (see webdataset.hpp),
-  // anything else is a native shard. Reads go through `wrap(file)` when `wrap` is set.
+  // Opens a path or URL (through the storage registry, zerowait/storage/open.hpp): ".tar" goes
+  // through the WebDataset tar index (see webdataset.hpp), anything else is a native shard.
   static Result<std::shared_ptr<ShardReader>> open_path(const std::string& path,
-                                                        IoBackend backend = IoBackend::kPread,
-                                                        const SourceWrapper& wrap = {});
+                                                        IoBackend backend = IoBackend::kPread);
   // Wraps an already-built index (used by the tar reader).
   ShardReader(std::shared_ptr<ByteSource> source, format::ShardIndex index, uint32_t flags,
               ShardKind kind, uint64_t index_checksum = 0);

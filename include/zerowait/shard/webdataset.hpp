@@ -39,13 +39,14 @@ Result<std::string> tar_index_user_cache_path(const std::string& tar_path);
 // matches the tar (same size and modification time), otherwise rebuilt and the sidecar
 // rewritten atomically; where the tar's directory cannot be written the sidecar lives in the
 // user's cache directory (tar_index_user_cache_path), and where neither can be written it only
-// costs the cache (noted once). Reads of the
-// tar go through `wrap(file)` when `wrap` is set.
-// An http(s):// or s3:// tar is indexed by scanning it at every open, in ranged GETs of 8 MiB
-// (each with kRemoteOpenTimeout), the next few announced to `wrap`'s source; there is no sidecar.
+// costs the cache (noted once).
+// A tar at a URL (http(s)://, s3://) is indexed by scanning it at every open, in ranged GETs of
+// 8 MiB (each within kOpenTimeout), the next few announced to its source; there is no sidecar.
 // Through a node-local cache that scan downloads the tar into the cache once for the node.
 Result<std::shared_ptr<ShardReader>> open_tar_shard(const std::string& tar_path,
-                                                    IoBackend backend = IoBackend::kPread,
-                                                    const SourceWrapper& wrap = {});
+                                                    IoBackend backend = IoBackend::kPread);
+// The same, for a tar already opened (through a Store, a cache): its source's name() says where
+// it lies, and so whether a sidecar can be kept beside it.
+Result<std::shared_ptr<ShardReader>> open_tar_shard(std::shared_ptr<ByteSource> source);
 
 }  // namespace zerowait

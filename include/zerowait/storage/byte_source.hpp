@@ -103,12 +103,6 @@ class ByteSource {
 Result<std::unique_ptr<ByteSource>> open_file_source(const std::string& path,
                                                      IoBackend backend = IoBackend::kPread);
 
-// Given a source just opened, returns the source to read through instead: the seam through
-// which a dataset's shards can be read by something other than the plain file (a cache in
-// front of it, a test's fault injection). It may return its argument. Called once per shard
-// open, possibly from several threads at once; the returned source must be thread-safe.
-using SourceWrapper = std::function<std::shared_ptr<ByteSource>(std::shared_ptr<ByteSource>)>;
-
 // A source over bytes held in memory (tests, fuzzers, small embedded data). Copies `bytes`.
 std::unique_ptr<ByteSource> make_memory_source(std::string name, std::span<const std::byte> bytes);
 

@@ -1,7 +1,10 @@
 // The one fault injector (after RocksDB's FaultInjectionTestFS): a Store that wraps any other
 // and can make any of its operations, data or metadata, reads or writes, fail with an errno
 // (EIO, ENOSPC, ...), stall past its deadline, return short, flip a byte or end the process, at
-// whichever operation a rule picks. Tests use it where a failure is hard to cause for real.
+// whichever operation a rule picks; a rule may also only count or observe the operations (it runs
+// on the calling thread), or hold one back for as long as a test needs. Tests use it where a
+// failure is hard to cause for real: a dataset opened over one (DatasetOptions::store) reads its
+// manifest, listings and shards through it.
 #pragma once
 
 #include <atomic>
@@ -27,6 +30,8 @@ struct StoreOperation {
   uint64_t offset = 0;
   uint64_t length = 0;
   uint64_t number = 0;  // 1 for the store's first operation of any kind, counting up
+  // The caller's deadline (none for a file's writes): a rule can check that no call is unbounded.
+  Deadline deadline;
 
   bool mutates() const;
   std::string to_string() const { return kind + " " + path; }

@@ -75,7 +75,8 @@ class Store {
   // Makes the entries of directory `path` durable (fsync of the directory; "" is the root).
   virtual Status sync_directory(const std::string& path, Deadline deadline) = 0;
   // Atomically makes `from` (an object or a directory) appear as `to`: a rename(2) on a local
-  // filesystem, a server-side copy on an object store. A directory never replaces an existing
+  // filesystem and nothing more (the caller that needs the rename to survive a crash calls
+  // sync_directory on `to`'s directory afterwards), a server-side copy on an object store. A directory never replaces an existing
   // one (kAlreadyExists); an object replaces its destination. `commit_record` names the object
   // inside a directory that must appear last (a reader that sees it sees the whole directory);
   // an object store copies it after every other one.

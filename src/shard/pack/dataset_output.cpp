@@ -7,6 +7,7 @@
 
 #include "common/xxhash.hpp"
 #include "zerowait/shard/format.hpp"
+#include "zerowait/storage/fault_store.hpp"
 #include "zerowait/storage/open.hpp"
 
 namespace zerowait::internal {
@@ -119,6 +120,8 @@ Result<std::unique_ptr<DatasetOutput>> DatasetOutput::open(const std::string& ou
   while (root.size() > 1 && root.ends_with('/')) root.pop_back();
   ZW_ASSIGN_OR_RETURN(std::shared_ptr<Store> store,
                       open_store(root, StoreOptions{.spool_dir = tmp_dir}));
+  // Crash tests end a real `zerowait pack` at any write, publish or sync of its output.
+  store = with_exit_fault_from_environment(std::move(store));
   std::string dir;  // a part's directory below the merged root
   if (part_count > 1) {
     dir = pack_part_dir_name(part_index, part_count);

@@ -11,7 +11,6 @@
 #include <string_view>
 
 #include "common/clock.hpp"
-#include "common/path_check.hpp"
 #include "common/xxhash.hpp"
 #include "shard/pack/dataset_output.hpp"
 #include "zerowait/shard/dataset.hpp"
@@ -19,6 +18,7 @@
 #include "zerowait/shard/manifest.hpp"
 #include "zerowait/shard/pack.hpp"
 #include "zerowait/storage/open.hpp"
+#include "zerowait/storage/url.hpp"
 
 namespace zerowait {
 namespace fs = std::filesystem;
@@ -165,11 +165,11 @@ class MergeRoot {
   // it lies outside. A root that is a URL takes parts named by URLs below it; a local one takes
   // paths, relative to the working directory or absolute.
   Result<std::string> relative_to_root(const std::string& given, const std::string& path) const {
-    const bool root_is_url = !internal::url_scheme(root_).empty();
+    const bool root_is_url = is_url(root_);
     std::string rel;
     if (root_is_url) {
       if (given.starts_with(root_ + "/")) rel = given.substr(root_.size() + 1);
-    } else if (internal::url_scheme(given).empty()) {
+    } else if (!is_url(given)) {
       rel = normal_absolute(given).lexically_relative(normal_absolute(root_)).generic_string();
     }
     const std::string padded = "/" + rel + "/";

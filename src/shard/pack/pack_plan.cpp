@@ -6,10 +6,11 @@
 #include <map>
 #include <set>
 
-#include "common/path_check.hpp"
 #include "common/text.hpp"
+#include "storage/local_path.hpp"
 #include "zerowait/shard/webdataset.hpp"
 #include "zerowait/storage/open.hpp"
+#include "zerowait/storage/url.hpp"
 
 namespace zerowait::internal {
 namespace fs = std::filesystem;

@@ -81,6 +81,7 @@ class FaultSource final : public ByteSource {
     for (size_t i = 0; i < requests.size(); ++i) {
       const ReadRequest& r = requests[i];
       StoreOperation op{"read", path_, r.offset, r.dst.size()};
+      op.deadline = deadline;
       const Fault fault = store_.decide(op);
       faults.push_back(fault);
       switch (fault.kind) {
@@ -203,6 +204,7 @@ void FaultStore::stall(Deadline deadline) {
 }
 
 Status FaultStore::apply(StoreOperation operation, Deadline deadline) {
+  operation.deadline = deadline;
   const Fault fault = decide(operation);
   switch (fault.kind) {
     case Fault::Kind::kNone:

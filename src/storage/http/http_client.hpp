@@ -100,7 +100,4 @@ std::string url_for_errors(const std::string& url);
 // The client datasets use for http(s) URLs: default options, shared by the whole process.
 std::shared_ptr<HttpClient> default_http_client();
 
-// How long opening a remote dataset's manifest or a shard (HEAD, footer, index) may take.
-inline constexpr std::chrono::seconds kRemoteOpenTimeout{60};
-
 }  // namespace zerowait::internal

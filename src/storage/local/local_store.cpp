@@ -1,6 +1,6 @@
-// A Store on a local (or network-mounted) filesystem: objects are files, publish is rename(2)
-// followed by an fsync of the destination's directory. Every call keeps its deadline through
-// call_within (a hung mount is reported, not waited on).
+// A Store on a local (or network-mounted) filesystem: objects are files, publish is a rename(2)
+// and nothing more (its caller makes it durable with sync_directory). Every call keeps its
+// deadline through call_within (a hung mount is reported, not waited on).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>

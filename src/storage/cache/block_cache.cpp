@@ -61,7 +61,11 @@ class BlockCache::Impl {
  public:
   Impl(BlockCacheOptions options, std::unique_ptr<BlockStore> store)
       : options_(std::move(options)), store_(std::move(store)) {
-    for (unsigned i = 0; i < options_.prefetch_threads; ++i) {
+    // One range request in flight per downloader: as many as prefetch_bytes holds in blocks.
+    const uint64_t by_bytes = std::max<uint64_t>(1, options_.prefetch_bytes / options_.block_bytes);
+    const unsigned downloaders =
+        static_cast<unsigned>(std::min<uint64_t>(options_.prefetch_threads, by_bytes));
+    for (unsigned i = 0; i < downloaders; ++i) {
       prefetchers_.emplace_back([this] { prefetch_loop(); });
     }
   }

@@ -159,22 +159,22 @@ class BlockCache::Impl {
   // download.
   void announce(const std::shared_ptr<ByteSource>& origin, const std::string& object,
                 uint64_t first, uint64_t last) {
-    bool queued = false;
+    size_t queued = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (announced_.size() > kMaxAnnounced) announced_.clear();
       for (uint64_t b = first; b <= last; ++b) {
         const std::string name = BlockStore::block_name(object, b);
         if (!announced_.emplace(name, ++announce_sequence_).second) continue;
-        if (!prefetchers_.empty() && queue_.size() < kMaxQueuedPrefetches) {
+        // A block this process holds open needs no downloader (a warm epoch's, mostly).
+        if (!prefetchers_.empty() && queue_.size() < kMaxQueuedPrefetches &&
+            open_.count(name) == 0) {
           queue_.push_back({origin, object, b});
-          queued = true;
+          ++queued;
         }
       }
     }
-    // Most hints name blocks already announced: waking the downloaders for them would cost a
-    // context switch each.
-    if (queued) prefetch_wake_.notify_all();
+    wake_downloaders(queued);
   }
 
   // Blocks [first, last] of `origin` are needed now by a read that will take them in this
@@ -184,7 +184,7 @@ class BlockCache::Impl {
   void fetch_ahead(const std::shared_ptr<ByteSource>& origin, const std::string& object,
                    uint64_t first, uint64_t last) {
     if (prefetchers_.empty()) return;
-    bool queued = false;
+    size_t queued = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (announced_.size() > kMaxAnnounced) announced_.clear();
@@ -193,10 +193,10 @@ class BlockCache::Impl {
         if (open_.count(name) != 0) continue;
         announced_.emplace(std::move(name), ++announce_sequence_);
         queue_.push_front({origin, object, b});
-        queued = true;
+        ++queued;
       }
     }
-    if (queued) prefetch_wake_.notify_all();
+    wake_downloaders(queued);
   }
 
   Status trim(uint64_t headroom, uint64_t pending, Deadline deadline) {
@@ -250,6 +250,13 @@ class BlockCache::Impl {
   }
 
  private:
+  // One downloader per job queued, not all of them: with tens of downloaders, waking every one
+  // for a hint of a block or two costs a context switch each, on the CPUs a read needs. Most
+  // hints name blocks already announced and queue nothing.
+  void wake_downloaders(size_t queued) {
+    for (size_t i = 0; i < std::min(queued, prefetchers_.size()); ++i) prefetch_wake_.notify_one();
+  }
+
   struct PrefetchJob {
     std::shared_ptr<ByteSource> origin;
     std::string object;

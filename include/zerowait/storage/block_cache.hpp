@@ -46,7 +46,8 @@ struct BlockCacheOptions {
   // them at once: prefetch_bytes / block_bytes range requests in flight (at least one), each into
   // a buffer of its own, so this also bounds the memory the downloads hold. A link with tens of
   // milliseconds per request needs many requests in flight to be full (docs/remote.md, "Cold
-  // reads: where the time goes"); a fixed count of them would fill it with large blocks only.
+  // reads: where the time goes"); sized in bytes, the read-ahead stays the same whatever the
+  // block size.
   uint64_t prefetch_bytes = 128ull << 20;
   // The most downloader threads prefetch_bytes may ask for (0: none; announcements then only
   // order eviction).

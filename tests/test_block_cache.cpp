@@ -282,6 +282,29 @@ TEST_F(BlockCacheTest, AnnouncedBlocksAreDownloadedInTheBackground) {
   EXPECT_EQ(cache->stats().misses, 0u);
 }
 
+// The read-ahead is sized in bytes: prefetch_bytes of blocks in flight, one GET each, however
+// many blocks are announced and however many downloader threads are allowed.
+TEST_F(BlockCacheTest, PrefetchBytesBoundTheDownloadsInFlight) {
+  BlockCacheOptions o = cache_options();
+  o.prefetch_threads = 64;
+  o.prefetch_bytes = 3 * kBlock;
+  auto cache = open_cache(o);
+  auto source = cached_object(*cache);
+  // Every answer is slow, so the downloaders' GETs overlap: each one in flight at once needs a
+  // connection of its own, the HEAD's (idle by then) serving one of them.
+  server_.fail_next({.stall = 100ms}, 11);
+  const uint64_t connections_before = server_.connections();
+  source->prefetch(0, object_.size());
+  for (int i = 0; i < 1000 && cache->stats().prefetched < 11; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(cache->stats().prefetched, 11u);
+  EXPECT_LE(server_.connections() - connections_before, 2u);  // never more than 3 at once
+  const size_t requests_before = server_.log().size();
+  EXPECT_EQ(read(*source, 0, object_.size()), object_);
+  EXPECT_EQ(server_.log().size(), requests_before);
+}
+
 TEST_F(BlockCacheTest, AReadOverSeveralMissingBlocksDownloadsThemInParallel) {
   BlockCacheOptions o = cache_options();
   o.prefetch_threads = 4;

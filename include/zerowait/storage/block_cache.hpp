@@ -42,10 +42,16 @@ struct BlockCacheOptions {
   // Blocks one process keeps open (file descriptors). A block evicted while open keeps its disk
   // space until it is closed, so this also bounds how far past the cap the disk use can go.
   size_t open_blocks = 64;
-  // Blocks announced by prefetch() are downloaded in the background by this many threads
-  // (0: announcements only order eviction). Each is one range request at a time: with tens of
-  // milliseconds per request, several in flight are what fill the link.
-  unsigned prefetch_threads = 8;
+  // Blocks announced by prefetch() are downloaded in the background, about this many bytes of
+  // them at once: prefetch_bytes / block_bytes range requests in flight (at least one), each into
+  // a buffer of its own, so this also bounds the memory the downloads hold. A link with tens of
+  // milliseconds per request needs many requests in flight to be full (docs/remote.md, "Cold
+  // reads: where the time goes"); sized in bytes, the read-ahead stays the same whatever the
+  // block size.
+  uint64_t prefetch_bytes = 128ull << 20;
+  // The most downloader threads prefetch_bytes may ask for (0: none; announcements then only
+  // order eviction).
+  unsigned prefetch_threads = 64;
 };
 
 // Counters of this process's use of the cache (other processes count their own), plus the

@@ -61,7 +61,11 @@ class BlockCache::Impl {
  public:
   Impl(BlockCacheOptions options, std::unique_ptr<BlockStore> store)
       : options_(std::move(options)), store_(std::move(store)) {
-    for (unsigned i = 0; i < options_.prefetch_threads; ++i) {
+    // One range request in flight per downloader: as many as prefetch_bytes holds in blocks.
+    const uint64_t by_bytes = std::max<uint64_t>(1, options_.prefetch_bytes / options_.block_bytes);
+    const unsigned downloaders =
+        static_cast<unsigned>(std::min<uint64_t>(options_.prefetch_threads, by_bytes));
+    for (unsigned i = 0; i < downloaders; ++i) {
       prefetchers_.emplace_back([this] { prefetch_loop(); });
     }
   }
@@ -155,22 +159,22 @@ class BlockCache::Impl {
   // download.
   void announce(const std::shared_ptr<ByteSource>& origin, const std::string& object,
                 uint64_t first, uint64_t last) {
-    bool queued = false;
+    size_t queued = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (announced_.size() > kMaxAnnounced) announced_.clear();
       for (uint64_t b = first; b <= last; ++b) {
         const std::string name = BlockStore::block_name(object, b);
         if (!announced_.emplace(name, ++announce_sequence_).second) continue;
-        if (!prefetchers_.empty() && queue_.size() < kMaxQueuedPrefetches) {
+        // A block this process holds open needs no downloader (a warm epoch's, mostly).
+        if (!prefetchers_.empty() && queue_.size() < kMaxQueuedPrefetches &&
+            open_.count(name) == 0) {
           queue_.push_back({origin, object, b});
-          queued = true;
+          ++queued;
         }
       }
     }
-    // Most hints name blocks already announced: waking the downloaders for them would cost a
-    // context switch each.
-    if (queued) prefetch_wake_.notify_all();
+    wake_downloaders(queued);
   }
 
   // Blocks [first, last] of `origin` are needed now by a read that will take them in this
@@ -180,7 +184,7 @@ class BlockCache::Impl {
   void fetch_ahead(const std::shared_ptr<ByteSource>& origin, const std::string& object,
                    uint64_t first, uint64_t last) {
     if (prefetchers_.empty()) return;
-    bool queued = false;
+    size_t queued = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (announced_.size() > kMaxAnnounced) announced_.clear();
@@ -189,10 +193,10 @@ class BlockCache::Impl {
         if (open_.count(name) != 0) continue;
         announced_.emplace(std::move(name), ++announce_sequence_);
         queue_.push_front({origin, object, b});
-        queued = true;
+        ++queued;
       }
     }
-    if (queued) prefetch_wake_.notify_all();
+    wake_downloaders(queued);
   }
 
   Status trim(uint64_t headroom, uint64_t pending, Deadline deadline) {
@@ -246,6 +250,13 @@ class BlockCache::Impl {
   }
 
  private:
+  // One downloader per job queued, not all of them: with tens of downloaders, waking every one
+  // for a hint of a block or two costs a context switch each, on the CPUs a read needs. Most
+  // hints name blocks already announced and queue nothing.
+  void wake_downloaders(size_t queued) {
+    for (size_t i = 0; i < std::min(queued, prefetchers_.size()); ++i) prefetch_wake_.notify_one();
+  }
+
   struct PrefetchJob {
     std::shared_ptr<ByteSource> origin;
     std::string object;

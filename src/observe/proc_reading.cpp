@@ -40,19 +40,6 @@ std::optional<CpuTimes> read_cpu(const host::System& system) {
   return times;
 }
 
-// The value of "Key: value" or "key value" lines (/proc/meminfo, /proc/vmstat, /proc/PID/io).
-std::optional<uint64_t> keyed_value(const std::string& text, const std::string& key) {
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.starts_with(key)) continue;
-    const size_t after = key.size();
-    if (after < line.size() && line[after] != ' ' && line[after] != ':') continue;
-    const std::vector<std::string> words = split_words(line.substr(after + 1));
-    if (!words.empty()) return to_u64(words[0]);
-  }
-  return std::nullopt;
-}
-
 bool is_virtual_disk(const std::string& name) {
   return name.starts_with("loop") || name.starts_with("ram") || name.starts_with("zram");
 }
@@ -75,6 +62,18 @@ std::optional<ProcessStat> parse_stat(const std::string& stat) {
 }
 
 }  // namespace
+
+std::optional<uint64_t> keyed_value(const std::string& text, const std::string& key) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.starts_with(key)) continue;
+    const size_t after = key.size();
+    if (after < line.size() && line[after] != ' ' && line[after] != ':') continue;
+    const std::vector<std::string> words = split_words(line.substr(after + 1));
+    if (!words.empty()) return to_u64(words[0]);
+  }
+  return std::nullopt;
+}
 
 char stat_state(const std::string& stat) {
   const size_t close = stat.rfind(')');

@@ -190,13 +190,48 @@ Result<WatchResult> watch_job(const WatchOptions& options) {
   for (SystemSample& s : sampler.samples()) {
     if (s.main) run.samples.push_back(std::move(s));
   }
-  run.attribution = attribute(run.samples, run.duration_s);
-  if (options.gpus > 0) {
+  // Start-up (imports, building the dataset) ends where the data pipeline first runs, and
+  // shutdown (interpreter teardown) starts after it last ran: the shares are of the time
+  // between, the time the training loop's own clock would measure.
+  const auto running = [](const SystemSample& s) { return s.pipeline; };
+  // A child that lives shorter than kPipelineS (a tool that an import runs) is no pipeline.
+  constexpr double kPipelineS = 0.5;
+  auto first = run.samples.begin();
+  for (; first != run.samples.end(); ++first) {
+    if (!first->pipeline) continue;
+    const auto end = std::find_if_not(first, run.samples.end(), running);
+    if (end == run.samples.end() || std::prev(end)->t - first->t >= kPipelineS) break;
+  }
+  const auto last = std::find_if(run.samples.rbegin(), run.samples.rend(), running);
+  std::vector<SystemSample> steady = run.samples;
+  double steady_s = run.duration_s;
+  if (first != run.samples.end()) {
+    const double begin_t = first == run.samples.begin() ? result.t0 : std::prev(first)->t;
+    run.startup_s = std::max(0.0, begin_t - result.t0);
+    run.shutdown_s = std::max(0.0, result.t0 + run.duration_s - last->t);
+    steady.assign(first, last.base());
+    steady_s = last->t - begin_t;
+  }
+  run.attribution = attribute(steady, steady_s);
+  if (sampler.degraded()) {
+    run.degraded = "cannot read /proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) +
+                   "/syscall: watch has no ptrace rights over pid " + std::to_string(pid) +
+                   (by_pid ? " (another user's process, or kernel.yama.ptrace_scope >= 1 for a "
+                             "process that is not watch's child)"
+                           : "") +
+                   "; blocked waits count as other. Run watch as the job's user with "
+                   "ptrace_scope 0, as root, or start the job under it (zerowait watch -- CMD)";
+  }
+  if (!by_pid) {
+    run.exit_code = result.exit_code;
+    run.failed = result.exit_code != 0 && !g_interrupted;
+  }
+  if (options.gpus > 0 && !run.failed) {
     ZW_ASSIGN_OR_RETURN(WaitCost cost,
                         wait_cost(run.attribution.shares, options.gpus, options.gpu_hourly_cost));
     run.cost = std::move(cost);
   }
-  if (before) {
+  if (before && !run.failed) {
     const RunFigures after{std::nullopt, run.attribution.shares.at("compute")};
     ZW_ASSIGN_OR_RETURN(Comparison comparison,
                         compare_runs(*before, after, options.compare, options.gpus,

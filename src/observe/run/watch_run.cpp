@@ -28,10 +28,17 @@ nlohmann::ordered_json watch_run_document(const WatchRun& run) {
       {"command", run.command},
       {"started_unix", rounded(run.started_unix, 3)},
       {"duration_s", rounded(run.duration_s, 3)},
+      {"startup_s", rounded(run.startup_s, 3)},
+      {"shutdown_s", rounded(run.shutdown_s, 3)},
+      {"exit_code", run.exit_code ? nlohmann::ordered_json(*run.exit_code)
+                                  : nlohmann::ordered_json(nullptr)},
+      {"failed", run.failed},
+      {"degraded", run.degraded.empty() ? nlohmann::ordered_json(nullptr)
+                                        : nlohmann::ordered_json(run.degraded)},
       {"causes", summary["causes"]},
       {"seconds", summary["seconds"]},
       {"shares", summary["shares"]},
-      {"verdict", summary["verdict"]},
+      {"verdict", run.failed ? nlohmann::ordered_json("failed") : summary["verdict"]},
       {"cost", run.cost ? cost_json(*run.cost) : nlohmann::ordered_json(nullptr)},
       {"comparison",
        run.comparison ? comparison_json(*run.comparison) : nlohmann::ordered_json(nullptr)},

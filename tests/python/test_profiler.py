@@ -18,6 +18,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -364,7 +365,8 @@ def map_dataset(tmp_path_factory) -> Path:
     return out
 
 
-def slow_map_run(dataset: Path, map_workers: int, steps: int = 12) -> dict:
+def slow_map_run(dataset: Path, map_workers: int, steps: int = 12,
+                 out: Optional[Path] = None) -> dict:
     """A loop whose input is a map= function sleeping 50 ms a sample (400 ms a batch) in
     map_workers processes, computing 50 ms a step: its summary and report."""
     def slow(sample: dict) -> dict:
@@ -375,7 +377,7 @@ def slow_map_run(dataset: Path, map_workers: int, steps: int = 12) -> dict:
                          map_workers=map_workers) as loader:
         batches = iter(loader)
         next(batches)  # the workers are up and the pipeline full before the clock starts
-        prof = zerowait.StepProfiler(loader, sample_system=False)
+        prof = zerowait.StepProfiler(loader, sample_system=False, out=out)
         with prof:
             for _ in range(steps):
                 with prof.step(samples=8):
@@ -384,10 +386,12 @@ def slow_map_run(dataset: Path, map_workers: int, steps: int = 12) -> dict:
         return {"summary": prof.summary(), "report": prof.report()}
 
 
-def test_a_slow_map_function_is_named_with_the_change_and_its_effect(map_dataset):
+def test_a_slow_map_function_is_named_with_the_change_and_its_effect(map_dataset, cli,
+                                                                     tmp_path):
     """The verdict names the map function and the change (twice the map workers) with the input
-    wait it predicts; the rerun with that change shows it within 25 %."""
-    before = slow_map_run(map_dataset, map_workers=1)
+    wait it predicts, in report() and on the report page; the rerun with that change shows it
+    within 25 %."""
+    before = slow_map_run(map_dataset, map_workers=1, out=tmp_path / "before")
     summary = before["summary"]
     assert summary["verdict"] == "input-bound", summary["shares"]
     stages = summary["input_stages"]
@@ -396,6 +400,11 @@ def test_a_slow_map_function_is_named_with_the_change_and_its_effect(map_dataset
     assert advice["stage"] == "map" and advice["change"] == "map_workers=1 -> 2", advice
     assert advice["fn_ms_per_sample"] == pytest.approx(50, rel=0.5)
     assert "change: map fn is" in before["report"] and "map_workers=1 -> 2" in before["report"]
+    done = subprocess.run([str(cli), "report", str(tmp_path / "before")], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "before" / "report.html").read_text()
+    assert "<strong>Change:</strong> map fn is" in page and "map_workers=1 -&gt; 2" in page
     after = slow_map_run(map_dataset, map_workers=2)["summary"]
     measured = after["seconds"]["input"] / 12
     print(f"\nslow map: before {1000 * advice['input_s_per_step']:.1f} ms/step input wait, "

@@ -76,6 +76,9 @@ void print_summary(const observe::WatchRun& run, const std::string& out_dir, dou
     return;
   }
   std::cout << "\nverdict: " << a.verdict << '\n';
+  for (const observe::WatchAdvice& advice : run.advice) {
+    std::cout << "change: " << advice.summary << '\n';
+  }
   if (!a.events.empty()) {
     std::vector<observe::DropEvent> top = a.events;
     std::stable_sort(top.begin(), top.end(), [](const auto& x, const auto& y) {

@@ -134,6 +134,8 @@ ProcReading read_proc(const host::System& system, pid_t pid, double t) {
   }
   if (stats.find(pid) == stats.end()) return r;  // gone: no tree
   r.has_children = children.count(pid) != 0;
+  r.root = pid;
+  r.children = static_cast<int>(children.count(pid));
   r.exiting = stats[pid].rss_pages == 0;
   static const uint64_t page_size = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   std::deque<pid_t> queue = {pid};

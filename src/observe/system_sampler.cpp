@@ -58,6 +58,7 @@ SystemSample rates(const ProcReading& now, const ProcReading& before) {
     s.cpu = share(now.cpu->busy, before.cpu->busy, now.cpu->total - before.cpu->total);
   }
   double ticks = 0;
+  double child_ticks = 0;
   double read_bytes = 0;
   double write_bytes = 0;
   for (const auto& [pid, counters] : now.tree) {
@@ -65,10 +66,13 @@ SystemSample rates(const ProcReading& now, const ProcReading& before) {
     const ProcessCounters zero;
     const ProcessCounters& base = old == before.tree.end() ? zero : old->second;
     ticks += delta(counters.cpu_ticks, base.cpu_ticks);
+    if (pid != now.root) child_ticks += delta(counters.cpu_ticks, base.cpu_ticks);
     read_bytes += delta(counters.read_bytes, base.read_bytes);
     write_bytes += delta(counters.write_bytes, base.write_bytes);
   }
   s.proc_cpu = dt > 0 ? ticks / ticks_per_s / dt : 0;
+  s.children_cpu = dt > 0 ? child_ticks / ticks_per_s / dt : 0;
+  s.children = now.children;
   s.read_bps = dt > 0 ? read_bytes / dt : 0;
   s.write_bps = dt > 0 ? write_bytes / dt : 0;
   s.rss = now.rss;
@@ -145,9 +149,9 @@ double monotonic_seconds() {
   return double(now.tv_sec) + double(now.tv_nsec) / 1e9;
 }
 
-// How long a running main thread is watched for read calls (see take()): unpickling a tensor
-// reads every few tens of microseconds, so a millisecond sees it.
-constexpr std::chrono::microseconds kReadWindow{1000};
+// How long a running main thread is watched for read calls (see take()): unpickling a batch
+// reads at each tensor's handshake, well under a millisecond apart.
+constexpr std::chrono::microseconds kReadWindow{2000};
 
 struct SystemSampler::State {
   explicit State(const SystemSamplerOptions& options)
@@ -210,10 +214,12 @@ std::optional<SystemSample> SystemSampler::take(double t) {
       // step's reads from inside this step's compute, so it decides nothing.
       const bool window_held = std::chrono::steady_clock::now() - window_start <= 2 * kReadWindow;
       if (window_held && reads_after && *reads_after > *reads_before) {
-        main = ThreadActivity{Activity::kInput, "running between reads, receiving a batch"};
+        main = ThreadActivity{Activity::kInput, "running between reads, receiving a batch", false,
+                              true};
       }
     }
     if (main) sample.main = activity_name(main->activity);
+    sample.main_receiving = main && main->running && main->activity == Activity::kInput;
     if (main && main->degraded) {
       std::lock_guard<std::mutex> lock(s.mutex);
       s.degraded = true;

@@ -302,7 +302,8 @@ std::optional<ThreadActivity> classify_thread(const host::System& system, pid_t 
   if (syscall->starts_with("running")) {
     return receiving ? ThreadActivity{Activity::kInput,
                                       "running, receiving a batch from child "
-                                      "processes over a new unix socket"}
+                                      "processes over a new unix socket",
+                                      false, true}
                      : ThreadActivity{Activity::kCompute, "running", false, true};
   }
   std::istringstream fields(*syscall);

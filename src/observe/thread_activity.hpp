@@ -30,7 +30,7 @@ struct ThreadActivity {
   Activity activity = Activity::kOther;
   std::string detail;     // "read on /data/x.jpg", "running", "futex, children and a pipe"
   bool degraded = false;  // the syscall file was unreadable (no ptrace rights): state only
-  bool running = false;   // running in user space (what it runs is not visible in /proc)
+  bool running = false;   // running in user space (input: unpickling a batch; else compute)
 };
 
 // What classify_thread saw at the previous sample: the unix sockets the process held.

@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -109,6 +111,53 @@ Result<int> wait_for_child(pid_t pid) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 1;  // stopped or continued: waitpid without WUNTRACED never reports those
+}
+
+std::string percent_text(double share) {
+  return std::to_string(static_cast<int>(std::lround(share * 100))) + " %";
+}
+
+// An input-bound job's change: twice its worker processes (none: 2). The model: the workers
+// hand over a batch as often as they make one, so a step lasts the workers' period; with twice
+// the workers the period halves, and the wait left is what exceeds the rest of the step
+// (compute, the other waits, and the main thread's own share of input: unpickling, which more
+// workers do not take off it). Without workers the main thread makes its batches between
+// steps, and workers would overlap them with the step. It assumes the workers' output grows
+// with their number: free cores (their CPU use says), or workers that wait on I/O.
+std::vector<WatchAdvice> input_advice(const std::vector<SystemSample>& steady,
+                                      const Attribution& a) {
+  if (a.verdict != "input-bound" || steady.empty()) return {};
+  std::vector<int> counts;
+  double cpu = 0;
+  size_t receiving = 0;
+  for (const SystemSample& s : steady) {
+    counts.push_back(s.children);
+    cpu += s.children_cpu;
+    receiving += s.main_receiving ? 1 : 0;
+  }
+  std::sort(counts.begin(), counts.end());
+  WatchAdvice advice;
+  advice.workers = counts[counts.size() / 2];
+  advice.workers_cpu = cpu / double(steady.size());
+  const double input = a.shares.at("input");
+  const double own = std::min(input, double(receiving) / double(steady.size()));
+  const double rest = 1 - input;
+  const int more = advice.workers == 0 ? 2 : 2 * advice.workers;
+  const double period = advice.workers == 0 ? input / more : double(advice.workers) / more;
+  const double wait = std::max(0.0, period - rest - own) + own;
+  advice.predicted_input_share = wait + rest > 0 ? wait / (wait + rest) : 0;
+  advice.change = "num_workers=" + std::to_string(advice.workers) + " -> " + std::to_string(more);
+  char cpus[32];
+  std::snprintf(cpus, sizeof(cpus), "%.2f", advice.workers_cpu);
+  advice.summary = "input is " + percent_text(input) + " of the main thread's time, " +
+                   (advice.workers == 0 ? std::string("with no worker processes")
+                                        : "waiting on " + std::to_string(advice.workers) +
+                                              " worker processes that used " + cpus + " CPUs of " +
+                                              std::to_string(sysconf(_SC_NPROCESSORS_ONLN))) +
+                   ": " + advice.change + " would cut it to about " +
+                   percent_text(advice.predicted_input_share) +
+                   " (if the workers' output grows with their number: free cores, or waits on I/O)";
+  return {advice};
 }
 
 void sleep_seconds(double seconds) {
@@ -226,6 +275,7 @@ Result<WatchResult> watch_job(const WatchOptions& options) {
     run.exit_code = result.exit_code;
     run.failed = result.exit_code != 0 && !g_interrupted;
   }
+  if (!run.failed) run.advice = input_advice(steady, run.attribution);
   if (options.gpus > 0 && !run.failed) {
     ZW_ASSIGN_OR_RETURN(WaitCost cost,
                         wait_cost(run.attribution.shares, options.gpus, options.gpu_hourly_cost));

@@ -166,12 +166,11 @@ def test_input_bound_then_compute_bound_and_the_saving(cli, tmp_path):
 
 
 DATALOADER_JOB = Path(__file__).with_name("dataloader_job.py")
-# A DataLoader whose batches carry many tensors, each unpickled by the main thread through its
-# own unix-socket handshake with a worker: next() is slow in the workers (sleeps) and in the
-# main thread (unpickling), and both are input.
-# 100 steps of about 150 ms, sampled every 20 ms: enough samples that the share's sampling error
-# is small against the 5 points.
-DATALOADER_ARGS = ["--steps", "100", "--fields", "32", "--sample-ms", "2", "--compute-ms", "80"]
+# A DataLoader whose batches carry several tensors, each unpickled by the main thread through
+# its own unix-socket handshake with a worker: next() waits on the workers (they sleep) and on
+# the main thread's own unpickling, and both are input. 120 steps of about 90 ms, sampled every
+# 20 ms: enough samples that the share's sampling error is small against the 5 points.
+DATALOADER_ARGS = ["--steps", "120", "--fields", "4", "--sample-ms", "8", "--compute-ms", "40"]
 POINTS = 0.05  # watch's input share within 5 points of the loop's own
 
 
@@ -198,6 +197,13 @@ def test_dataloader_job_input_share_matches_the_loop_own(cli, tmp_path):
     assert doc["startup_s"] == pytest.approx(started, abs=0.5), (doc["startup_s"], started)
     assert "are not in the shares" in done.stdout
     assert doc["degraded"] is None and doc["exit_code"] == 0 and doc["failed"] is False
+    if doc["verdict"] == "input-bound":  # the verdict is followed by the change, with its number
+        [advice] = doc["advice"]
+        assert advice["change"] == "num_workers=2 -> 4" and advice["workers"] == 2, advice
+        assert 0 <= advice["predicted_input_share"] < doc["shares"]["input"]
+        assert f"change: {advice['summary']}" in done.stdout
+    else:
+        assert doc["advice"] == []
 
 
 def start_dataloader_job(figures: Path) -> subprocess.Popen:

@@ -51,6 +51,13 @@ struct SystemSample {
   // watch only, not in system.jsonl: the job's data pipeline was running (child processes, or
   // zerowait loader threads); what came before the first such sample is the job's start-up
   bool pipeline = false;
+  // watch only, not in system.jsonl: the process's direct children (a DataLoader's workers)
+  // and the CPUs their subtree used (1.0 = one CPU)
+  int children = 0;
+  double children_cpu = 0;
+  // watch only, not in system.jsonl: the main thread's input was its own work (unpickling a
+  // batch), which more workers would not take off it
+  bool main_receiving = false;
 };
 
 // The sample as one line of system.jsonl: a JSON object without a trailing newline.

@@ -13,6 +13,16 @@
 
 namespace zerowait::observe {
 
+// The change most likely to cut an input-bound job's wait, with the number behind it
+// (docs/observe.md, run.json's `advice`).
+struct WatchAdvice {
+  std::string change;                // "num_workers=2 -> 4"
+  int workers = 0;                   // worker processes seen (median over the samples)
+  double workers_cpu = 0;            // CPUs they used (mean)
+  double predicted_input_share = 0;  // the input share the change would leave
+  std::string summary;               // the line watch prints after the verdict
+};
+
 struct WatchRun {
   std::string title;                  // the watched command line, or "pid N: ..."
   std::vector<std::string> command;   // zerowait's own argv
@@ -30,6 +40,7 @@ struct WatchRun {
   // Why the main thread was classified from its state alone (no ptrace rights); "" when not.
   std::string degraded;
   Attribution attribution;
+  std::vector<WatchAdvice> advice;  // [] unless input-bound
   std::optional<WaitCost> cost;
   std::optional<Comparison> comparison;
   std::vector<SystemSample> samples;  // each with `main`

@@ -53,22 +53,45 @@ std::string percent(double share) { return fixed(share * 100, 1) + "%"; }
 void print_summary(const observe::WatchRun& run, const std::string& out_dir, double t0) {
   const observe::Attribution& a = run.attribution;
   std::cout << "\nzerowait watch: " << run.title << "\n  " << format_duration(run.duration_s)
-            << ", " << count_noun(a.classified, "sample", "samples")
-            << " of the main thread\n\n";
+            << ", " << count_noun(a.classified, "sample", "samples") << " of the main thread";
+  if (run.startup_s > 0 || run.shutdown_s > 0) {
+    std::cout << ";\n  start-up " << format_duration(run.startup_s) << " and shutdown "
+              << format_duration(run.shutdown_s)
+              << " (before and after the data pipeline ran) are not in the shares";
+  }
+  std::cout << "\n";
+  if (!run.degraded.empty()) std::cout << "  degraded: " << run.degraded << '\n';
+  std::cout << '\n';
   Table table({{"cause"}, {"share", Align::kRight}, {"seconds", Align::kRight}});
   for (observe::Activity activity : observe::kActivities) {
     const std::string cause = observe::activity_name(activity);
     table.add_row({cause, percent(a.shares.at(cause)), fixed(a.seconds.at(cause), 2)});
   }
   table.print(std::cout);
+  if (run.failed) {
+    // A job that died is no measurement of its steady state: no verdict, no price.
+    std::cout << "\nthe job failed: exit status " << *run.exit_code << " after "
+              << format_duration(run.duration_s) << "; no verdict or cost for a failed run\n";
+    std::cout << "run written to " << out_dir << " (run.json, system.jsonl)\n";
+    return;
+  }
   std::cout << "\nverdict: " << a.verdict << '\n';
+  for (const observe::WatchAdvice& advice : run.advice) {
+    std::cout << "change: " << advice.summary << '\n';
+  }
   if (!a.events.empty()) {
     std::vector<observe::DropEvent> top = a.events;
     std::stable_sort(top.begin(), top.end(), [](const auto& x, const auto& y) {
       return x.depth > y.depth;
     });
-    std::cout << "drops (" << a.events.size() << ", deepest first):\n";
-    for (size_t i = 0; i < top.size() && i < 3; ++i) {
+    constexpr size_t kShown = 3;  // the rest are in run.json
+    if (top.size() > kShown) {
+      std::cout << "drops (" << kShown << " deepest of " << a.events.size()
+                << "; all in run.json):\n";
+    } else {
+      std::cout << "drops (" << a.events.size() << ", deepest first):\n";
+    }
+    for (size_t i = 0; i < top.size() && i < kShown; ++i) {
       std::cout << "  at " << fixed(top[i].t - t0, 1) << " s: " << top[i].what << "; before: "
                 << top[i].before << '\n';
     }
@@ -157,10 +180,14 @@ Command add_watch_command(CLI::App& app) {
   cmd->add_option("CMD", args->command, "The job to start, after --")->type_name("-- CMD ARGS");
   cmd->footer(
       "Samples the job's main thread every --interval seconds: running in user space, asleep\n"
-      "(a sleep standing for the GPU) or in a CUDA ioctl is compute; reading files, or waiting\n"
-      "on a pipe from child processes (DataLoader workers), is input; writing, fsync and rename\n"
-      "of files is checkpoint; sockets are communication; the rest is other. Beside it, the\n"
-      "machine's CPU, memory, swap, each disk's queue and latency, and GPU utilisation.\n"
+      "(a sleep standing for the GPU) or in a CUDA ioctl is compute; reading files, waiting\n"
+      "on a pipe from child processes (DataLoader workers), or unpickling a batch from them\n"
+      "(a new unix socket to a child) is input; writing, fsync and rename of files is\n"
+      "checkpoint; sockets are communication; the rest is other. Start-up (until worker\n"
+      "processes or zerowait loader threads first run) and shutdown (after they last ran)\n"
+      "are timed apart, not in the shares.\n"
+      "Without ptrace rights over the job only its state is seen (degraded, said once).\n"
+      "Beside it, the machine's CPU, memory, swap, disks' queue and latency, GPU utilisation.\n"
       "The verdict names a wait of 25 % or more (input-bound...), else compute-bound at 60 %\n"
       "compute; drops of compute come with what the disks, swap and writes did just before.\n"
       "\n"
@@ -168,7 +195,8 @@ Command add_watch_command(CLI::App& app) {
       "--gpu-hourly-cost the waits are priced; --compare BEFORE_RUN says how much less GPU time\n"
       "the same work takes now (1 - compute share before / after). The job's stdio passes\n"
       "through, Ctrl-C and SIGTERM reach it, and watch exits with its exit status (128 + N when\n"
-      "signal N ended it). With --pid, watch stops when the process exits or on Ctrl-C.\n"
+      "signal N ended it); a job that exits non-zero is reported failed, without verdict or\n"
+      "cost. With --pid, watch stops when the process exits or on Ctrl-C.\n"
       "\n"
       "Examples:\n"
       "  zerowait watch --out runs/before --gpus 8 --gpu-hourly-cost 2.0 -- python train.py\n"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
 
 from zerowait import _core
+from zerowait import _input_advice
 from zerowait._paths import local_path
 from zerowait.loader import Loader
 
@@ -139,6 +140,9 @@ class StepProfiler:
         self._started_unix: Optional[float] = None
         self._sampler: Any = None
         self._sampling = False
+        # The Loader's stage counters at the first step and at close(): the input wait's split.
+        self._stages_first: Optional[Dict[str, Any]] = None
+        self._stages_last: Optional[Dict[str, Any]] = None
         if sample_system:
             self._sampler = _core.SystemSampler(pid=0, interval=interval,
                                                 max_samples=max_samples)
@@ -162,6 +166,8 @@ class StepProfiler:
         if self._current is None:  # the first step, or the first after close()
             if self._started_unix is None:
                 self._started_unix = time.time()
+            if self._stages_first is None:
+                self._stages_first = _input_advice.stage_counters(self.loader)
             if self._sampler is not None and not self._sampling:
                 self._sampler.start()
                 self._sampling = True
@@ -268,6 +274,8 @@ class StepProfiler:
         current, self._current = self._current, None
         if current is not None and current.ended is not None:
             self._finish(current, *current.ended)
+        if self._stages_first is not None:
+            self._stages_last = _input_advice.stage_counters(self.loader)
         if self._sampling:
             self._sampler.stop()
             self._sampling = False
@@ -323,6 +331,15 @@ class StepProfiler:
             "started_unix": self._started_unix, "duration_s": wall, **causes, "au": None,
             "throughput": _throughput(steps, wall), "cost": None,
             "comparison": self._comparison, "flags": self.flags()}
+        # Input wait by stage, and the change most likely to cut it (zerowait/_input_advice.py).
+        last = self._stages_last
+        if last is None and self._stages_first is not None:
+            last = _input_advice.stage_counters(self.loader)
+        input_s = causes["seconds"]["input"]
+        summary["input_stages"] = _input_advice.input_stages(input_s, self._stages_first, last)
+        summary["advice"] = _input_advice.advice(input_s, wall,
+                                                 sum(s["steps"] for s in steps),
+                                                 self._stages_first, last)
         if self.gpu_hourly_cost is not None and wall > 0:
             summary["cost"] = _core.wait_cost(shares, self.gpus,
                                                    float(self.gpu_hourly_cost))
@@ -373,6 +390,15 @@ def format_report(summary: Dict[str, Any], steps: Optional[int] = None) -> str:
         bar = "#" * round(40 * shares[cause])
         lines.append(f"{cause:<14} {seconds[cause]:>9.3f} {100 * shares[cause]:>6.1f} % {bar}")
     lines += ["", f"verdict: {summary['verdict']}"]
+    stages = summary.get("input_stages")
+    input_s = seconds.get("input", 0.0)
+    if stages and input_s > 0:
+        names = {"map": "map fn", "read": "read", "decode": "decode", "other": "other"}
+        lines.append("input wait by stage: " + ", ".join(
+            f"{names[k]} {100 * v / input_s:.0f} %" for k, v in stages.items()
+            if v >= 0.005 * input_s))
+    for item in summary.get("advice") or []:
+        lines.append(f"change: {item['summary']}")
     throughput = summary.get("throughput")
     if throughput:
         parts = [f"{throughput[k]:,.1f} {unit}" for k, unit in

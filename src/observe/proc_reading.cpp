@@ -40,19 +40,6 @@ std::optional<CpuTimes> read_cpu(const host::System& system) {
   return times;
 }
 
-// The value of "Key: value" or "key value" lines (/proc/meminfo, /proc/vmstat, /proc/PID/io).
-std::optional<uint64_t> keyed_value(const std::string& text, const std::string& key) {
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.starts_with(key)) continue;
-    const size_t after = key.size();
-    if (after < line.size() && line[after] != ' ' && line[after] != ':') continue;
-    const std::vector<std::string> words = split_words(line.substr(after + 1));
-    if (!words.empty()) return to_u64(words[0]);
-  }
-  return std::nullopt;
-}
-
 bool is_virtual_disk(const std::string& name) {
   return name.starts_with("loop") || name.starts_with("ram") || name.starts_with("zram");
 }
@@ -75,6 +62,18 @@ std::optional<ProcessStat> parse_stat(const std::string& stat) {
 }
 
 }  // namespace
+
+std::optional<uint64_t> keyed_value(const std::string& text, const std::string& key) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.starts_with(key)) continue;
+    const size_t after = key.size();
+    if (after < line.size() && line[after] != ' ' && line[after] != ':') continue;
+    const std::vector<std::string> words = split_words(line.substr(after + 1));
+    if (!words.empty()) return to_u64(words[0]);
+  }
+  return std::nullopt;
+}
 
 char stat_state(const std::string& stat) {
   const size_t close = stat.rfind(')');
@@ -135,6 +134,8 @@ ProcReading read_proc(const host::System& system, pid_t pid, double t) {
   }
   if (stats.find(pid) == stats.end()) return r;  // gone: no tree
   r.has_children = children.count(pid) != 0;
+  r.root = pid;
+  r.children = static_cast<int>(children.count(pid));
   r.exiting = stats[pid].rss_pages == 0;
   static const uint64_t page_size = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   std::deque<pid_t> queue = {pid};

@@ -47,6 +47,8 @@ struct ProcReading {
   uint64_t rss = 0;                               // bytes, over the tree
   ThreadStates threads;
   bool has_children = false;                      // the root pid has child processes
+  pid_t root = 0;                                 // the tree's root pid
+  int children = 0;                               // its direct children (DataLoader workers)
   // The root pid holds no resident page: it has released its memory in exit() and is about to
   // become a zombie. What its main thread does now is not the job's work.
   bool exiting = false;
@@ -54,6 +56,10 @@ struct ProcReading {
 
 // The state letter of a /proc/PID/stat or task stat line ('R', 'S', 'D'...); '?' if malformed.
 char stat_state(const std::string& stat);
+
+// The value of "Key: value" or "key value" lines (/proc/meminfo, /proc/vmstat, /proc/PID/io);
+// nullopt when the key is missing.
+std::optional<uint64_t> keyed_value(const std::string& text, const std::string& key);
 
 // Reads everything at time `t`. `pid` is the tree's root.
 ProcReading read_proc(const host::System& system, pid_t pid, double t);

@@ -143,6 +143,10 @@ std::string header_section(const RunRecord& run) {
   out += "<div class=\"verdict\" style=\"--tone:" + verdict_colour(info) + "\"><strong>" +
          html_escape(capitalised(verdict_text(info))) + "</strong><span>" +
          html_escape(capitalised(shares_phrase(info))) + "</span></div>";
+  // The change most likely to help, with its number, right under the verdict it follows.
+  for (const std::string& change : info.advice) {
+    out += "<p class=\"change\"><strong>Change:</strong> " + html_escape(change) + "</p>";
+  }
   std::vector<std::pair<std::string, std::string>> facts;  // label, HTML
   if (!info.command.empty()) {
     facts.emplace_back("Command", "<code>" + html_escape(shell_words(info.command)) + "</code>");
@@ -461,6 +465,7 @@ std::string doctor_section(const RunInfo& info, const ReportOptions& options) {
 
 std::string page_summary(const RunInfo& info) {
   std::string summary = verdict_text(info) + ": " + shares_phrase(info);
+  for (const std::string& change : info.advice) summary += "; change: " + change;
   if (info.au) {
     summary += "; AU " + format_percent(info.au->value);
     if (info.au->pass) summary += *info.au->pass ? " (pass)" : " (fail)";

@@ -244,6 +244,11 @@ RunInfo read_info(const Json& root, const Where& where) {
     }
   }
   if (const Json* doctor = run.array("doctor")) info.doctor = read_findings(run, *doctor);
+  if (const Json* advice = run.array("advice")) {
+    for (size_t i = 0; i < advice->size(); ++i) {
+      info.advice.push_back(element(run, (*advice)[i], "advice", i).text("summary"));
+    }
+  }
   return info;
 }
 

@@ -74,6 +74,8 @@ struct RunInfo {
   std::vector<RunEvent> events;
   std::vector<RunRow> rows;
   std::optional<std::vector<ReportFinding>> doctor;
+  // run.json's `advice`: each one's summary, the change that follows the verdict
+  std::vector<std::string> advice;
 };
 
 struct StepRecord {

@@ -58,6 +58,7 @@ SystemSample rates(const ProcReading& now, const ProcReading& before) {
     s.cpu = share(now.cpu->busy, before.cpu->busy, now.cpu->total - before.cpu->total);
   }
   double ticks = 0;
+  double child_ticks = 0;
   double read_bytes = 0;
   double write_bytes = 0;
   for (const auto& [pid, counters] : now.tree) {
@@ -65,10 +66,13 @@ SystemSample rates(const ProcReading& now, const ProcReading& before) {
     const ProcessCounters zero;
     const ProcessCounters& base = old == before.tree.end() ? zero : old->second;
     ticks += delta(counters.cpu_ticks, base.cpu_ticks);
+    if (pid != now.root) child_ticks += delta(counters.cpu_ticks, base.cpu_ticks);
     read_bytes += delta(counters.read_bytes, base.read_bytes);
     write_bytes += delta(counters.write_bytes, base.write_bytes);
   }
   s.proc_cpu = dt > 0 ? ticks / ticks_per_s / dt : 0;
+  s.children_cpu = dt > 0 ? child_ticks / ticks_per_s / dt : 0;
+  s.children = now.children;
   s.read_bps = dt > 0 ? read_bytes / dt : 0;
   s.write_bps = dt > 0 ? write_bytes / dt : 0;
   s.rss = now.rss;
@@ -145,6 +149,10 @@ double monotonic_seconds() {
   return double(now.tv_sec) + double(now.tv_nsec) / 1e9;
 }
 
+// How long a running main thread is watched for read calls (see take()): unpickling a batch
+// reads at each tensor's handshake, well under a millisecond apart.
+constexpr std::chrono::microseconds kReadWindow{2000};
+
 struct SystemSampler::State {
   explicit State(const SystemSamplerOptions& options)
       : system(options.root), interval(options.interval) {}
@@ -160,6 +168,8 @@ struct SystemSampler::State {
   bool stop_requested = false;
   std::thread thread;
   std::vector<SystemSample> samples;
+  SocketHistory sockets;  // the main thread's, from sample to sample
+  bool degraded = false;
 };
 
 SystemSampler::SystemSampler(SystemSamplerOptions options)
@@ -184,9 +194,37 @@ std::optional<SystemSample> SystemSampler::take(double t) {
     sample.gpu_mem = s.nvml->memory_used();
   }
   if (options_.main_thread && !now.exiting) {
-    const std::optional<ThreadActivity> main =
-        classify_thread(s.system, options_.pid, options_.pid, now.has_children);
+    // Read calls the main thread has made so far: a DataLoader's main thread unpickling a batch
+    // runs in user space between reads on its workers' sockets (the handshake that passes each
+    // tensor's shared memory), where compute makes none.
+    const std::string io =
+        "/proc/" + std::to_string(options_.pid) + "/task/" + std::to_string(options_.pid) + "/io";
+    const auto reads = [&]() -> std::optional<uint64_t> {
+      const std::optional<std::string> counters = s.system.read(io);
+      return counters ? keyed_value(*counters, "syscr") : std::nullopt;
+    };
+    const std::optional<uint64_t> reads_before = reads();
+    std::optional<ThreadActivity> main =
+        classify_thread(s.system, options_.pid, options_.pid, now.has_children, &s.sockets);
+    if (main && main->running && now.has_children && reads_before && s.system.live()) {
+      const auto window_start = std::chrono::steady_clock::now();
+      std::this_thread::sleep_for(kReadWindow);
+      const std::optional<uint64_t> reads_after = reads();
+      // On a loaded machine the sleep can run long; a window that did would see the next
+      // step's reads from inside this step's compute, so it decides nothing.
+      const bool window_held = std::chrono::steady_clock::now() - window_start <= 2 * kReadWindow;
+      if (window_held && reads_after && *reads_after > *reads_before) {
+        main = ThreadActivity{Activity::kInput, "running between reads, receiving a batch", false,
+                              true};
+      }
+    }
     if (main) sample.main = activity_name(main->activity);
+    sample.main_receiving = main && main->running && main->activity == Activity::kInput;
+    if (main && main->degraded) {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      s.degraded = true;
+    }
+    sample.pipeline = now.has_children || runs_zerowait_loader(s.system, options_.pid);
   }
   s.previous = std::move(now);
   return sample;
@@ -265,6 +303,11 @@ bool SystemSampler::running() const {
 std::vector<SystemSample> SystemSampler::samples() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   return state_->samples;
+}
+
+bool SystemSampler::degraded() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->degraded;
 }
 
 double SystemSampler::current_interval() const {

@@ -7,6 +7,7 @@
 #include "observe/thread_activity.hpp"
 
 #include <cstdlib>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -117,6 +118,7 @@ const SyscallRule* find_rule(long number) {
 struct ProcessFds {
   bool pipe = false;
   bool socket = false;
+  std::set<std::string> sockets;  // the "socket:[INODE]" links
 };
 
 ProcessFds scan_fds(const host::System& system, pid_t pid) {
@@ -128,31 +130,18 @@ ProcessFds scan_fds(const host::System& system, pid_t pid) {
     const FdKind kind = fd_kind_of_link(*target);
     found.pipe = found.pipe || kind == FdKind::kPipe;
     found.socket = found.socket || kind == FdKind::kSocket;
+    if (kind == FdKind::kSocket) found.sockets.insert(*target);
   }
   return found;
 }
 
-// Whether the process runs a zerowait Loader: threads named "zw-loader-N" (loader_run.cpp names
-// them). Its main thread waiting on a futex is then next() waiting for a batch.
-bool runs_zerowait_loader(const host::System& system, pid_t pid) {
-  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
-  for (const std::string& tid : system.list(tasks)) {
-    if (system.read_line(tasks + "/" + tid + "/comm").value_or("").starts_with("zw-loader-")) {
-      return true;
-    }
-  }
-  return false;
-}
-
-// Whether "socket:[INODE]" is a unix-domain socket of the process: its inode is listed in
-// /proc/PID/net/unix (column 7). A DataLoader passes each batch's shared-memory handles from
-// its workers over one (recvmsg with SCM_RIGHTS); gloo and NCCL talk TCP.
-bool unix_socket(const host::System& system, pid_t pid, const std::string& target) {
-  if (!target.starts_with("socket:[") || !target.ends_with("]")) return false;
-  const std::string inode = target.substr(8, target.size() - 9);
+// The inodes of the unix-domain sockets in the process's network namespace: column 7 of
+// /proc/PID/net/unix.
+std::set<std::string> unix_socket_inodes(const host::System& system, pid_t pid) {
+  std::set<std::string> inodes;
   const std::optional<std::string> table =
       system.read("/proc/" + std::to_string(pid) + "/net/unix");
-  if (!table) return false;
+  if (!table) return inodes;
   std::istringstream lines(*table);
   std::string line;
   std::getline(lines, line);  // the header
@@ -161,9 +150,45 @@ bool unix_socket(const host::System& system, pid_t pid, const std::string& targe
     std::string field;
     int column = 0;
     while (column < 7 && fields >> field) ++column;
-    if (column == 7 && field == inode) return true;
+    if (column == 7) inodes.insert(field);
   }
-  return false;
+  return inodes;
+}
+
+// Whether "socket:[INODE]" is a unix-domain socket of the process. A DataLoader passes each
+// batch's shared-memory handles from its workers over one (recvmsg with SCM_RIGHTS); gloo and
+// NCCL talk TCP.
+bool unix_socket(const std::set<std::string>& inodes, const std::string& target) {
+  if (!target.starts_with("socket:[") || !target.ends_with("]")) return false;
+  return inodes.count(target.substr(8, target.size() - 9)) != 0;
+}
+
+bool unix_socket(const host::System& system, pid_t pid, const std::string& target) {
+  return unix_socket(unix_socket_inodes(system, pid), target);
+}
+
+// Whether the main thread, running or in a call the table does not hold (socket, mmap), is
+// unpickling a batch from child processes: a DataLoader's main process rebuilds each tensor of a
+// batch by connecting to the worker that made it over a new unix socket (an authenticated
+// handshake, then the shared-memory fd), so a unix socket the previous sample did not see is a
+// batch being received. Sockets that stay open from sample to sample (a logging or metrics
+// daemon) are not. Updates `history` with what it saw.
+bool receiving_batch(const host::System& system, pid_t pid, SocketHistory* history) {
+  if (history == nullptr) return false;
+  const ProcessFds fds = scan_fds(system, pid);
+  std::set<std::string> unix_sockets;
+  if (!fds.sockets.empty()) {
+    const std::set<std::string> inodes = unix_socket_inodes(system, pid);
+    for (const std::string& target : fds.sockets) {
+      if (unix_socket(inodes, target)) unix_sockets.insert(target);
+    }
+  }
+  bool fresh = false;
+  for (const std::string& target : unix_sockets) {
+    fresh = fresh || history->unix_sockets.count(target) == 0;
+  }
+  history->unix_sockets = std::move(unix_sockets);
+  return fresh;
 }
 
 ThreadActivity classify_syscall(const host::System& system, pid_t pid, const SyscallRule& call,
@@ -243,20 +268,44 @@ std::optional<long> syscall_number(std::string_view name) {
   return std::nullopt;
 }
 
-std::optional<ThreadActivity> classify_thread(const host::System& system, pid_t pid,
-                                              pid_t tid, bool has_children) {
+// Whether the process runs a zerowait Loader: threads named "zw-loader-N" (loader_run.cpp names
+// them). Its main thread waiting on a futex is then next() waiting for a batch.
+bool runs_zerowait_loader(const host::System& system, pid_t pid) {
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  for (const std::string& tid : system.list(tasks)) {
+    if (system.read_line(tasks + "/" + tid + "/comm").value_or("").starts_with("zw-loader-")) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::optional<ThreadActivity> classify_thread(const host::System& system, pid_t pid, pid_t tid,
+                                              bool has_children, SocketHistory* history) {
   const std::string task = "/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid);
   const std::optional<std::string> stat = system.read(task + "/stat");
   if (!stat) return std::nullopt;
   const char state = stat_state(*stat);
   if (state == 'Z' || state == 'X') return std::nullopt;
-  // Unreadable without ptrace rights over the process (a --pid of another user's job).
+  // Unreadable without ptrace rights over the process (a --pid of another user's job, or of a
+  // process that is not watch's child under Yama's ptrace_scope 1): only the state is left.
   const std::optional<std::string> syscall = system.read(task + "/syscall");
   if (!syscall) {
-    return state == 'R' ? ThreadActivity{Activity::kCompute, "running (no syscall file)"}
-                        : ThreadActivity{Activity::kOther, "no syscall file"};
+    ThreadActivity degraded =
+        state == 'R'   ? ThreadActivity{Activity::kCompute, "running (no syscall file)"}
+        : state == 'D' ? ThreadActivity{Activity::kInput, "state D (no syscall file)"}
+                       : ThreadActivity{Activity::kOther, "no syscall file"};
+    degraded.degraded = true;
+    return degraded;
   }
-  if (syscall->starts_with("running")) return ThreadActivity{Activity::kCompute, "running"};
+  const bool receiving = has_children && receiving_batch(system, pid, history);
+  if (syscall->starts_with("running")) {
+    return receiving ? ThreadActivity{Activity::kInput,
+                                      "running, receiving a batch from child "
+                                      "processes over a new unix socket",
+                                      false, true}
+                     : ThreadActivity{Activity::kCompute, "running", false, true};
+  }
   std::istringstream fields(*syscall);
   long number = -1;
   std::string first_arg;
@@ -270,7 +319,12 @@ std::optional<ThreadActivity> classify_thread(const host::System& system, pid_t 
                         : ThreadActivity{Activity::kOther, "blocked outside a system call"};
   }
   const SyscallRule* rule = find_rule(number);
-  if (rule == nullptr) return ThreadActivity{Activity::kOther, "syscall " + std::to_string(number)};
+  if (rule == nullptr) {
+    return receiving ? ThreadActivity{Activity::kInput, "syscall " + std::to_string(number) +
+                                                            ", receiving a batch from child "
+                                                            "processes over a new unix socket"}
+                     : ThreadActivity{Activity::kOther, "syscall " + std::to_string(number)};
+  }
   const uint64_t fd_arg = std::strtoull(first_arg.c_str(), nullptr, 16);
   return classify_syscall(system, pid, *rule, fd_arg, has_children);
 }

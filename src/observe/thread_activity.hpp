@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -27,12 +28,24 @@ std::optional<long> syscall_number(std::string_view name);
 
 struct ThreadActivity {
   Activity activity = Activity::kOther;
-  std::string detail;  // "read on /data/x.jpg", "running", "futex, children and a pipe"
+  std::string detail;     // "read on /data/x.jpg", "running", "futex, children and a pipe"
+  bool degraded = false;  // the syscall file was unreadable (no ptrace rights): state only
+  bool running = false;   // running in user space (input: unpickling a batch; else compute)
+};
+
+// What classify_thread saw at the previous sample: the unix sockets the process held.
+struct SocketHistory {
+  std::set<std::string> unix_sockets;  // "socket:[INODE]"
 };
 
 // Classifies thread `tid` of process `pid`. `has_children`: the process has child processes
-// (DataLoader workers feed it through pipes). nullopt when the thread is gone or a zombie.
-std::optional<ThreadActivity> classify_thread(const host::System& system, pid_t pid,
-                                              pid_t tid, bool has_children);
+// (DataLoader workers feed it through pipes). `history` (may be null): kept by the caller from
+// sample to sample, so that a new unix socket to the children marks a batch being unpickled.
+// nullopt when the thread is gone or a zombie.
+std::optional<ThreadActivity> classify_thread(const host::System& system, pid_t pid, pid_t tid,
+                                              bool has_children, SocketHistory* history = nullptr);
+
+// Whether the process runs a zerowait Loader (threads named "zw-loader-N").
+bool runs_zerowait_loader(const host::System& system, pid_t pid);
 
 }  // namespace zerowait::observe

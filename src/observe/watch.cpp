@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -111,6 +113,53 @@ Result<int> wait_for_child(pid_t pid) {
   return 1;  // stopped or continued: waitpid without WUNTRACED never reports those
 }
 
+std::string percent_text(double share) {
+  return std::to_string(static_cast<int>(std::lround(share * 100))) + " %";
+}
+
+// An input-bound job's change: twice its worker processes (none: 2). The model: the workers
+// hand over a batch as often as they make one, so a step lasts the workers' period; with twice
+// the workers the period halves, and the wait left is what exceeds the rest of the step
+// (compute, the other waits, and the main thread's own share of input: unpickling, which more
+// workers do not take off it). Without workers the main thread makes its batches between
+// steps, and workers would overlap them with the step. It assumes the workers' output grows
+// with their number: free cores (their CPU use says), or workers that wait on I/O.
+std::vector<WatchAdvice> input_advice(const std::vector<SystemSample>& steady,
+                                      const Attribution& a) {
+  if (a.verdict != "input-bound" || steady.empty()) return {};
+  std::vector<int> counts;
+  double cpu = 0;
+  size_t receiving = 0;
+  for (const SystemSample& s : steady) {
+    counts.push_back(s.children);
+    cpu += s.children_cpu;
+    receiving += s.main_receiving ? 1 : 0;
+  }
+  std::sort(counts.begin(), counts.end());
+  WatchAdvice advice;
+  advice.workers = counts[counts.size() / 2];
+  advice.workers_cpu = cpu / double(steady.size());
+  const double input = a.shares.at("input");
+  const double own = std::min(input, double(receiving) / double(steady.size()));
+  const double rest = 1 - input;
+  const int more = advice.workers == 0 ? 2 : 2 * advice.workers;
+  const double period = advice.workers == 0 ? input / more : double(advice.workers) / more;
+  const double wait = std::max(0.0, period - rest - own) + own;
+  advice.predicted_input_share = wait + rest > 0 ? wait / (wait + rest) : 0;
+  advice.change = "num_workers=" + std::to_string(advice.workers) + " -> " + std::to_string(more);
+  char cpus[32];
+  std::snprintf(cpus, sizeof(cpus), "%.2f", advice.workers_cpu);
+  advice.summary = "input is " + percent_text(input) + " of the main thread's time, " +
+                   (advice.workers == 0 ? std::string("with no worker processes")
+                                        : "waiting on " + std::to_string(advice.workers) +
+                                              " worker processes that used " + cpus + " CPUs of " +
+                                              std::to_string(sysconf(_SC_NPROCESSORS_ONLN))) +
+                   ": " + advice.change + " would cut it to about " +
+                   percent_text(advice.predicted_input_share) +
+                   " (if the workers' output grows with their number: free cores, or waits on I/O)";
+  return {advice};
+}
+
 void sleep_seconds(double seconds) {
   timespec pause{};
   pause.tv_sec = static_cast<time_t>(seconds);
@@ -190,13 +239,49 @@ Result<WatchResult> watch_job(const WatchOptions& options) {
   for (SystemSample& s : sampler.samples()) {
     if (s.main) run.samples.push_back(std::move(s));
   }
-  run.attribution = attribute(run.samples, run.duration_s);
-  if (options.gpus > 0) {
+  // Start-up (imports, building the dataset) ends where the data pipeline first runs, and
+  // shutdown (interpreter teardown) starts after it last ran: the shares are of the time
+  // between, the time the training loop's own clock would measure.
+  const auto running = [](const SystemSample& s) { return s.pipeline; };
+  // A child that lives shorter than kPipelineS (a tool that an import runs) is no pipeline.
+  constexpr double kPipelineS = 0.5;
+  auto first = run.samples.begin();
+  for (; first != run.samples.end(); ++first) {
+    if (!first->pipeline) continue;
+    const auto end = std::find_if_not(first, run.samples.end(), running);
+    if (end == run.samples.end() || std::prev(end)->t - first->t >= kPipelineS) break;
+  }
+  const auto last = std::find_if(run.samples.rbegin(), run.samples.rend(), running);
+  std::vector<SystemSample> steady = run.samples;
+  double steady_s = run.duration_s;
+  if (first != run.samples.end()) {
+    const double begin_t = first == run.samples.begin() ? result.t0 : std::prev(first)->t;
+    run.startup_s = std::max(0.0, begin_t - result.t0);
+    run.shutdown_s = std::max(0.0, result.t0 + run.duration_s - last->t);
+    steady.assign(first, last.base());
+    steady_s = last->t - begin_t;
+  }
+  run.attribution = attribute(steady, steady_s);
+  if (sampler.degraded()) {
+    run.degraded = "cannot read /proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) +
+                   "/syscall: watch has no ptrace rights over pid " + std::to_string(pid) +
+                   (by_pid ? " (another user's process, or kernel.yama.ptrace_scope >= 1 for a "
+                             "process that is not watch's child)"
+                           : "") +
+                   "; blocked waits count as other. Run watch as the job's user with "
+                   "ptrace_scope 0, as root, or start the job under it (zerowait watch -- CMD)";
+  }
+  if (!by_pid) {
+    run.exit_code = result.exit_code;
+    run.failed = result.exit_code != 0 && !g_interrupted;
+  }
+  if (!run.failed) run.advice = input_advice(steady, run.attribution);
+  if (options.gpus > 0 && !run.failed) {
     ZW_ASSIGN_OR_RETURN(WaitCost cost,
                         wait_cost(run.attribution.shares, options.gpus, options.gpu_hourly_cost));
     run.cost = std::move(cost);
   }
-  if (before) {
+  if (before && !run.failed) {
     const RunFigures after{std::nullopt, run.attribution.shares.at("compute")};
     ZW_ASSIGN_OR_RETURN(Comparison comparison,
                         compare_runs(*before, after, options.compare, options.gpus,

@@ -48,6 +48,16 @@ struct SystemSample {
   // watch only: the main thread's activity; unset once the thread has exited
   std::optional<std::string> main;
   bool has_children = false;        // the process had child processes (not in system.jsonl)
+  // watch only, not in system.jsonl: the job's data pipeline was running (child processes, or
+  // zerowait loader threads); what came before the first such sample is the job's start-up
+  bool pipeline = false;
+  // watch only, not in system.jsonl: the process's direct children (a DataLoader's workers)
+  // and the CPUs their subtree used (1.0 = one CPU)
+  int children = 0;
+  double children_cpu = 0;
+  // watch only, not in system.jsonl: the main thread's input was its own work (unpickling a
+  // batch), which more workers would not take off it
+  bool main_receiving = false;
 };
 
 // The sample as one line of system.jsonl: a JSON object without a trailing newline.
@@ -100,6 +110,9 @@ class SystemSampler {
   std::vector<SystemSample> samples() const;
   // The interval the thread samples at now: `interval`, doubled at each compaction.
   double current_interval() const;
+  // With main_thread: whether some sample classified the main thread from its state alone,
+  // because its /proc/PID/task/TID/syscall was unreadable (no ptrace rights over the process).
+  bool degraded() const;
 
   const SystemSamplerOptions& options() const { return options_; }
 

@@ -21,21 +21,38 @@ nlohmann::ordered_json watch_run_document(const WatchRun& run) {
   for (const DropEvent& e : run.attribution.events) {
     events.push_back({{"t", rounded(e.t, 3)}, {"what", e.what}, {"before", e.before}});
   }
-  return {
-      {"schema", kRunSchema},
-      {"kind", "watch"},
-      {"title", run.title},
-      {"command", run.command},
-      {"started_unix", rounded(run.started_unix, 3)},
-      {"duration_s", rounded(run.duration_s, 3)},
-      {"causes", summary["causes"]},
-      {"seconds", summary["seconds"]},
-      {"shares", summary["shares"]},
-      {"verdict", summary["verdict"]},
-      {"cost", run.cost ? cost_json(*run.cost) : nlohmann::ordered_json(nullptr)},
-      {"comparison",
-       run.comparison ? comparison_json(*run.comparison) : nlohmann::ordered_json(nullptr)},
-      {"events", events}};
+  nlohmann::ordered_json advice = nlohmann::ordered_json::array();
+  for (const WatchAdvice& a : run.advice) {
+    advice.push_back({{"cause", "input"},
+                      {"stage", "workers"},
+                      {"change", a.change},
+                      {"workers", a.workers},
+                      {"workers_cpu", rounded(a.workers_cpu, 3)},
+                      {"predicted_input_share", rounded(a.predicted_input_share, 4)},
+                      {"summary", a.summary}});
+  }
+  return {{"schema", kRunSchema},
+          {"kind", "watch"},
+          {"title", run.title},
+          {"command", run.command},
+          {"started_unix", rounded(run.started_unix, 3)},
+          {"duration_s", rounded(run.duration_s, 3)},
+          {"startup_s", rounded(run.startup_s, 3)},
+          {"shutdown_s", rounded(run.shutdown_s, 3)},
+          {"exit_code", run.exit_code ? nlohmann::ordered_json(*run.exit_code)
+                                      : nlohmann::ordered_json(nullptr)},
+          {"failed", run.failed},
+          {"degraded", run.degraded.empty() ? nlohmann::ordered_json(nullptr)
+                                            : nlohmann::ordered_json(run.degraded)},
+          {"causes", summary["causes"]},
+          {"seconds", summary["seconds"]},
+          {"shares", summary["shares"]},
+          {"verdict", run.failed ? nlohmann::ordered_json("failed") : summary["verdict"]},
+          {"cost", run.cost ? cost_json(*run.cost) : nlohmann::ordered_json(nullptr)},
+          {"comparison",
+           run.comparison ? comparison_json(*run.comparison) : nlohmann::ordered_json(nullptr)},
+          {"events", events},
+          {"advice", advice}};
 }
 
 }  // namespace

@@ -18,11 +18,15 @@ std::map<std::string, uint64_t> parse_counters(std::string_view text) {
   return counters;
 }
 
-std::optional<uint64_t> mem_available_bytes(std::string_view meminfo) {
-  const std::map<std::string, uint64_t> counters = parse_counters(meminfo);
-  const auto it = counters.find("MemAvailable");
+std::optional<uint64_t> counter_value(std::string_view text, std::string_view name) {
+  const std::map<std::string, uint64_t> counters = parse_counters(text);
+  const auto it = counters.find(std::string(name));
   if (it == counters.end()) return std::nullopt;
   return it->second;
+}
+
+std::optional<uint64_t> mem_available_bytes(std::string_view meminfo) {
+  return counter_value(meminfo, "MemAvailable");
 }
 
 }  // namespace zerowait::host

@@ -63,18 +63,6 @@ std::optional<ProcessStat> parse_stat(const std::string& stat) {
 
 }  // namespace
 
-std::optional<uint64_t> keyed_value(const std::string& text, const std::string& key) {
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.starts_with(key)) continue;
-    const size_t after = key.size();
-    if (after < line.size() && line[after] != ' ' && line[after] != ':') continue;
-    const std::vector<std::string> words = split_words(line.substr(after + 1));
-    if (!words.empty()) return to_u64(words[0]);
-  }
-  return std::nullopt;
-}
-
 char stat_state(const std::string& stat) {
   const size_t close = stat.rfind(')');
   return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
@@ -114,8 +102,8 @@ ProcReading read_proc(const host::System& system, pid_t pid, double t) {
     r.mem_available = host::mem_available_bytes(*meminfo).value_or(0);
   }
   if (const auto vmstat = system.read("/proc/vmstat")) {
-    r.pswpin = keyed_value(*vmstat, "pswpin");
-    r.pswpout = keyed_value(*vmstat, "pswpout");
+    r.pswpin = host::counter_value(*vmstat, "pswpin");
+    r.pswpout = host::counter_value(*vmstat, "pswpout");
   }
   r.disks = read_disks(system);
 
@@ -151,8 +139,8 @@ ProcReading read_proc(const host::System& system, pid_t pid, double t) {
     r.rss += stat.rss_pages * page_size;
     const std::string dir = "/proc/" + std::to_string(p);
     if (const auto io = system.read(dir + "/io")) {
-      counters.read_bytes = keyed_value(*io, "read_bytes").value_or(0);
-      counters.write_bytes = keyed_value(*io, "write_bytes").value_or(0);
+      counters.read_bytes = host::counter_value(*io, "read_bytes").value_or(0);
+      counters.write_bytes = host::counter_value(*io, "write_bytes").value_or(0);
     }
     r.tree[p] = counters;
     for (const std::string& tid : system.list(dir + "/task")) {

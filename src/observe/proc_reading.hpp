@@ -57,10 +57,6 @@ struct ProcReading {
 // The state letter of a /proc/PID/stat or task stat line ('R', 'S', 'D'...); '?' if malformed.
 char stat_state(const std::string& stat);
 
-// The value of "Key: value" or "key value" lines (/proc/meminfo, /proc/vmstat, /proc/PID/io);
-// nullopt when the key is missing.
-std::optional<uint64_t> keyed_value(const std::string& text, const std::string& key);
-
 // Reads everything at time `t`. `pid` is the tree's root.
 ProcReading read_proc(const host::System& system, pid_t pid, double t);
 

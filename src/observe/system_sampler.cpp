@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/clock.hpp"
+#include "host/meminfo.hpp"
 #include "host/nvml.hpp"
 #include "host/system.hpp"
 #include "observe/proc_reading.hpp"
@@ -201,7 +202,7 @@ std::optional<SystemSample> SystemSampler::take(double t) {
         "/proc/" + std::to_string(options_.pid) + "/task/" + std::to_string(options_.pid) + "/io";
     const auto reads = [&]() -> std::optional<uint64_t> {
       const std::optional<std::string> counters = s.system.read(io);
-      return counters ? keyed_value(*counters, "syscr") : std::nullopt;
+      return counters ? host::counter_value(*counters, "syscr") : std::nullopt;
     };
     const std::optional<uint64_t> reads_before = reads();
     std::optional<ThreadActivity> main =

@@ -8,7 +8,7 @@ Shard(0)]. "load": restores step 1 onto 1-D meshes with Shard(0), Shard(1) and R
 with four ranks a 2x2 mesh [Shard(0), Shard(1)]), each compared bit for bit with reference().
 "load-damaged": restores step 1 with Shard(0) and reports the error, if any. "kill": every rank
 saves step 1; then rank 1 dies (SIGKILL) and rank 0 reports what its save of step 2 raised.
-Each rank writes what it saw to OUT_DIR/rank-<r>.json.
+"fsdp": save_fsdp(). Each rank writes what it saw to OUT_DIR/rank-<r>.json.
 """
 
 import json
@@ -50,7 +50,7 @@ def placed(mesh, placements, targets=False) -> dict:
 
 def equal_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and torch.equal(
-        a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+        a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
 
 
 def check(loaded: dict, targets: dict) -> dict:
@@ -66,6 +66,34 @@ def check(loaded: dict, targets: dict) -> dict:
         expected = full[tuple(slice(o, o + s) for o, s in zip(offsets, sizes))]
         report[name] = equal_bits(got.to_local(), expected)
     return report
+
+
+def save_fsdp(ckpt, out: str, rank: int) -> None:
+    """FSDP2: a small model sharded with fully_shard, one Adam step, saved as step 1; rank 0
+    writes the full parameters and optimizer state to OUT_DIR/reference.pt."""
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    for layer in (model[0], model[2]):
+        fully_shard(layer)
+    fully_shard(model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    model(torch.randn(4, 8)).sum().backward()
+    optimizer.step()
+    state = {"model": model.state_dict(), "optim": optimizer.state_dict()}
+    ckpt.save(1, state, blocking=True)
+
+    def full(value):
+        if isinstance(value, dict):
+            return {k: full(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [full(v) for v in value]
+        return value.full_tensor() if isinstance(value, DTensor) else value
+
+    reference_state = full(state)  # collective: every rank
+    if rank == 0:
+        torch.save(reference_state, os.path.join(out, "reference.pt"))
 
 
 def main() -> None:
@@ -89,6 +117,8 @@ def main() -> None:
                 report["step2"] = "committed"
             except Exception as error:  # noqa: BLE001 - what the test checks
                 report["step2"] = f"{type(error).__name__}: {error}"
+    elif mode == "fsdp":
+        save_fsdp(ckpt, out, rank)
     elif mode == "load":
         layouts = [("shard0", (world,), [Shard(0)]), ("shard1", (world,), [Shard(1)]),
                    ("replicate", (world,), [Replicate()])]

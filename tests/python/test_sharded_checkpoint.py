@@ -101,6 +101,26 @@ def test_hsdp_save_on_four_restores_on_two(tmp_path):
             assert report[layout] == {name: True for name in reference()}, layout
 
 
+def test_fsdp2_state_restores_whole_in_one_process(tmp_path):
+    directory = tmp_path / "ckpt"
+    run_ranks("fsdp", 2, directory, tmp_path / "out")
+    expected = torch.load(tmp_path / "out" / "reference.pt")
+    loaded = zerowait.Checkpointer(directory).load(1)
+
+    def check(a, b, where):
+        if isinstance(b, dict):
+            assert list(a) == list(b), where
+            for key in b:
+                check(a[key], b[key], f"{where}[{key!r}]")
+        elif isinstance(b, torch.Tensor):
+            assert equal_bits(a, b), where
+        else:
+            assert a == b, where
+
+    check(loaded, expected, "state")
+    assert set(expected["optim"]["state"][0]) >= {"exp_avg", "exp_avg_sq"}
+
+
 def test_damaged_piece_is_named_by_the_ranged_read_that_covers_it(saved_by_two, tmp_path):
     directory = tmp_path / "ckpt"
     shutil.copytree(saved_by_two, directory)

@@ -6,16 +6,18 @@ mesh, ``Replicate``) is saved as the chunks its mesh splits it into. Every rank 
 same list of distinct chunks from the global shape, the mesh and the placements, without any
 communication; a chunk is written by the lowest rank holding it (so a replicated tensor is
 written once), cut into pieces of ``piece_bytes`` that the engine stores, hashes and verifies as
-tensors of their own. The rank whose mesh position is lowest records the tensor's global entry
-(global shape, dtype, and each chunk's offsets, sizes, rank and piece names) in the ``sharded``
-section of its rank manifest, which the step's commit record checksums: the entry is committed
-with the step or not at all. The rank manifest holding a piece says where it lives (file, offset,
-stored bytes, xxh3).
+tensors of their own. A ``ShardedTensor`` (older FSDP's) is saved alike from the shards its
+metadata lists, each written by the rank it is placed on. The lowest rank of the mesh records
+the tensor's global entry (global shape, dtype, and each chunk's offsets, sizes, rank and piece
+names) in the ``sharded`` section of its rank manifest, which the step's commit record
+checksums: the entry is committed with the step or not at all. The rank manifest holding a piece
+says where it lives (file, offset, stored bytes, xxh3).
 
 ``ShardedLoad`` restores onto the caller's targets: a ``DTensor`` with any mesh and placements,
-a plain tensor (the whole tensor), or nothing (a new full tensor). For each saved chunk that
-overlaps the target's box it reads only the pieces holding overlapping elements, through the
-store's ranged reads, each verified against its checksum, and copies the overlap in.
+a ``ShardedTensor`` (its local shards), a plain tensor (the whole tensor), or nothing (a new
+full tensor). For each saved chunk that overlaps the target's box it reads only the pieces
+holding overlapping elements, through the store's ranged reads, each verified against its
+checksum, and copies the overlap in.
 """
 
 from __future__ import annotations
@@ -33,16 +35,60 @@ DEFAULT_PIECE_BYTES = 4 << 20
 _SECTION_VERSION = 1
 
 
-def _dtensor_type() -> Any:
-    """torch's DTensor class when torch.distributed.tensor is loaded (a state holding one has
-    loaded it), else None."""
-    module = sys.modules.get("torch.distributed.tensor")
-    return getattr(module, "DTensor", None)
+def _loaded_class(module: str, name: str) -> Any:
+    """A class of a torch module when that module is loaded (a state holding one of its objects
+    has loaded it), else None: checking a value never imports torch.distributed."""
+    return getattr(sys.modules.get(module), name, None)
 
 
 def is_dtensor(obj: Any) -> bool:
-    cls = _dtensor_type()
+    cls = _loaded_class("torch.distributed.tensor", "DTensor")
     return cls is not None and isinstance(obj, cls)
+
+
+def is_sharded_tensor(obj: Any) -> bool:
+    """Older FSDP's and torchrec's ShardedTensor."""
+    cls = _loaded_class("torch.distributed._shard.sharded_tensor.api", "ShardedTensor")
+    return cls is not None and isinstance(obj, cls)
+
+
+def is_sharded(obj: Any) -> bool:
+    return is_dtensor(obj) or is_sharded_tensor(obj)
+
+
+Box = Tuple[Tuple[int, ...], Tuple[int, ...]]  # (offsets, sizes) in the global tensor
+
+
+def _layout(obj: Any, what: str) -> Tuple[List[Tuple[Tuple[int, ...], Tuple[int, ...], int]],
+                                           List[Tuple[Any, Tuple[int, ...], Tuple[int, ...]]],
+                                           int]:
+    """(every distinct non-empty chunk as (offsets, sizes, writer rank) ordered by offsets, this
+    rank's local chunks as (tensor, offsets, sizes), the rank that records the global entry)."""
+    if is_dtensor(obj):
+        box = _local_box(obj)
+        local = [(obj.to_local(), *box)] if box is not None else []
+        return _chunks(obj, what), local, int(obj.device_mesh.mesh.min())
+    import torch.distributed as dist
+
+    group = getattr(obj, "_process_group", None)
+    chunks = sorted((tuple(m.shard_offsets), tuple(m.shard_sizes),
+                     m.placement.rank() if group is None
+                     else dist.get_global_rank(group, m.placement.rank()))
+                    for m in obj.metadata().shards_metadata if math.prod(m.shard_sizes))
+    local = [(s.tensor, tuple(s.metadata.shard_offsets), tuple(s.metadata.shard_sizes))
+             for s in obj.local_shards()]
+    return chunks, local, min((c[2] for c in chunks), default=-1)
+
+
+def target_boxes(into: Any) -> List[Tuple[Any, Tuple[int, ...], Tuple[int, ...]]]:
+    """The parts of a load target this rank fills: (local tensor, offsets, sizes)."""
+    if is_dtensor(into):
+        box = _local_box(into)
+        return [(into.to_local(), *box)] if box is not None else []
+    if is_sharded_tensor(into):
+        return [(s.tensor, tuple(s.metadata.shard_offsets), tuple(s.metadata.shard_sizes))
+                for s in into.local_shards()]
+    return [(into, (0,) * into.dim(), tuple(into.shape))]
 
 
 def _chunks(dtensor: Any, what: str) -> List[Tuple[Tuple[int, ...], Tuple[int, ...], int]]:
@@ -68,7 +114,7 @@ def _chunks(dtensor: Any, what: str) -> List[Tuple[Tuple[int, ...], Tuple[int, .
     return [(offsets, sizes, rank) for (offsets, sizes), rank in sorted(writers.items())]
 
 
-def _local_box(dtensor: Any) -> Optional[Tuple[Tuple[int, ...], Tuple[int, ...]]]:
+def _local_box(dtensor: Any) -> Optional[Box]:
     """(offsets, sizes) of this rank's chunk of ``dtensor``; None when its mesh lacks this rank."""
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
@@ -80,7 +126,8 @@ def _local_box(dtensor: Any) -> Optional[Tuple[Tuple[int, ...], Tuple[int, ...]]
 
 
 class ShardedSave:
-    """The save side, attached to a ``_Snapshot``: encodes each DTensor as a ``dtensor`` node,
+    """The save side, attached to a ``_Snapshot``: encodes each DTensor or ShardedTensor as a
+    ``sharded`` node,
     adds the pieces of the chunks this rank writes, and collects the global entries this rank
     records."""
 
@@ -89,25 +136,24 @@ class ShardedSave:
             raise ValueError(f"piece_bytes must be a positive multiple of 16, not {piece_bytes}")
         self.rank = rank
         self.piece_bytes = piece_bytes
-        self.used = False  # the state held a DTensor
+        self.used = False  # the state held a sharded tensor
         self.entries: Dict[str, Dict[str, Any]] = {}
 
     def section(self) -> Dict[str, Any]:
         """The ``sharded`` section of this rank's structure document."""
         return {"version": _SECTION_VERSION, "tensors": self.entries}
 
-    def encode(self, snapshot: Any, dtensor: Any, path: Tuple[Any, ...], pointer: str,
+    def encode(self, snapshot: Any, tensor: Any, path: Tuple[Any, ...], pointer: str,
                what: str) -> Dict[str, Any]:
         import torch
 
         self.used = True
-        chunks = _chunks(dtensor, what)
-        local = _device_contiguous(torch, dtensor.to_local().detach())
-        dtype = str(local.dtype).removeprefix("torch.")
-        element = local.element_size()
-        entry = {"dtype": dtype, "shape": list(dtensor.shape), "element_size": element,
-                 "chunks": []}
-        mine = _local_box(dtensor)
+        chunks, local, recorder = _layout(tensor, what)
+        mine = {(offsets, sizes): t for t, offsets, sizes in local}
+        dtype = str(tensor.dtype).removeprefix("torch.")
+        element = torch.empty((), dtype=tensor.dtype).element_size()
+        shape = list(tensor.shape)
+        entry = {"dtype": dtype, "shape": shape, "element_size": element, "chunks": []}
         for j, (offsets, sizes, writer) in enumerate(chunks):
             nbytes = math.prod(sizes) * element
             names = [f"{pointer}~chunk{j}~piece{k}"
@@ -115,12 +161,13 @@ class ShardedSave:
             entry["chunks"].append({"offsets": list(offsets), "sizes": list(sizes),
                                     "rank": writer, "nbytes": nbytes,
                                     "piece_bytes": self.piece_bytes, "pieces": names})
-            if writer == self.rank and mine == (offsets, sizes):
-                self._add_pieces(snapshot, torch, local, names, element)
-        if int(dtensor.device_mesh.mesh.min()) == self.rank:
+            if writer == self.rank and (offsets, sizes) in mine:
+                chunk = _device_contiguous(mine[offsets, sizes].detach())
+                self._add_pieces(snapshot, torch, chunk, names, element)
+        if recorder == self.rank:
             self.entries[pointer] = entry
-        return {"type": "dtensor", "key": pointer, "dtype": dtype, "shape": list(dtensor.shape),
-                "device": str(dtensor.device)}
+        return {"type": "sharded", "key": pointer, "dtype": dtype, "shape": shape,
+                "device": str(tensor.device)}
 
     def _add_pieces(self, snapshot: Any, torch: Any, local: Any, names: List[str],
                     element: int) -> None:
@@ -137,7 +184,7 @@ class ShardedSave:
                 snapshot.device_tensors.append((index, piece, nbytes))
 
 
-def _device_contiguous(torch: Any, t: Any) -> Any:
+def _device_contiguous(t: Any) -> Any:
     return t if t.is_contiguous() else t.contiguous()
 
 
@@ -172,7 +219,7 @@ def _pieces(sizes: Tuple[int, ...], lo: List[int], hi: List[int], element: int,
 
 
 class ShardedLoad:
-    """The restore side: ``decode`` (called by ``_Restore`` for each ``dtensor`` node) picks the
+    """The restore side: ``decode`` (called by ``_Restore`` for each ``sharded`` node) picks the
     target, ``read`` reads the overlapping pieces of every rank's part of the step at ``root``."""
 
     def __init__(self, root: str, step: int, world_size: int, read_options: Dict[str, Any]) -> None:
@@ -186,7 +233,7 @@ class ShardedLoad:
         self._wanted: List[Tuple[str, str, Any, Tuple[int, ...], Tuple[int, ...]]] = []
 
     def decode(self, node: Dict[str, Any], dtype: Any, into: Any, map_location: Any) -> Any:
-        """The value of a ``dtensor`` node: ``into`` (checked by the caller to have its dtype and
+        """The value of a ``sharded`` node: ``into`` (checked by the caller to have its dtype and
         global shape) filled where it is this rank's, or a new full tensor."""
         import torch
 
@@ -196,12 +243,7 @@ class ShardedLoad:
             full = torch.empty(shape, dtype=dtype, device=location)
             self._wanted.append((node["key"], full, (0,) * len(shape), shape))
             return full
-        if is_dtensor(into):
-            box = _local_box(into)
-            if box is not None:
-                self._wanted.append((node["key"], into.to_local(), *box))
-        else:
-            self._wanted.append((node["key"], into, (0,) * len(shape), shape))
+        self._wanted += [(node["key"], *box) for box in target_boxes(into)]
         return into
 
     def _manifest(self, rank: int) -> Dict[str, Any]:

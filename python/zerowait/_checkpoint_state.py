@@ -107,7 +107,7 @@ class _Snapshot:
                 self._open.discard(id(obj))
         if kind is np.ndarray or isinstance(obj, np.generic):
             return self._ndarray(obj, path)
-        if self.sharded is not None and _sharded.is_dtensor(obj):
+        if self.sharded is not None and _sharded.is_sharded(obj):
             return self.sharded.encode(self, obj, path, _json_pointer(path) or "/",
                                        _path_text(path))
         torch = sys.modules.get("torch")
@@ -247,7 +247,7 @@ class _Restore:
         self._copies: List[Tuple[Any, Any]] = []  # (target, read buffer) once the reads are done
         # (placeholder, build(placeholder)): values made from read bytes.
         self._after: List[Tuple[Any, Callable[[Any, Any], Any]]] = []
-        self.sharded: Any = None  # a _checkpoint_sharded.ShardedLoad for "dtensor" nodes
+        self.sharded: Any = None  # a _checkpoint_sharded.ShardedLoad for "sharded" nodes
 
     def decode_state(self, into: Any) -> Any:
         """The state with every value that needs no bytes from the files; fills self.reads."""
@@ -313,7 +313,7 @@ class _Restore:
             return self._tensor(node, path, into)
         if kind == "ndarray":
             return self._ndarray(node, path, into)
-        if kind == "dtensor" and self.sharded is not None:
+        if kind == "sharded" and self.sharded is not None:
             dtype, target = self._into_tensor(node, path, into, "a sharded tensor")
             return self.sharded.decode(node, dtype, target, self._map_location)
         if kind == "pickle":
@@ -361,14 +361,19 @@ class _Restore:
         location = node["device"] if self._map_location is None else self._map_location
         device = target.device if target is not None else torch.device(location)
         on_device = device.type == "cuda"
-        direct = (target is not None and target.device.type in ("cpu", "cuda")
+        # A whole tensor restored into a DTensor or ShardedTensor: read whole, copy each local part.
+        parts = _sharded.target_boxes(target) if _sharded.is_sharded(target) else None
+        direct = (target is not None and parts is None and target.device.type in ("cpu", "cuda")
                   and target.is_contiguous() and not target.is_conj() and not target.is_neg())
         buffer = target if direct else torch.empty(shape, dtype=dtype,
                                                    device=device if on_device else "cpu")
         index = self._stored(node, path, buffer.numel() * buffer.element_size())
         self._read(index, buffer, fresh=buffer is not target)
         if target is not None:
-            if not direct:
+            if parts is not None:
+                self._copies += [(local, buffer[tuple(slice(o, o + n) for o, n in zip(*box))])
+                                 for local, *box in parts]
+            elif not direct:
                 self._copies.append((target, buffer))
             return target
 

@@ -376,14 +376,17 @@ class Checkpointer:
 
     def _part_rank(self, step: Optional[int]) -> int:
         """The rank whose part load() reads: this rank's; rank 0's for a rank beyond the world
-        size that saved a step of sharded tensors (resharding onto more ranks), whose per-rank
-        values it then gets."""
+        size that saved the step when that was one process, or when the step holds sharded
+        tensors (restoring onto more ranks): such a rank gets rank 0's per-rank values."""
         chosen = self.latest() if step is None else step
         if chosen is None or self.rank == 0:
             return self.rank
         try:
-            if self.rank < _core._ckpt_step_info(self.directory, chosen)["world_size"]:
+            saved_world = _core._ckpt_step_info(self.directory, chosen)["world_size"]
+            if self.rank < saved_world:
                 return self.rank
+            if saved_world == 1:
+                return 0
             structure = _core._CheckpointReader(self.directory, chosen, 0).manifest()["structure"]
         except (_core.ZerowaitError, KeyError, TypeError):
             return self.rank  # load() reports what is wrong with the step

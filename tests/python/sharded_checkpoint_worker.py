@@ -2,13 +2,14 @@
 
     sharded_checkpoint_worker.py MODE DIRECTORY OUT_DIR     (RANK, WORLD_SIZE, MASTER_* in env)
 
-MODE "save": a 1-D mesh over every rank; saves step 1 of sharded_state() with Shard(0) (and a
+MODE "save": a 1-D mesh over every rank; saves step 1 of reference() with Shard(0) (and a
 Replicate tensor). "save-hsdp": a 2x2 mesh (replicate, shard), HSDP's placement [Replicate,
 Shard(0)]. "load": restores step 1 onto 1-D meshes with Shard(0), Shard(1) and Replicate (and
 with four ranks a 2x2 mesh [Shard(0), Shard(1)]), each compared bit for bit with reference().
 "load-damaged": restores step 1 with Shard(0) and reports the error, if any. "kill": every rank
 saves step 1; then rank 1 dies (SIGKILL) and rank 0 reports what its save of step 2 raised.
-"fsdp": save_fsdp(). Each rank writes what it saw to OUT_DIR/rank-<r>.json.
+"fsdp": save_fsdp(). "sharded-tensor": save_and_load_sharded_tensor(). Each rank writes what
+it saw to OUT_DIR/rank-<r>.json.
 """
 
 import json
@@ -50,7 +51,7 @@ def placed(mesh, placements, targets=False) -> dict:
 
 def equal_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and torch.equal(
-        a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+        a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
 
 
 def check(loaded: dict, targets: dict) -> dict:
@@ -96,6 +97,30 @@ def save_fsdp(ckpt, out: str, rank: int) -> None:
         torch.save(reference_state, os.path.join(out, "reference.pt"))
 
 
+def sharded_tensor(full: torch.Tensor, rows: list, rank: int):
+    """A ShardedTensor of `full` split by rows at `rows` (one shard a rank), this rank's shard
+    holding `full`'s rows."""
+    from torch.distributed._shard.sharded_tensor import Shard as LocalShard
+    from torch.distributed._shard.sharded_tensor import ShardMetadata, init_from_local_shards
+
+    start, end = rows[rank], rows[rank + 1]
+    metadata = ShardMetadata(shard_offsets=[start, 0], shard_sizes=[end - start, full.shape[1]],
+                             placement=f"rank:{rank}/cpu")
+    return init_from_local_shards([LocalShard(full[start:end].clone(), metadata)], *full.shape)
+
+
+def save_and_load_sharded_tensor(ckpt, rank: int, world: int) -> dict:
+    """Saves "w" as a ShardedTensor split 6/5 by rows, then loads it into one split 4/7."""
+    full = reference()["w"]
+    ckpt.save(1, {"model": {"w": sharded_tensor(full, [0, 6, 11], rank)}}, blocking=True)
+    target = sharded_tensor(torch.zeros_like(full), [0, 4, 11], rank)
+    loaded = ckpt.load(1, into={"model": {"w": target}})["model"]["w"]
+    shard = target.local_shards()[0]
+    start = shard.metadata.shard_offsets[0]
+    return {"same_object": loaded is target,
+            "equal": equal_bits(shard.tensor, full[start:start + shard.tensor.shape[0]])}
+
+
 def main() -> None:
     mode, directory, out = sys.argv[1], sys.argv[2], sys.argv[3]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -119,6 +144,8 @@ def main() -> None:
                 report["step2"] = f"{type(error).__name__}: {error}"
     elif mode == "fsdp":
         save_fsdp(ckpt, out, rank)
+    elif mode == "sharded-tensor":
+        report.update(save_and_load_sharded_tensor(ckpt, rank, world))
     elif mode == "load":
         layouts = [("shard0", (world,), [Shard(0)]), ("shard1", (world,), [Shard(1)]),
                    ("replicate", (world,), [Replicate()])]

@@ -252,12 +252,16 @@ class ShardedLoad:
             self._manifests[rank] = self._readers[rank].manifest()
         return self._manifests[rank]
 
-    def _entries(self) -> Dict[str, Dict[str, Any]]:
-        entries: Dict[str, Dict[str, Any]] = {}
+    def _entry(self, pointer: str) -> Optional[Dict[str, Any]]:
+        """The global entry of ``pointer``: in rank 0's manifest for a mesh over every rank, so
+        the other ranks' manifests are read (in rank order) only for tensors of other meshes
+        (pipeline stages) and for the pieces a restore needs."""
         for rank in range(self._world_size):
             structure = self._manifest(rank).get("structure") or {}
-            entries.update((structure.get("sharded") or {}).get("tensors", {}))
-        return entries
+            entry = (structure.get("sharded") or {}).get("tensors", {}).get(pointer)
+            if entry is not None:
+                return entry
+        return None
 
     def read(self) -> None:
         """Reads every target's overlapping pieces (verified) and copies the overlaps in."""
@@ -265,13 +269,12 @@ class ShardedLoad:
 
         if not self._wanted:
             return
-        entries = self._entries()
         where = f"step {self._step} in {self._root}"
         reads: Dict[int, List[Tuple[int, int]]] = {}
         copies = []
         keep = []
         for pointer, target, offsets, sizes in self._wanted:
-            entry = entries.get(pointer)
+            entry = self._entry(pointer)
             if entry is None:
                 raise _core.CorruptDataError(f"{where}: no rank manifest records the chunks of "
                                              f"sharded tensor {pointer}")

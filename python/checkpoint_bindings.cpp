@@ -61,6 +61,17 @@ class CheckpointReader {
         value_or_throw(without_gil([&] { return read_rank_manifest(*target_, step, rank); }));
   }
   py::object manifest() const { return manifest_object(manifest_); }
+  // Reads tensors of this rank's part, verified, into host memory: (manifest index, address)
+  // pairs. Sharded restores read the pieces of saved chunks they need with it, from any rank.
+  void read(const std::vector<std::tuple<size_t, uintptr_t>>& wanted, unsigned threads, bool direct,
+            double read_timeout_s) {
+    std::vector<TensorRead> reads;
+    for (const auto& [index, address] : wanted) {
+      reads.push_back({index, reinterpret_cast<std::byte*>(address)});
+    }
+    const RestoreOptions options{threads, direct, true, from_seconds(read_timeout_s)};
+    throw_if_error(without_gil([&] { return read_tensors(*target_, manifest_, reads, options); }));
+  }
 
  private:
   std::shared_ptr<Store> target_;
@@ -239,7 +250,9 @@ void bind_checkpoint(py::module_& m) {
   py::class_<CheckpointReader>(m, "_CheckpointReader")
       .def(py::init<py::handle, uint64_t, uint32_t>(), py::arg("directory"), py::arg("step"),
            py::arg("rank") = 0)
-      .def("manifest", &CheckpointReader::manifest);
+      .def("manifest", &CheckpointReader::manifest)
+      .def("read", &CheckpointReader::read, py::arg("reads"), py::kw_only(), py::arg("threads") = 0,
+           py::arg("direct") = true, py::arg("read_timeout_s") = default_read_timeout_s());
 
   m.attr("_ckpt_host_memory") = kHostMemory;
   m.attr("_ckpt_host_through_staging") = kHostThroughStaging;

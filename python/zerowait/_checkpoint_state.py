@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, Tuple
 import numpy as np
 
 from zerowait import _checkpoint_device as _device
+from zerowait import _checkpoint_sharded as _sharded
 from zerowait import _core
 
 # Describes the structure JSON stored in each rank's manifest; bump on incompatible change.
@@ -77,11 +78,14 @@ class _Snapshot:
         self._keep: List[Any] = []  # the arrays whose addresses are in self.tensors
         # (index, tensor, nbytes) whose staging the caller fills: CUDA tensors
         self.device_tensors: List[Tuple[int, Any, int]] = []
+        self.sharded: Any = None  # a _checkpoint_sharded.ShardedSave: DTensors are saved
 
     def encode_state(self, state: Any) -> str:
         root = self._encode(state, ())
-        return json.dumps({"format": _STRUCTURE_FORMAT, "version": _STRUCTURE_VERSION,
-                           "root": root}, allow_nan=False, separators=(",", ":"))
+        document = {"format": _STRUCTURE_FORMAT, "version": _STRUCTURE_VERSION, "root": root}
+        if self.sharded is not None and self.sharded.used:
+            document["sharded"] = self.sharded.section()
+        return json.dumps(document, allow_nan=False, separators=(",", ":"))
 
     def _encode(self, obj: Any, path: Tuple[Any, ...]) -> Any:
         kind = type(obj)
@@ -103,6 +107,9 @@ class _Snapshot:
                 self._open.discard(id(obj))
         if kind is np.ndarray or isinstance(obj, np.generic):
             return self._ndarray(obj, path)
+        if self.sharded is not None and _sharded.is_sharded(obj):
+            return self.sharded.encode(self, obj, path, _json_pointer(path) or "/",
+                                       _path_text(path))
         torch = sys.modules.get("torch")
         if torch is not None:
             if kind is torch.Size:
@@ -141,8 +148,8 @@ class _Snapshot:
         return {"type": "pickle", "data": base64.b64encode(data).decode()}
 
     def _add(self, path: Tuple[Any, ...], dtype: str, shape: List[int], element_size: int,
-             floating: bool, address: int, nbytes: int, keep: Any) -> int:
-        name = _json_pointer(path) or "/"  # the engine wants a name; "" would be the root
+             floating: bool, address: int, nbytes: int, keep: Any, name: str = "") -> int:
+        name = name or _json_pointer(path) or "/"  # the engine wants a name; "" the root
         if name in self._names:  # int key 0 and str key "0" of one dict share a pointer
             name += f"#{len(self.tensors)}"
         self._names.add(name)
@@ -240,6 +247,7 @@ class _Restore:
         self._copies: List[Tuple[Any, Any]] = []  # (target, read buffer) once the reads are done
         # (placeholder, build(placeholder)): values made from read bytes.
         self._after: List[Tuple[Any, Callable[[Any, Any], Any]]] = []
+        self.sharded: Any = None  # a _checkpoint_sharded.ShardedLoad for "sharded" nodes
 
     def decode_state(self, into: Any) -> Any:
         """The state with every value that needs no bytes from the files; fills self.reads."""
@@ -305,6 +313,9 @@ class _Restore:
             return self._tensor(node, path, into)
         if kind == "ndarray":
             return self._ndarray(node, path, into)
+        if kind == "sharded" and self.sharded is not None:
+            dtype, target = self._into_tensor(node, path, into, "a sharded tensor")
+            return self.sharded.decode(node, dtype, target, self._map_location)
         if kind == "pickle":
             if not self._allow_pickle:
                 raise ValueError(f"{self._what}: {_path_text(path)} was pickled; pass "
@@ -320,36 +331,49 @@ class _Restore:
                                          f"tensor of {nbytes} bytes at index {index}")
         return index
 
-    def _tensor(self, node: Dict[str, Any], path: Tuple[Any, ...], into: Any) -> Any:
+    def _into_tensor(self, node: Dict[str, Any], path: Tuple[Any, ...], into: Any,
+                     what: str) -> Tuple[Any, Any]:
+        """(torch dtype of a tensor node, ``into`` once checked to be a tensor of its dtype and
+        shape, or None)."""
         import torch
 
         dtype = getattr(torch, node["dtype"], None)
         if not isinstance(dtype, torch.dtype):
             raise _core.UnsupportedError(f"{self._what}: {_path_text(path)} has dtype "
                                          f"{node['dtype']}, which this torch does not have")
+        if into is None:
+            return dtype, None
+        if not isinstance(into, torch.Tensor):
+            raise ValueError(f"{_path_text(path)}: the checkpoint holds {what}, but into= "
+                             f"holds {type(into).__name__}")
+        if into.dtype != dtype or tuple(into.shape) != tuple(node["shape"]):
+            raise ValueError(f"{_path_text(path)}: the checkpoint holds {node['dtype']} "
+                             f"{node['shape']}, but into= holds "
+                             f"{str(into.dtype).removeprefix('torch.')} {list(into.shape)}")
+        return dtype, into
+
+    def _tensor(self, node: Dict[str, Any], path: Tuple[Any, ...], into: Any) -> Any:
+        import torch
+
+        dtype, target = self._into_tensor(node, path, into, "a tensor")
         shape = tuple(node["shape"])
-        target = None
-        if into is not None:
-            if not isinstance(into, torch.Tensor):
-                raise ValueError(f"{_path_text(path)}: the checkpoint holds a tensor, but into= "
-                                 f"holds {type(into).__name__}")
-            if into.dtype != dtype or tuple(into.shape) != shape:
-                raise ValueError(f"{_path_text(path)}: the checkpoint holds {node['dtype']} "
-                                 f"{list(shape)}, but into= holds "
-                                 f"{str(into.dtype).removeprefix('torch.')} {list(into.shape)}")
-            target = into
         # CUDA destinations are allocated on their device and filled through staging.
         location = node["device"] if self._map_location is None else self._map_location
         device = target.device if target is not None else torch.device(location)
         on_device = device.type == "cuda"
-        direct = (target is not None and target.device.type in ("cpu", "cuda")
+        # A whole tensor restored into a DTensor or ShardedTensor: read whole, copy each local part.
+        parts = _sharded.target_boxes(target) if _sharded.is_sharded(target) else None
+        direct = (target is not None and parts is None and target.device.type in ("cpu", "cuda")
                   and target.is_contiguous() and not target.is_conj() and not target.is_neg())
         buffer = target if direct else torch.empty(shape, dtype=dtype,
                                                    device=device if on_device else "cpu")
         index = self._stored(node, path, buffer.numel() * buffer.element_size())
         self._read(index, buffer, fresh=buffer is not target)
         if target is not None:
-            if not direct:
+            if parts is not None:
+                self._copies += [(local, buffer[tuple(slice(o, o + n) for o, n in zip(*box))])
+                                 for local, *box in parts]
+            elif not direct:
                 self._copies.append((target, buffer))
             return target
 

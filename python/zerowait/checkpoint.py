@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from zerowait import _core
 from zerowait._checkpoint_device import DeviceCopies, StagedCopies
+from zerowait._checkpoint_sharded import DEFAULT_PIECE_BYTES, ShardedLoad, ShardedSave
 from zerowait._checkpoint_state import _Restore, _Snapshot
 from zerowait.loader import _default_rank_world
 
@@ -102,6 +103,11 @@ class Checkpointer:
       run is refused (FileExistsError), never overwritten or skipped; :meth:`load` warns when it
       returns a step another run saved (except a resume: a Checkpointer that has saved nothing
       yet loading from its own directory) and sets :attr:`loaded_run_id`.
+    - ``piece_bytes``: a sharded tensor's (``DTensor``'s) chunks are stored in pieces of this
+      many bytes, each with its own checksum: the unit a resharding ``load()`` reads and
+      verifies. Each chunk is written once, by the lowest rank holding it; ``load(into=...)``
+      with DTensors of any mesh and placements (or plain tensors: the whole tensor) reads only
+      the pieces overlapping each rank's target (docs/checkpoint.md, "Sharded state").
 
     Not thread-safe: call save() and load() from one thread. Use as a context manager, or call
     :meth:`close`, so the last saves finish before the process ends (an open Checkpointer also
@@ -126,6 +132,7 @@ class Checkpointer:
         direct_reads: bool = True,
         read_timeout: Optional[float] = None,
         run_id: Optional[str] = None,
+        piece_bytes: int = DEFAULT_PIECE_BYTES,
     ) -> None:
         if rank is None or world_size is None:
             default_rank, default_world = _default_rank_world()
@@ -141,6 +148,8 @@ class Checkpointer:
         self._saved_any = False
         self._threads = threads
         self._direct_reads = direct_reads
+        ShardedSave(rank, piece_bytes)  # refuses a bad piece_bytes now, not at the first save
+        self._piece_bytes = piece_bytes
         if read_timeout is not None and not read_timeout > 0:
             raise ValueError(f"read_timeout must be a positive number of seconds or None, not "
                              f"{read_timeout!r}")
@@ -223,6 +232,7 @@ class Checkpointer:
             if busy:
                 return None
         snapshot = _Snapshot(self.allow_pickle)
+        snapshot.sharded = ShardedSave(self.rank, self._piece_bytes)
         structure = snapshot.encode_state(state)
         pending = self._core.begin_save(step, snapshot.tensors, structure, skip_if_busy)
         if pending is None:
@@ -330,7 +340,10 @@ class Checkpointer:
             restore = _Restore(manifest, f"step {s} in {roots[tier]}", self.allow_pickle,
                                map_location, self._device)
             loaded["run_id"] = manifest.get("run_id", "")
+            restore.sharded = ShardedLoad(roots[tier], s, manifest["world_size"], dict(
+                threads=self._threads, direct=self._direct_reads, **self._read_timeout))
             loaded["state"] = restore.decode_state(into)
+            restore.sharded.read()
             loaded["restore"] = restore
             return restore.reads
 
@@ -347,7 +360,7 @@ class Checkpointer:
                           f"{then}", stacklevel=4)
 
         result = _core._ckpt_restore_newest(
-            self.directory, self.mirror, step, self.rank, fallback, plan, on_skip,
+            self.directory, self.mirror, step, self._part_rank(step), fallback, plan, on_skip,
             threads=self._threads, direct=self._direct_reads, **self._read_timeout)
         self.loaded_step = result["step"]
         state = loaded["restore"].finish(loaded["state"])
@@ -360,6 +373,24 @@ class Checkpointer:
                           f"({self.run_id})", stacklevel=3)
         self.loaded_run_id = saver
         return state
+
+    def _part_rank(self, step: Optional[int]) -> int:
+        """The rank whose part load() reads: this rank's; rank 0's for a rank beyond the world
+        size that saved the step when that was one process, or when the step holds sharded
+        tensors (restoring onto more ranks): such a rank gets rank 0's per-rank values."""
+        chosen = self.latest() if step is None else step
+        if chosen is None or self.rank == 0:
+            return self.rank
+        try:
+            saved_world = _core._ckpt_step_info(self.directory, chosen)["world_size"]
+            if self.rank < saved_world:
+                return self.rank
+            if saved_world == 1:
+                return 0
+            structure = _core._CheckpointReader(self.directory, chosen, 0).manifest()["structure"]
+        except (_core.ZerowaitError, KeyError, TypeError):
+            return self.rank  # load() reports what is wrong with the step
+        return 0 if isinstance(structure, dict) and "sharded" in structure else self.rank
 
     def __repr__(self) -> str:
         return (f"<zerowait.Checkpointer {self.directory!r} rank={self.rank} "

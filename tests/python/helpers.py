@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import random
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import zerowait
@@ -59,6 +62,16 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def start_ranks(script: Path, args: list, world_size: int) -> list:
+    """Starts `python SCRIPT ARGS...` as the ranks of a job on this machine (RANK, WORLD_SIZE,
+    MASTER_ADDR and MASTER_PORT in their environment), stdout and stderr piped as text."""
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               WORLD_SIZE=str(world_size))
+    return [subprocess.Popen([sys.executable, str(script), *map(str, args)],
+                             env=dict(env, RANK=str(rank)), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for rank in range(world_size)]
 
 
 def batches_and_errors(loader, error_type) -> tuple[list, list]:

@@ -21,7 +21,7 @@ import torch
 
 import zerowait
 from dist_checkpoint_worker import corrupt_tensor, rank_state
-from helpers import free_port
+from helpers import start_ranks
 from zerowait import _core
 
 HERE = Path(__file__).parent
@@ -763,12 +763,7 @@ def test_a_full_filesystem_fails_the_save_and_keeps_the_previous_step(tmp_path):
 
 def run_ranks(mode: str, world_size: int, directory: Path, out: Path) -> list:
     """Runs dist_checkpoint_worker.py as `world_size` processes; returns their reports."""
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               WORLD_SIZE=str(world_size))
-    procs = [subprocess.Popen([sys.executable, str(HERE / "dist_checkpoint_worker.py"), mode,
-                               str(directory), str(out)], env=dict(env, RANK=str(rank)),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for rank in range(world_size)]
+    procs = start_ranks(HERE / "dist_checkpoint_worker.py", [mode, directory, out], world_size)
     reports = []
     for rank, p in enumerate(procs):
         _, err = p.communicate(timeout=120)

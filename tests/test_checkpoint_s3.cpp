@@ -45,6 +45,18 @@ class S3CheckpointTest : public ::testing::Test {
     return target.is_ok() ? *target : nullptr;
   }
 
+  // A fault proxy in front of the server, which s3:// URLs opened from now on reach (the
+  // process's S3 client is made at its first use: each test runs in a process of its own).
+  std::unique_ptr<testing::FaultProxy> through_fault_proxy() {
+    const auto server = testing::test_s3_server_env();
+    if (!server) return nullptr;
+    auto proxy = std::make_unique<testing::FaultProxy>(server->at("AWS_ENDPOINT_URL"));
+    std::map<std::string, std::string> through_proxy = *server;
+    through_proxy["AWS_ENDPOINT_URL"] = proxy->url();
+    testing::export_test_s3_env(through_proxy);
+    return proxy;
+  }
+
   std::unique_ptr<internal::S3Client> client_;
   std::string bucket_;
 };
@@ -98,12 +110,9 @@ TEST_F(S3CheckpointTest, AStepMirroredToTheBucketRestoresExactlyOnceTheLocalCopy
 // part with 503 and resets the connection of another: those parts are sent again, the step
 // commits, and every file in the bucket is byte for byte the local one.
 TEST_F(S3CheckpointTest, AFileOverTheMultipartThresholdIsSentInPartsAndAFailedPartAgain) {
-  const auto server = testing::test_s3_server_env();
-  ASSERT_TRUE(server);
-  testing::FaultProxy proxy(server->at("AWS_ENDPOINT_URL"));
-  std::map<std::string, std::string> through_proxy = *server;
-  through_proxy["AWS_ENDPOINT_URL"] = proxy.url();
-  testing::export_test_s3_env(through_proxy);
+  auto started = through_fault_proxy();
+  ASSERT_TRUE(started);
+  testing::FaultProxy& proxy = *started;
   proxy.fail_next({.method = "PUT", .path_contains = "partNumber=2&", .status = 503});
   proxy.fail_next({.method = "PUT", .path_contains = "partNumber=4&", .reset = true});
 
@@ -157,12 +166,9 @@ TEST_F(S3CheckpointTest, AFileOverTheMultipartThresholdIsSentInPartsAndAFailedPa
 // the part, the multipart upload is aborted (the bucket keeps no parts of it), and no step is
 // committed: step 1 is still what a restore loads.
 TEST_F(S3CheckpointTest, APartThatFailsOnEveryTryFailsTheSaveAndLeavesNoPartsBehind) {
-  const auto server = testing::test_s3_server_env();
-  ASSERT_TRUE(server);
-  testing::FaultProxy proxy(server->at("AWS_ENDPOINT_URL"));
-  std::map<std::string, std::string> through_proxy = *server;
-  through_proxy["AWS_ENDPOINT_URL"] = proxy.url();
-  testing::export_test_s3_env(through_proxy);
+  auto started = through_fault_proxy();
+  ASSERT_TRUE(started);
+  testing::FaultProxy& proxy = *started;
   auto target = bucket_target("runs/f");
   ASSERT_TRUE(target);
   const size_t large = (internal::kS3MultipartFromBytes + (4 << 20)) / sizeof(float);
@@ -178,7 +184,6 @@ TEST_F(S3CheckpointTest, APartThatFailsOnEveryTryFailsTheSaveAndLeavesNoPartsBeh
   ASSERT_TRUE(handle.is_ok()) << handle.status().to_string();
   const auto result = handle.value()->wait();
   proxy.clear_faults();
-  testing::export_test_s3_env(*server);
   ASSERT_FALSE(result.is_ok());
   const std::string message = result.status().message();
   EXPECT_NE(message.find("UploadPart 3 s3://" + bucket_ + "/runs/f/step-2"), std::string::npos)
@@ -200,14 +205,10 @@ TEST_F(S3CheckpointTest, APartThatFailsOnEveryTryFailsTheSaveAndLeavesNoPartsBeh
 // or close() that makes it, naming the object; a write (into the local spool) refuses a deadline
 // already passed the same way.
 TEST_F(S3CheckpointTest, AStalledUploadEndsAtTheDeadlineOfItsSyncOrCloseNamingTheObject) {
-  const auto server = testing::test_s3_server_env();
-  ASSERT_TRUE(server);
-  testing::FaultProxy proxy(server->at("AWS_ENDPOINT_URL"));
-  std::map<std::string, std::string> through_proxy = *server;
-  through_proxy["AWS_ENDPOINT_URL"] = proxy.url();
-  testing::export_test_s3_env(through_proxy);
+  auto started = through_fault_proxy();
+  ASSERT_TRUE(started);
+  testing::FaultProxy& proxy = *started;
   auto store = bucket_target("stalled");
-  testing::export_test_s3_env(*server);
   ASSERT_TRUE(store);
   proxy.fail_always({.method = "PUT", .stall = 60s});
   const std::string url = "s3://" + bucket_ + "/stalled/obj";

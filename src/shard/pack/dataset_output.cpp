@@ -184,7 +184,10 @@ Result<ShardWriter> DatasetOutput::create(const std::string& name, bool align_sa
   if (!traits_.cheap_publish) file = std::make_unique<BackgroundClose>(std::move(file), *this);
   // An uploaded object is made durable by its upload, checked by the server: no fsync.
   const bool sync_shard = sync_ && traits_.cheap_publish;
-  return ShardWriter::create(std::move(file), location(path), {align_samples, sync_shard});
+  ShardWriterOptions options;
+  options.align_samples = align_samples;
+  options.sync = sync_shard;
+  return ShardWriter::create(std::move(file), location(path), options);
 }
 
 Result<std::string> DatasetOutput::publish(const std::string& name) {

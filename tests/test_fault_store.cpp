@@ -133,7 +133,9 @@ TEST_F(FaultStoreTest, AStalledWriteSyncOrCloseEndsAtItsDeadlineNamingTheObject)
       EXPECT_GE(took, deadline);
       EXPECT_LT(took, deadline + 1s);
       store->set_rule(nullptr);
-      if (kind != "close") EXPECT_TRUE((*file)->close(Deadline::none()).is_ok());
+      if (kind != "close") {
+        EXPECT_TRUE((*file)->close(Deadline::none()).is_ok());
+      }
     }
   }
   // A writeback hint has no error to report, but it too returns at its deadline.
@@ -235,6 +237,7 @@ TEST(LocalStore, AWriteCallStuckInTheKernelIsReportedAtItsDeadlineAndOthersGoOn)
         << stuck.message();
     EXPECT_GE(took, deadline);
     EXPECT_LT(took, deadline + 1s);
+    EXPECT_TRUE(calls.abandoned());
 
     int runs = 0;
     for (int i = 0; i < 3; ++i) {

@@ -36,6 +36,7 @@ struct CallRunner::Pool {
   std::list<Worker> workers;  // a list: each thread keeps a pointer to its own entry
   size_t idle = 0;
   bool stopping = false;
+  bool abandoned = false;  // a caller has stopped waiting for a call
 };
 
 namespace {
@@ -80,9 +81,15 @@ Status CallRunner::run(Deadline deadline, const std::string& what, std::function
   }
   if (!task->done_cv.wait_until(lock, deadline.at, [&] { return task->result.has_value(); })) {
     task->abandoned = true;
+    pool_->abandoned = true;
     return call_deadline_status(what, name_);
   }
   return std::move(*task->result);
+}
+
+bool CallRunner::abandoned() const {
+  std::lock_guard<std::mutex> lock(pool_->mutex);
+  return pool_->abandoned;
 }
 
 namespace {

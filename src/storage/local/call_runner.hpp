@@ -28,6 +28,8 @@ class CallRunner {
   // call then goes on, on its thread, with whatever it captured). Without a deadline the call
   // runs on the caller's thread. Thread-safe.
   Status run(Deadline deadline, const std::string& what, std::function<Status()> call);
+  // Whether a call's caller stopped waiting for it while it ran (it may be running still).
+  bool abandoned() const;
 
   struct Pool;  // shared with the threads
 

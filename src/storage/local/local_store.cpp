@@ -64,6 +64,15 @@ class LocalWritableFile : public WritableFile {
     return calls_.run(deadline, "syncing", [file = file_] { return file->sync(); });
   }
   Status close(Deadline deadline) override {
+    // A write still stuck may go on to pwrite the rest of its bytes: closing the descriptor under
+    // it could send them into whichever file reuses the number. The last owner of the File (the
+    // stuck call, once it returns) closes it instead.
+    if (calls_.abandoned()) {
+      return Status(ErrorCode::kDeadlineExceeded,
+                    "closing '" + file_->path() +
+                        "': an earlier call on it did not finish within its deadline (the file "
+                        "is closed once that call returns)");
+    }
     return calls_.run(deadline, "closing", [file = file_] { return file->close(); });
   }
 

@@ -396,6 +396,73 @@ TEST(Checkpoint, AFailingMirrorIsReportedAndLeavesLocalStepsAlone) {
   EXPECT_EQ(read_all(*mirror, 2), state.values);
 }
 
+// A save whose tensor file stops being written, synced or closed (a hung mount, in the primary
+// store or the mirror) fails at its write deadline with an error naming the file and commits
+// nothing: step 1 is still the newest, and what a restore loads.
+TEST(Checkpoint, ASaveWhoseWriteStallsFailsNamingTheFileAndCommitsNothing) {
+  using namespace std::chrono_literals;
+  TempDir dir;
+  TempDir mirror_dir;
+  auto faults = std::make_shared<FaultStore>(make_local_store(dir.path()));
+  auto mirror = std::make_shared<FaultStore>(make_local_store(mirror_dir.path()));
+  CheckpointOptions options;
+  options.write_timeout = 300ms;
+  options.mirror = mirror;
+  State first = State::make({1000, 2000});
+  first.fill_all(1);
+  {
+    auto cp = open_or_die(faults, options);
+    save_and_wait(*cp, first.request(1));
+    ASSERT_TRUE(cp->wait_all().is_ok());
+  }
+  // The tensor files only: manifests and commit records are small files with the metadata
+  // deadline.
+  const auto stall_tensor_files = [](FaultStore& store, const std::string& kind) {
+    store.set_rule([kind](const StoreOperation& op) {
+      const bool tensor_file = op.path.find("step-2") != std::string::npos &&
+                               op.path.find(".json") == std::string::npos;
+      return Fault{op.kind == kind && tensor_file ? Fault::Kind::kStall : Fault::Kind::kNone};
+    });
+  };
+  for (const char* kind : {"write", "fsync", "close"}) {
+    SCOPED_TRACE(kind);
+    State next = first;
+    next.fill_all(2);
+    auto cp = open_or_die(faults, options);
+    stall_tensor_files(*faults, kind);
+    auto handle = cp->save(next.request(2));
+    ASSERT_TRUE(handle.is_ok()) << handle.status().to_string();
+    const auto result = handle.value()->wait();
+    ASSERT_FALSE(result.is_ok());
+    EXPECT_EQ(result.status().code(), ErrorCode::kDeadlineExceeded) << result.status().to_string();
+    EXPECT_NE(result.status().message().find(dir.path() + "/step-2.tmp/"), std::string::npos)
+        << result.status().message();
+    faults->set_rule(nullptr);
+    EXPECT_EQ(list_steps(*faults).value(), std::vector<uint64_t>{1});
+    std::vector<std::vector<float>> restored;
+    auto r = testing::restore_newest_into(*faults, nullptr, {}, &restored);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(r->step, 1u);
+    EXPECT_EQ(restored, first.values);
+  }
+  // The mirror's copy of step 2 stalls: the save commits locally, the mirror reports the file
+  // and keeps only step 1.
+  {
+    auto cp = open_or_die(faults, options);
+    stall_tensor_files(*mirror, "write");
+    State next = first;
+    next.fill_all(2);
+    save_and_wait(*cp, next.request(2));
+    const Status mirrored = cp->wait_all();
+    EXPECT_EQ(mirrored.code(), ErrorCode::kDeadlineExceeded) << mirrored.to_string();
+    EXPECT_NE(mirrored.message().find(mirror_dir.path() + "/step-2.tmp/"), std::string::npos)
+        << mirrored.message();
+    mirror->set_rule(nullptr);
+    EXPECT_EQ(list_steps(*mirror).value(), std::vector<uint64_t>{1});
+    EXPECT_EQ(read_all(*mirror, 1), first.values);
+  }
+}
+
 // A record whose integer fields hold numbers of another kind (a float, a negative, one past
 // 2^64) is a corrupt record naming the file, never a value converted with undefined behaviour.
 TEST(Checkpoint, RecordIntegersThatDoNotFitAreCorrupt) {
@@ -548,7 +615,7 @@ TEST(Checkpoint, AMirrorStepThatAppearsMeanwhileIsAConflictNotAnOverwrite) {
   racing->set_fault_rule([&](const StoreOperation& op) {
     if (!raced && op.path.starts_with("step-5")) {
       raced = true;
-      EXPECT_TRUE(internal::mirror_step(*first_local, *mirror, 5).is_ok());
+      EXPECT_TRUE(internal::mirror_step(*first_local, *mirror, 5, kDefaultWriteTimeout).is_ok());
     }
     return 0;
   });
@@ -566,7 +633,7 @@ TEST(Checkpoint, AMirrorStepThatAppearsMeanwhileIsAConflictNotAnOverwrite) {
   EXPECT_EQ(read_all(*mirror, 5), first.values);
   // The same step copied again from where it came from: nothing to do, nothing reported.
   const std::string record = testing::read_file(mirror_dir / "step-5/manifest.json");
-  EXPECT_TRUE(internal::mirror_step(*first_local, *mirror, 5).is_ok());
+  EXPECT_TRUE(internal::mirror_step(*first_local, *mirror, 5, kDefaultWriteTimeout).is_ok());
   EXPECT_EQ(testing::read_file(mirror_dir / "step-5/manifest.json"), record);
 }
 

@@ -76,7 +76,7 @@ TEST(CheckpointRestore, RestoresVerifiesAndMirrorsThroughATargetWithNoLocalPath)
     auto local_mirror = make_local_store(mirror_dir.path());
     for (Store* mirror : {memory_mirror.get(), local_mirror.get()}) {
       SCOPED_TRACE(mirror->describe());
-      ASSERT_TRUE(internal::mirror_step(*memory, *mirror, 2).is_ok());
+      ASSERT_TRUE(internal::mirror_step(*memory, *mirror, 2, kDefaultWriteTimeout).is_ok());
       EXPECT_EQ(list_steps(*mirror).value(), std::vector<uint64_t>{2});
       EXPECT_EQ(read_all(*mirror, 2), state.values);
       EXPECT_TRUE(verify_step(*mirror, 2).value().problems.empty());
@@ -287,7 +287,7 @@ TEST_P(ReadFaultTest, VerifyAndTheMirrorCopyReportAFailingRead) {
 
   inject(Fault::Kind::kFlipByte);
   auto mirror = testing::fresh_memory_store("mirror");
-  Status mirrored = internal::mirror_step(*faulty_, *mirror, 1);
+  Status mirrored = internal::mirror_step(*faulty_, *mirror, 1, kDefaultWriteTimeout);
   EXPECT_EQ(mirrored.code(), ErrorCode::kCorrupt) << mirrored.to_string();
   EXPECT_TRUE(contains(mirrored.message(), dir_ / tensor_.file)) << mirrored.message();
   EXPECT_TRUE(list_steps(*mirror).value().empty()) << "a damaged copy is not mirrored";

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
 
 #include "storage/s3/s3_client.hpp"
@@ -42,6 +43,18 @@ class S3CheckpointTest : public ::testing::Test {
     auto target = open_store("s3://" + bucket_ + "/" + prefix);
     EXPECT_TRUE(target.is_ok()) << target.status().to_string();
     return target.is_ok() ? *target : nullptr;
+  }
+
+  // A fault proxy in front of the server, which s3:// URLs opened from now on reach (the
+  // process's S3 client is made at its first use: each test runs in a process of its own).
+  std::unique_ptr<testing::FaultProxy> through_fault_proxy() {
+    const auto server = testing::test_s3_server_env();
+    if (!server) return nullptr;
+    auto proxy = std::make_unique<testing::FaultProxy>(server->at("AWS_ENDPOINT_URL"));
+    std::map<std::string, std::string> through_proxy = *server;
+    through_proxy["AWS_ENDPOINT_URL"] = proxy->url();
+    testing::export_test_s3_env(through_proxy);
+    return proxy;
   }
 
   std::unique_ptr<internal::S3Client> client_;
@@ -97,12 +110,9 @@ TEST_F(S3CheckpointTest, AStepMirroredToTheBucketRestoresExactlyOnceTheLocalCopy
 // part with 503 and resets the connection of another: those parts are sent again, the step
 // commits, and every file in the bucket is byte for byte the local one.
 TEST_F(S3CheckpointTest, AFileOverTheMultipartThresholdIsSentInPartsAndAFailedPartAgain) {
-  const auto server = testing::test_s3_server_env();
-  ASSERT_TRUE(server);
-  testing::FaultProxy proxy(server->at("AWS_ENDPOINT_URL"));
-  std::map<std::string, std::string> through_proxy = *server;
-  through_proxy["AWS_ENDPOINT_URL"] = proxy.url();
-  testing::export_test_s3_env(through_proxy);
+  auto started = through_fault_proxy();
+  ASSERT_TRUE(started);
+  testing::FaultProxy& proxy = *started;
   proxy.fail_next({.method = "PUT", .path_contains = "partNumber=2&", .status = 503});
   proxy.fail_next({.method = "PUT", .path_contains = "partNumber=4&", .reset = true});
 
@@ -150,6 +160,86 @@ TEST_F(S3CheckpointTest, AFileOverTheMultipartThresholdIsSentInPartsAndAFailedPa
   EXPECT_GT(compared, 1u);
   EXPECT_GE(largest, internal::kS3MultipartFromBytes);
   EXPECT_EQ(read_all(*mirror, 1), state.values);
+}
+
+// The other path: a part the server refuses on every try. The save fails naming the object and
+// the part, the multipart upload is aborted (the bucket keeps no parts of it), and no step is
+// committed: step 1 is still what a restore loads.
+TEST_F(S3CheckpointTest, APartThatFailsOnEveryTryFailsTheSaveAndLeavesNoPartsBehind) {
+  auto started = through_fault_proxy();
+  ASSERT_TRUE(started);
+  testing::FaultProxy& proxy = *started;
+  auto target = bucket_target("runs/f");
+  ASSERT_TRUE(target);
+  const size_t large = (internal::kS3MultipartFromBytes + (4 << 20)) / sizeof(float);
+  TrainingState state = TrainingState::make({1000, large});
+  TrainingState first = state;
+  first.fill_all(1);
+  auto cp = testing::open_or_die(target, {});
+  save_and_wait(*cp, first.request(1));
+
+  proxy.fail_always({.method = "PUT", .path_contains = "partNumber=3&", .status = 503});
+  state.fill_all(2);
+  auto handle = cp->save(state.request(2));
+  ASSERT_TRUE(handle.is_ok()) << handle.status().to_string();
+  const auto result = handle.value()->wait();
+  proxy.clear_faults();
+  ASSERT_FALSE(result.is_ok());
+  const std::string message = result.status().message();
+  EXPECT_NE(message.find("UploadPart 3 s3://" + bucket_ + "/runs/f/step-2"), std::string::npos)
+      << message;
+  EXPECT_GE(proxy.faults_applied(), 2u) << "the part was tried again before the save gave up";
+
+  auto uploads = client_->list_multipart_uploads(bucket_, "runs/f/", Deadline::after(60s));
+  ASSERT_TRUE(uploads.is_ok()) << uploads.status().to_string();
+  EXPECT_TRUE(uploads->empty()) << uploads->front();
+  EXPECT_EQ(list_steps(*target).value(), std::vector<uint64_t>{1});
+  std::vector<std::vector<float>> restored;
+  auto r = testing::restore_newest_into(*target, nullptr, {}, &restored);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->step, 1u);
+  EXPECT_EQ(restored, first.values);
+}
+
+// An upload the server stops answering (a stalled S3 endpoint) ends at the deadline of the sync()
+// or close() that makes it, naming the object; a write (into the local spool) refuses a deadline
+// already passed the same way.
+TEST_F(S3CheckpointTest, AStalledUploadEndsAtTheDeadlineOfItsSyncOrCloseNamingTheObject) {
+  auto started = through_fault_proxy();
+  ASSERT_TRUE(started);
+  testing::FaultProxy& proxy = *started;
+  auto store = bucket_target("stalled");
+  ASSERT_TRUE(store);
+  proxy.fail_always({.method = "PUT", .stall = 60s});
+  const std::string url = "s3://" + bucket_ + "/stalled/obj";
+  const std::string bytes(4096, 'x');
+  const std::span<const std::byte> data(reinterpret_cast<const std::byte*>(bytes.data()),
+                                        bytes.size());
+  using FileCall = std::function<Status(WritableFile&, Deadline)>;
+  const std::vector<std::pair<const char*, FileCall>> calls = {
+      {"sync", [](WritableFile& f, Deadline d) { return f.sync(d); }},
+      {"close", [](WritableFile& f, Deadline d) { return f.close(d); }},
+  };
+  for (const auto& [kind, run] : calls) {
+    SCOPED_TRACE(kind);
+    auto file = store->create("obj", metadata_deadline());
+    ASSERT_TRUE(file.is_ok()) << file.status().to_string();
+    ASSERT_TRUE((*file)->write_at(0, data, write_deadline()).is_ok());
+    const auto deadline = 1s;
+    const auto start = std::chrono::steady_clock::now();
+    const Status status = run(**file, Deadline::after(deadline));
+    const auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_EQ(status.code(), ErrorCode::kDeadlineExceeded) << status.to_string();
+    EXPECT_NE(status.message().find(url), std::string::npos) << status.message();
+    EXPECT_LT(took, deadline + 1s);
+  }
+  EXPECT_GE(proxy.faults_applied(), 2u);
+  auto file = store->create("obj", metadata_deadline());
+  ASSERT_TRUE(file.is_ok());
+  const Status late = (*file)->write_at(0, data, Deadline{Clock::now() - 1s});
+  EXPECT_EQ(late.code(), ErrorCode::kDeadlineExceeded) << late.to_string();
+  EXPECT_NE(late.message().find(url), std::string::npos) << late.message();
+  proxy.clear_faults();
 }
 
 TEST_F(S3CheckpointTest, APrimaryInTheBucketSavesIncrementallyKeepsTheNewestAndVerifies) {

@@ -5,10 +5,13 @@
 
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <string>
 
+#include "storage/local/call_runner.hpp"
 #include "testing/testing.hpp"
 #include "zerowait/storage/fault_store.hpp"
 #include "zerowait/storage/open.hpp"
@@ -94,6 +97,58 @@ TEST_F(FaultStoreTest, AStalledCallOfEveryKindEndsAtItsDeadlineNamingTheObject) 
   }
 }
 
+// The calls on a file being written keep their deadlines as the store's own calls do, on a local
+// directory and on memory alike.
+TEST_F(FaultStoreTest, AStalledWriteSyncOrCloseEndsAtItsDeadlineNamingTheObject) {
+  auto memory = open_store("memory://fault-store-write-stalls");
+  ASSERT_TRUE(memory.is_ok()) << memory.status().to_string();
+  ASSERT_TRUE((*memory)->make_directory("dir", Deadline::none()).is_ok());
+  const std::vector<std::pair<std::string, std::shared_ptr<FaultStore>>> stores = {
+      {dir_.path() + "/dir/x", faults_},
+      {"memory://fault-store-write-stalls/dir/x", std::make_shared<FaultStore>(*memory)}};
+  using FileCall = std::function<Status(WritableFile&, Deadline)>;
+  const std::vector<std::pair<const char*, FileCall>> calls = {
+      {"write", [](WritableFile& f, Deadline d) { return f.write_at(0, as_bytes("abc"), d); }},
+      {"fsync", [](WritableFile& f, Deadline d) { return f.sync(d); }},
+      {"close", [](WritableFile& f, Deadline d) { return f.close(d); }},
+  };
+  for (const auto& [name, store] : stores) {
+    for (const auto& [kind_name, run] : calls) {
+      SCOPED_TRACE(name + ": " + kind_name);
+      const std::string kind = kind_name;
+      store->set_rule([kind](const StoreOperation& op) {
+        return Fault{op.kind == kind ? Fault::Kind::kStall : Fault::Kind::kNone};
+      });
+      auto file = store->create("dir/x", Deadline::none());
+      ASSERT_TRUE(file.is_ok()) << file.status().to_string();
+      if (kind != "write") {
+        ASSERT_TRUE((*file)->write_at(0, as_bytes("abc"), Deadline::none()).is_ok());
+      }
+      const auto deadline = 200ms;
+      const auto start = std::chrono::steady_clock::now();
+      const Status status = run(**file, Deadline::after(deadline));
+      const auto took = std::chrono::steady_clock::now() - start;
+      EXPECT_EQ(status.code(), ErrorCode::kDeadlineExceeded) << status.to_string();
+      EXPECT_TRUE(contains(status.message(), name)) << status.message();
+      EXPECT_GE(took, deadline);
+      EXPECT_LT(took, deadline + 1s);
+      store->set_rule(nullptr);
+      if (kind != "close") {
+        EXPECT_TRUE((*file)->close(Deadline::none()).is_ok());
+      }
+    }
+  }
+  // A writeback hint has no error to report, but it too returns at its deadline.
+  faults_->set_rule([](const StoreOperation& op) {
+    return Fault{op.kind == "writeback" ? Fault::Kind::kStall : Fault::Kind::kNone};
+  });
+  auto file = faults_->create("dir/x", Deadline::none());
+  ASSERT_TRUE(file.is_ok());
+  const auto start = std::chrono::steady_clock::now();
+  (*file)->start_writeback(0, 3, Deadline::after(200ms));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 200ms + 1s);
+}
+
 TEST_F(FaultStoreTest, ErrorsShortReadsAndFlippedBytesReachTheCaller) {
   faults_->set_rule([](const StoreOperation& op) {
     if (op.kind == "create") return Fault{Fault::Kind::kError, ENOSPC};
@@ -153,6 +208,60 @@ TEST(LocalStore, AMetadataCallThatOutlivesItsDeadlineIsReportedNotWaitedOn) {
   Status late = (*store)->list("", Deadline{Clock::now() - 1s}).status();
   EXPECT_EQ(late.code(), ErrorCode::kDeadlineExceeded) << late.to_string();
   EXPECT_TRUE(contains(late.message(), dir.path())) << late.message();
+}
+
+// A local file's calls run on threads the file keeps (no thread per call): one stuck in the
+// kernel, as on a hung NFS mount, is reported at its deadline naming the file, and the file's
+// next call runs on another thread while the stuck one waits.
+TEST(LocalStore, AWriteCallStuckInTheKernelIsReportedAtItsDeadlineAndOthersGoOn) {
+  struct Gate {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool open = false;
+    bool finished = false;
+  };
+  auto gate = std::make_shared<Gate>();
+  {
+    internal::CallRunner calls("/mnt/hung/part-0.safetensors");
+    const auto deadline = 200ms;
+    const auto start = std::chrono::steady_clock::now();
+    Status stuck = calls.run(Deadline::after(deadline), "writing", [gate] {
+      std::unique_lock<std::mutex> lock(gate->mutex);
+      gate->cv.wait(lock, [&] { return gate->open; });
+      gate->finished = true;
+      return Status::ok();
+    });
+    const auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_EQ(stuck.code(), ErrorCode::kDeadlineExceeded) << stuck.to_string();
+    EXPECT_TRUE(contains(stuck.message(), "writing '/mnt/hung/part-0.safetensors'"))
+        << stuck.message();
+    EXPECT_GE(took, deadline);
+    EXPECT_LT(took, deadline + 1s);
+    EXPECT_TRUE(calls.abandoned());
+
+    int runs = 0;
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_TRUE(calls.run(Deadline::after(60s), "writing", [&] {
+                         ++runs;
+                         return Status::ok();
+                       }).is_ok());
+    }
+    EXPECT_EQ(runs, 3);
+    // A deadline already passed: the call is not made at all.
+    EXPECT_EQ(calls.run(Deadline{Clock::now() - 1s}, "syncing", [&] {
+                     ++runs;
+                     return Status::ok();
+                   }).code(),
+              ErrorCode::kDeadlineExceeded);
+    EXPECT_EQ(runs, 3);
+    // Destroying the runner does not wait for the stuck call.
+  }
+  {
+    std::lock_guard<std::mutex> lock(gate->mutex);
+    EXPECT_FALSE(gate->finished);
+    gate->open = true;
+  }
+  gate->cv.notify_all();
 }
 
 }  // namespace

@@ -5,13 +5,17 @@
 // to is refused by name.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <string>
 
 #include "testing/testing.hpp"
+#include "zerowait/shard/dataset.hpp"
 #include "zerowait/shard/format.hpp"
 #include "zerowait/shard/pack.hpp"
+#include "zerowait/storage/fault_store.hpp"
 #include "zerowait/storage/open.hpp"
 
 namespace zerowait {
@@ -122,6 +126,55 @@ TEST(PackToStore, PartsPackedIntoAMemoryStoreAreTheLocalPartsAndMergeFindsThem) 
   EXPECT_EQ(outside.code(), ErrorCode::kInvalidArgument) << outside.to_string();
   EXPECT_NE(outside.message().find("is not inside the merge output"), std::string::npos)
       << outside.to_string();
+}
+
+// A pack whose output stops answering while a shard is written fails naming that shard, as its
+// write deadline passes (here the stall is ended at once, once it has begun, rather than waited
+// out), and publishes no manifest; the part already packed beside it stays a whole dataset.
+TEST(PackToStore, APackWhoseOutputStallsFailsNamingTheShardAndLeavesThePackedPartWhole) {
+  TempDir dir;
+  write_samples(dir / "src", 60);
+  const std::string out = dir / "out";
+  PackOptions first{.sources = {dir / "src"},
+                    .out_dir = out,
+                    .shard_size = 16 << 10,
+                    .part_index = 0,
+                    .part_count = 2};
+  auto packed = pack(first);
+  ASSERT_TRUE(packed.is_ok()) << packed.status().to_string();
+
+  auto faults = std::make_shared<FaultStore>(make_local_store(out));
+  std::promise<std::string> stalled;
+  std::future<std::string> stalled_path = stalled.get_future();
+  std::atomic<bool> seen{false};
+  faults->set_rule([&](const StoreOperation& op) {
+    if (op.kind != "write") return Fault{};
+    if (!seen.exchange(true)) stalled.set_value(faults->full_name(op.path));
+    return Fault{Fault::Kind::kStall};
+  });
+  auto release = std::async(std::launch::async, [&] {
+    const std::string path = stalled_path.get();
+    faults->release_stalls();
+    return path;
+  });
+  PackOptions second = first;
+  second.part_index = 1;
+  second.out_store = faults;
+  auto failed = pack(second);
+  const std::string path = release.get();
+  ASSERT_FALSE(failed.is_ok());
+  EXPECT_EQ(failed.status().code(), ErrorCode::kDeadlineExceeded) << failed.status().to_string();
+  EXPECT_NE(failed.status().message().find(path), std::string::npos)
+      << path << ": " << failed.status().to_string();
+  EXPECT_FALSE(fs::exists(fs::path(out) / pack_part_dir_name(1, 2) / format::kManifestName));
+
+  auto whole = Dataset::open(out + "/" + pack_part_dir_name(0, 2));
+  ASSERT_TRUE(whole.is_ok()) << whole.status().to_string();
+  EXPECT_EQ((*whole)->size(), packed->samples);
+  for (uint64_t i = 0; i < (*whole)->size(); ++i) {
+    auto sample = (*whole)->read(i);
+    ASSERT_TRUE(sample.is_ok()) << i << ": " << sample.status().to_string();
+  }
 }
 
 TEST(PackToStore, AURLNoDriverWritesToIsRefusedByName) {

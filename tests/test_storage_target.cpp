@@ -35,10 +35,10 @@ void write_through(Store& target, const std::string& path, std::string_view byte
       target.make_directory(fs::path(path).parent_path().string(), metadata_deadline()).is_ok());
   auto file = target.create(path, metadata_deadline());
   ASSERT_TRUE(file.is_ok()) << file.status().to_string();
-  ASSERT_TRUE((*file)->write_at(0, as_bytes(bytes)).is_ok());
-  (*file)->start_writeback(0, bytes.size());
-  ASSERT_TRUE((*file)->sync().is_ok());
-  ASSERT_TRUE((*file)->close().is_ok());
+  ASSERT_TRUE((*file)->write_at(0, as_bytes(bytes), write_deadline()).is_ok());
+  (*file)->start_writeback(0, bytes.size(), write_deadline());
+  ASSERT_TRUE((*file)->sync(write_deadline()).is_ok());
+  ASSERT_TRUE((*file)->close(write_deadline()).is_ok());
 }
 
 TEST(LocalDirectoryTarget, WritesAtOffsetsSyncsAndCloses) {
@@ -52,11 +52,11 @@ TEST(LocalDirectoryTarget, WritesAtOffsetsSyncsAndCloses) {
   auto file = target->create("step_1/shards/a.bin", metadata_deadline());
   ASSERT_TRUE(file.is_ok()) << file.status().to_string();
   // Out of order, as several writer threads would.
-  ASSERT_TRUE((*file)->write_at(5, as_bytes("world")).is_ok());
-  ASSERT_TRUE((*file)->write_at(0, as_bytes("hello")).is_ok());
-  (*file)->start_writeback(0, 10);
-  ASSERT_TRUE((*file)->sync().is_ok());
-  ASSERT_TRUE((*file)->close().is_ok());
+  ASSERT_TRUE((*file)->write_at(5, as_bytes("world"), write_deadline()).is_ok());
+  ASSERT_TRUE((*file)->write_at(0, as_bytes("hello"), write_deadline()).is_ok());
+  (*file)->start_writeback(0, 10, write_deadline());
+  ASSERT_TRUE((*file)->sync(write_deadline()).is_ok());
+  ASSERT_TRUE((*file)->close(write_deadline()).is_ok());
   ASSERT_TRUE(target->sync_directory("step_1/shards", metadata_deadline()).is_ok());
   ASSERT_TRUE(target->sync_directory("", metadata_deadline()).is_ok());
 
@@ -269,10 +269,10 @@ Status write_step(Store& target) {
   ZW_RETURN_IF_ERROR(target.make_directory("step_1.tmp", metadata_deadline()));
   ZW_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
                       target.create("step_1.tmp/a.bin", metadata_deadline()));
-  ZW_RETURN_IF_ERROR(file->write_at(0, as_bytes("data")));
-  file->start_writeback(0, 4);
-  ZW_RETURN_IF_ERROR(file->sync());
-  ZW_RETURN_IF_ERROR(file->close());
+  ZW_RETURN_IF_ERROR(file->write_at(0, as_bytes("data"), write_deadline()));
+  file->start_writeback(0, 4, write_deadline());
+  ZW_RETURN_IF_ERROR(file->sync(write_deadline()));
+  ZW_RETURN_IF_ERROR(file->close(write_deadline()));
   ZW_RETURN_IF_ERROR(target.sync_directory("step_1.tmp", metadata_deadline()));
   ZW_RETURN_IF_ERROR(target.publish("step_1.tmp", "step_1", metadata_deadline()));
   return target.sync_directory("", metadata_deadline());
@@ -321,12 +321,12 @@ TEST(FaultStore, FailsTheChosenFileOperationWithoutDoingIt) {
   ASSERT_TRUE(target.make_directory("step_1.tmp", metadata_deadline()).is_ok());
   auto file = target.create("step_1.tmp/a.bin", metadata_deadline());
   ASSERT_TRUE(file.is_ok());
-  Status st = (*file)->write_at(0, as_bytes("data"));
+  Status st = (*file)->write_at(0, as_bytes("data"), write_deadline());
   EXPECT_EQ(st.code(), ErrorCode::kIo) << st.to_string();
   EXPECT_TRUE(contains(st.message(), std::strerror(ENOSPC))) << st.message();
   EXPECT_TRUE(contains(st.message(), "No space left on device")) << st.message();
   EXPECT_TRUE(contains(st.message(), dir / "step_1.tmp/a.bin")) << st.message();
-  ASSERT_TRUE((*file)->close().is_ok());
+  ASSERT_TRUE((*file)->close(write_deadline()).is_ok());
   EXPECT_EQ(*target.size("step_1.tmp/a.bin", metadata_deadline()), 0u)
       << "the write did not happen";
 

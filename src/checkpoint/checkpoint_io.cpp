@@ -12,12 +12,10 @@
 namespace zerowait::internal {
 
 Status write_small_file(Store& target, const std::string& path, std::string_view bytes) {
-  ZW_ASSIGN_OR_RETURN(auto file, target.create(path, metadata_deadline()));
-  ZW_RETURN_IF_ERROR(file->write_at(
-      0,
-      std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size())));
-  ZW_RETURN_IF_ERROR(file->sync());
-  return file->close();
+  return target.put(
+      path,
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()),
+      metadata_deadline());
 }
 
 Status publish_small_file(Store& target, const std::string& dir, const std::string& name,
@@ -53,21 +51,23 @@ Result<uint64_t> stream_source(
 }
 
 Status copy_verified(Store& from, const std::string& path, Store& to, const std::string& to_path,
-                     uint64_t expected_bytes, uint64_t expected_xxh3) {
+                     uint64_t expected_bytes, uint64_t expected_xxh3,
+                     std::chrono::nanoseconds write_timeout) {
   ZW_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source,
                       from.open(path, IoBackend::kPread, metadata_deadline()));
   ZW_ASSIGN_OR_RETURN(auto out, to.create(to_path, metadata_deadline()));
   auto digest = stream_source(*source, expected_bytes, kDefaultReadTimeout,
                               [&](uint64_t offset, std::span<const std::byte> piece) {
-                                return out->write_at(offset, piece);
+                                return out->write_at(offset, piece,
+                                                     Deadline::after(write_timeout));
                               });
   if (!digest.is_ok()) return digest.status().with_context("not copied");
   if (digest.value() != expected_xxh3) {
     return corrupt("'" + source->name() + "' does not match its checksum (xxh3 " +
                    hex64(digest.value()) + ", manifest " + hex64(expected_xxh3) + "); not copied");
   }
-  ZW_RETURN_IF_ERROR(out->sync());
-  return out->close();
+  ZW_RETURN_IF_ERROR(out->sync(Deadline::after(write_timeout)));
+  return out->close(Deadline::after(write_timeout));
 }
 
 namespace {
@@ -95,7 +95,7 @@ Status require_step_free(Store& tier, uint64_t step, const std::string& run_id) 
                     "directory and mirror of its own");
 }
 
-Status mirror_step(Store& from, Store& to, uint64_t step) {
+Status mirror_step(Store& from, Store& to, uint64_t step, std::chrono::nanoseconds write_timeout) {
   const std::string dir = step_directory(step);
   const std::string tmp = dir + kTempSuffix;
   const std::string record_path = dir + "/" + kCommitRecordName;
@@ -124,7 +124,8 @@ Status mirror_step(Store& from, Store& to, uint64_t step) {
       if (owner == step) {
         const std::string name = file.path.substr(file.path.find('/') + 1);
         ZW_RETURN_IF_ERROR(
-            copy_verified(from, file.path, to, tmp + "/" + name, file.bytes, file.xxh3));
+            copy_verified(from, file.path, to, tmp + "/" + name, file.bytes, file.xxh3,
+                          write_timeout));
         continue;
       }
       // An older step's file this one references: the mirror may have retired that step or
@@ -134,7 +135,8 @@ Status mirror_step(Store& from, Store& to, uint64_t step) {
       const std::string owner_dir = step_directory(owner);
       ZW_RETURN_IF_ERROR(to.make_directory(owner_dir, metadata_deadline()));
       ZW_RETURN_IF_ERROR(
-          copy_verified(from, file.path, to, file.path + kTempSuffix, file.bytes, file.xxh3));
+          copy_verified(from, file.path, to, file.path + kTempSuffix, file.bytes, file.xxh3,
+                          write_timeout));
       ZW_RETURN_IF_ERROR(to.publish(file.path + kTempSuffix, file.path, metadata_deadline()));
       ZW_RETURN_IF_ERROR(to.sync_directory(owner_dir, metadata_deadline()));
     }

@@ -17,7 +17,7 @@ namespace zerowait::internal {
 // then is hung, and the wait says so instead of hanging the job.
 inline constexpr std::chrono::minutes kDeviceCopyTimeout{10};
 
-// create → write → fsync → close.
+// create → write → fsync → close (Store::put), all within the metadata deadline.
 Status write_small_file(Store& target, const std::string& path, std::string_view bytes);
 // Makes `dir/name` appear whole or not at all: "name.tmp", fsync, rename, fsync of `dir`.
 Status publish_small_file(Store& target, const std::string& dir, const std::string& name,
@@ -33,9 +33,11 @@ Result<uint64_t> stream_source(
 // Copies `path` from one target to another (same relative path, written to `to_path`) through
 // their Store reads and writes, each read within kDefaultReadTimeout, hashing the bytes
 // on the way: kCorrupt, naming the source, when they do not hash to `expected_xxh3`
-// or are not `expected_bytes` long. The copy is fsynced and closed.
+// or are not `expected_bytes` long. The copy is fsynced and closed; each of its write calls
+// within `write_timeout`.
 Status copy_verified(Store& from, const std::string& path, Store& to, const std::string& to_path,
-                     uint64_t expected_bytes, uint64_t expected_xxh3);
+                     uint64_t expected_bytes, uint64_t expected_xxh3,
+                     std::chrono::nanoseconds write_timeout);
 // kAlreadyExists when `tier` already holds committed step `step` (saved by another run, or
 // earlier by this one: a tier never gets a step number twice), naming the tier, both runs and
 // when the step there was committed; ok when it does not. `run_id` is the run asking.
@@ -44,7 +46,8 @@ Status require_step_free(Store& tier, uint64_t step, const std::string& run_id);
 // older file it references that `to` lacks) with the same commit protocol as a save: files into
 // step-N.tmp, fsync, commit record last, rename, fsync, latest pointer. A step `to` already has
 // with the same commit record is left alone; with another one (another run's step N) it is
-// kAlreadyExists, as when that step appears in `to` while this copy is made.
-Status mirror_step(Store& from, Store& to, uint64_t step);
+// kAlreadyExists, as when that step appears in `to` while this copy is made. Each write call on
+// a copied file gets `write_timeout`.
+Status mirror_step(Store& from, Store& to, uint64_t step, std::chrono::nanoseconds write_timeout);
 
 }  // namespace zerowait::internal

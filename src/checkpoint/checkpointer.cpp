@@ -256,7 +256,7 @@ void CheckpointerState::mirror_loop() {
     mirror_queue.pop_front();
     mirror_busy = true;
     lock.unlock();
-    Status status = internal::mirror_step(*target, *options.mirror, step);
+    Status status = internal::mirror_step(*target, *options.mirror, step, options.write_timeout);
     if (status.is_ok() && (options.keep_last != 0 || options.keep_every != 0)) {
       status =
           collect_garbage(*options.mirror, options.keep_last, options.keep_every, true).status();

@@ -137,15 +137,18 @@ namespace {
 // Streams tensor bytes from staging to `file` at increasing offsets, hashing what it writes.
 class FileStream {
  public:
-  explicit FileStream(WritableFile& file) : file_(file) {}
+  FileStream(WritableFile& file, std::chrono::nanoseconds call_timeout)
+      : file_(file), call_timeout_(call_timeout) {}
+  // Each call on the file gets the whole timeout: a large file takes many calls.
+  Deadline call_deadline() const { return Deadline::after(call_timeout_); }
   Status append(std::span<const std::byte> bytes) {
     for (uint64_t off = 0; off < bytes.size(); off += kWriteChunk) {
       auto piece = bytes.subspan(off, std::min<uint64_t>(kWriteChunk, bytes.size() - off));
-      ZW_RETURN_IF_ERROR(file_.write_at(offset_, piece));
+      ZW_RETURN_IF_ERROR(file_.write_at(offset_, piece, call_deadline()));
       hash_.update(piece.data(), piece.size());
       offset_ += piece.size();
       if (offset_ - writeback_from_ >= kWritebackEvery) {
-        file_.start_writeback(writeback_from_, offset_ - writeback_from_);
+        file_.start_writeback(writeback_from_, offset_ - writeback_from_, call_deadline());
         writeback_from_ = offset_;
       }
     }
@@ -156,6 +159,7 @@ class FileStream {
 
  private:
   WritableFile& file_;
+  std::chrono::nanoseconds call_timeout_;
   internal::Xxh3Stream hash_;
   uint64_t offset_ = 0;
   uint64_t writeback_from_ = 0;
@@ -163,8 +167,8 @@ class FileStream {
 
 Status finish_file(WritableFile& file, const FileStream& stream, const std::string& path,
                    const std::string& container, StoredFile& out) {
-  ZW_RETURN_IF_ERROR(file.sync());
-  ZW_RETURN_IF_ERROR(file.close());
+  ZW_RETURN_IF_ERROR(file.sync(stream.call_deadline()));
+  ZW_RETURN_IF_ERROR(file.close(stream.call_deadline()));
   out.path = path;
   out.bytes = stream.offset();
   out.xxh3 = stream.digest();
@@ -191,7 +195,7 @@ Status PartWriter::write_safetensors(const FilePlan& plan, StoredFile& out) {
                       internal::safetensors::encode_header(entries, {{"format", "pt"}}));
   ZW_ASSIGN_OR_RETURN(auto file,
                       state_.target->create(tmp_path_of(plan.path), metadata_deadline()));
-  FileStream stream(*file);
+  FileStream stream(*file, state_.options.write_timeout);
   ZW_RETURN_IF_ERROR(stream.append(std::span<const std::byte>(
       reinterpret_cast<const std::byte*>(header.data()), header.size())));
   for (size_t i : plan.tensors) {
@@ -238,7 +242,7 @@ Status PartWriter::write_compressed(const FilePlan& plan, StoredFile& out) {
 
   ZW_ASSIGN_OR_RETURN(auto file,
                       state_.target->create(tmp_path_of(plan.path), metadata_deadline()));
-  FileStream stream(*file);
+  FileStream stream(*file, state_.options.write_timeout);
   ZW_RETURN_IF_ERROR(stream.append(std::span<const std::byte>(
       reinterpret_cast<const std::byte*>(internal::kCompressedFileMagic.data()),
       internal::kCompressedFileMagic.size())));

@@ -48,6 +48,8 @@ struct ShardWriter::State {
   uint64_t writeback_start = 0;  // bytes below this offset were handed to writeback
   bool finished = false;
 
+  Deadline call_deadline() const { return Deadline::after(options.write_timeout); }
+
   // Writes `data` at `offset`, leaving 4 KiB blocks of zeros as holes.
   Status write_out(std::span<const std::byte> data, uint64_t offset) {
     size_t pos = 0;
@@ -62,8 +64,8 @@ struct ShardWriter::State {
       }
       if (run_end > pos) {
         ZW_RETURN_IF_ERROR(
-            file->write_at(offset + pos, data.subspan(pos, run_end - pos)).with_context(
-                "cannot write shard '" + path + "'"));
+            file->write_at(offset + pos, data.subspan(pos, run_end - pos), call_deadline())
+                .with_context("cannot write shard '" + path + "'"));
         pos = run_end;
         continue;
       }
@@ -85,7 +87,7 @@ struct ShardWriter::State {
   void start_writeback() {
     if (!options.sync || buffer_start - writeback_start < kWritebackChunk) return;
     // Advisory: a failure here only loses the overlap; fsync in finish() reports real errors.
-    file->start_writeback(writeback_start, buffer_start - writeback_start);
+    file->start_writeback(writeback_start, buffer_start - writeback_start, call_deadline());
     writeback_start = buffer_start;
   }
 
@@ -203,8 +205,8 @@ Result<ShardSummary> ShardWriter::finish() {
   ZW_RETURN_IF_ERROR(s.append(as_bytes(format::encode_footer(footer))));
   ZW_RETURN_IF_ERROR(s.flush());
   // No hole at the end can shorten the file: the footer, last, ends in its magic number.
-  if (s.options.sync) ZW_RETURN_IF_ERROR(s.file->sync());
-  ZW_RETURN_IF_ERROR(s.file->close());
+  if (s.options.sync) ZW_RETURN_IF_ERROR(s.file->sync(s.call_deadline()));
+  ZW_RETURN_IF_ERROR(s.file->close(s.call_deadline()));
   return ShardSummary{s.index.sample_count(), s.file_size, footer.index_checksum};
 }
 

@@ -46,9 +46,9 @@ Result<uint64_t> Store::size(const std::string& path, Deadline deadline) {
 
 Status Store::put(const std::string& path, std::span<const std::byte> bytes, Deadline deadline) {
   ZW_ASSIGN_OR_RETURN(auto file, create(path, deadline));
-  ZW_RETURN_IF_ERROR(file->write_at(0, bytes));
-  ZW_RETURN_IF_ERROR(file->sync());
-  return file->close();
+  ZW_RETURN_IF_ERROR(file->write_at(0, bytes, deadline));
+  ZW_RETURN_IF_ERROR(file->sync(deadline));
+  return file->close(deadline);
 }
 
 }  // namespace zerowait

@@ -107,9 +107,10 @@ void copy_directory_into(const std::string& dir, Store& target) {
     ASSERT_TRUE(file.is_ok()) << file.status().to_string();
     ASSERT_TRUE(
         (*file)
-            ->write_at(0, std::span(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()))
+            ->write_at(0, std::span(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()),
+                       write_deadline())
             .is_ok());
-    ASSERT_TRUE((*file)->close().is_ok());
+    ASSERT_TRUE((*file)->close(write_deadline()).is_ok());
   }
 }
 

@@ -49,6 +49,11 @@ struct CheckpointOptions {
   // directory, waiting at most `commit_timeout_s` for each other.
   bool caller_coordinates = false;
   double commit_timeout_s = 600;
+  // How long each write call on a tensor file may take (a chunk, its fsync, its close: an object
+  // store's upload of the whole file), in this store and the mirror alike, before the save fails
+  // with kDeadlineExceeded naming the file. Small files (manifests, commit records) get the
+  // metadata deadline.
+  std::chrono::nanoseconds write_timeout = kDefaultWriteTimeout;
   // A second tier: each committed step is copied there in the background with the same commit
   // protocol; restore_newest() reads it when the primary copy of a step cannot be read.
   // A step number the mirror already holds from another run is refused (kAlreadyExists from the

@@ -5,11 +5,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "zerowait/common/status.hpp"
+#include "zerowait/storage/store.hpp"
 
 namespace zerowait {
 
@@ -25,6 +27,9 @@ struct PackOptions {
   // A local directory, or s3://BUCKET/PREFIX: shards are then uploaded one by one as they are
   // finished, under hash-named key prefixes (PREFIX/3f2a/shard-000042.zws), and the manifest last.
   std::string out_dir;
+  // Writes out_dir through this Store instead of the one open_store() gives for it (a FaultStore
+  // in tests); out_dir then only names the output in messages.
+  std::shared_ptr<Store> out_store;
   // s3:// output only: where each shard is written before its upload (about two shards of local
   // space); empty: $TMPDIR, else /tmp.
   std::string tmp_dir;

@@ -1,6 +1,7 @@
 // Writes one shard file, sample by sample, streaming: memory use is one sample, not one shard.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -16,6 +17,9 @@ namespace zerowait {
 struct ShardWriterOptions {
   bool align_samples = false;  // start every sample on a 4 KiB boundary (O_DIRECT / GPUDirect)
   bool sync = true;            // fsync the file in finish()
+  // How long each call on the file (a write, its sync, its close: an object store's upload) may
+  // take before the writer fails with kDeadlineExceeded naming the shard.
+  std::chrono::nanoseconds write_timeout = kDefaultWriteTimeout;
 };
 
 // One named field of a sample to write.

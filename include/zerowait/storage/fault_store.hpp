@@ -30,7 +30,7 @@ struct StoreOperation {
   uint64_t offset = 0;
   uint64_t length = 0;
   uint64_t number = 0;  // 1 for the store's first operation of any kind, counting up
-  // The caller's deadline (none for a file's writes): a rule can check that no call is unbounded.
+  // The caller's deadline: a rule can check that no call is unbounded.
   Deadline deadline;
 
   bool mutates() const;

@@ -24,19 +24,26 @@
 namespace zerowait {
 
 // An object being written (streamed; a driver with multipart uploads uses them). Writes may come
-// from several threads at distinct offsets.
+// from several threads at distinct offsets. Every call takes a deadline, as the Store's do: a call
+// that has not finished when it passes returns kDeadlineExceeded naming the object, and the file
+// is then fit only to be dropped (a local call stuck in the kernel finishes on its own, so it may
+// still write, from `bytes`, later). write_deadline() is the default for a caller with none.
 class WritableFile {
  public:
   virtual ~WritableFile() = default;
-  // Writes all of `bytes` at `offset` (retrying short writes and EINTR).
-  virtual Status write_at(uint64_t offset, std::span<const std::byte> bytes) = 0;
+  // Writes all of `bytes` at `offset` (retrying short writes and EINTR) within `deadline`.
+  virtual Status write_at(uint64_t offset, std::span<const std::byte> bytes,
+                          Deadline deadline) = 0;
   // Asks the OS to start writing back [offset, offset + length) without waiting, so the final
-  // sync() has little left to do. A hint: stores without such a call do nothing.
-  virtual void start_writeback(uint64_t offset, uint64_t length) = 0;
-  // Makes everything written so far durable (fsync; an object store uploads).
-  virtual Status sync() = 0;
-  // Closes the file; its error is reported (a write path must call it).
-  virtual Status close() = 0;
+  // sync() has little left to do. A hint: stores without such a call do nothing, and one that
+  // does not return by `deadline` is left to finish (its failure shows at sync()).
+  virtual void start_writeback(uint64_t offset, uint64_t length, Deadline deadline) = 0;
+  // Makes everything written so far durable within `deadline` (fsync; an object store uploads
+  // the whole object, so its deadline must allow for the transfer).
+  virtual Status sync(Deadline deadline) = 0;
+  // Closes the file within `deadline`; its error is reported (a write path must call it). An
+  // object store uploads here what sync() has not.
+  virtual Status close(Deadline deadline) = 0;
 };
 
 // What stat() knows of a name.
@@ -119,5 +126,12 @@ std::shared_ptr<Store> make_local_store(const std::filesystem::path& root);
 // reported rather than waited on forever.
 inline constexpr std::chrono::seconds kDefaultMetadataTimeout{120};
 inline Deadline metadata_deadline() { return Deadline::after(kDefaultMetadataTimeout); }
+
+// The time each call on a WritableFile (a write, a writeback hint, a sync, a close) gets when its
+// caller has no deadline of its own. sync() and close() upload a whole object to an object
+// store, so it allows for a 1 GiB file at under 2 MB/s; a hung mount is still reported, not
+// waited on forever.
+inline constexpr std::chrono::seconds kDefaultWriteTimeout{600};
+inline Deadline write_deadline() { return Deadline::after(kDefaultWriteTimeout); }
 
 }  // namespace zerowait

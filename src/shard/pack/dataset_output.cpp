@@ -41,14 +41,17 @@ class BackgroundClose final : public WritableFile {
   BackgroundClose(std::unique_ptr<WritableFile> inner, DatasetOutput& output)
       : inner_(std::move(inner)), output_(output) {}
 
-  Status write_at(uint64_t offset, std::span<const std::byte> bytes) override {
-    return inner_->write_at(offset, bytes);
+  Status write_at(uint64_t offset, std::span<const std::byte> bytes, Deadline deadline) override {
+    return inner_->write_at(offset, bytes, deadline);
   }
-  void start_writeback(uint64_t offset, uint64_t length) override {
-    inner_->start_writeback(offset, length);
+  void start_writeback(uint64_t offset, uint64_t length, Deadline deadline) override {
+    inner_->start_writeback(offset, length, deadline);
   }
-  Status sync() override { return inner_->sync(); }
-  Status close() override { return output_.close_in_background(std::move(inner_)); }
+  Status sync(Deadline deadline) override { return inner_->sync(deadline); }
+  // The upload keeps the deadline the writer gave it, though it runs after this returns.
+  Status close(Deadline deadline) override {
+    return output_.close_in_background(std::move(inner_), deadline);
+  }
 
  private:
   std::unique_ptr<WritableFile> inner_;
@@ -115,11 +118,13 @@ Result<std::unique_ptr<DatasetOutput>> DatasetOutput::open(const std::string& ou
                                                            const std::string& tmp_dir,
                                                            bool overwrite, bool sync,
                                                            uint32_t part_index,
-                                                           uint32_t part_count) {
+                                                           uint32_t part_count,
+                                                           std::shared_ptr<Store> store) {
   std::string root = out;
   while (root.size() > 1 && root.ends_with('/')) root.pop_back();
-  ZW_ASSIGN_OR_RETURN(std::shared_ptr<Store> store,
-                      open_store(root, StoreOptions{.spool_dir = tmp_dir}));
+  if (!store) {
+    ZW_ASSIGN_OR_RETURN(store, open_store(root, StoreOptions{.spool_dir = tmp_dir}));
+  }
   // Crash tests end a real `zerowait pack` at any write, publish or sync of its output.
   store = with_exit_fault_from_environment(std::move(store));
   std::string dir;  // a part's directory below the merged root
@@ -164,9 +169,10 @@ Status DatasetOutput::wait_for_upload() {
   return upload_status_;
 }
 
-Status DatasetOutput::close_in_background(std::unique_ptr<WritableFile> file) {
+Status DatasetOutput::close_in_background(std::unique_ptr<WritableFile> file, Deadline deadline) {
   ZW_RETURN_IF_ERROR(wait_for_upload());
-  upload_ = std::thread([this, file = std::move(file)] { upload_status_ = file->close(); });
+  upload_ = std::thread(
+      [this, deadline, file = std::move(file)] { upload_status_ = file->close(deadline); });
   return Status::ok();
 }
 
@@ -178,7 +184,10 @@ Result<ShardWriter> DatasetOutput::create(const std::string& name, bool align_sa
   if (!traits_.cheap_publish) file = std::make_unique<BackgroundClose>(std::move(file), *this);
   // An uploaded object is made durable by its upload, checked by the server: no fsync.
   const bool sync_shard = sync_ && traits_.cheap_publish;
-  return ShardWriter::create(std::move(file), location(path), {align_samples, sync_shard});
+  ShardWriterOptions options;
+  options.align_samples = align_samples;
+  options.sync = sync_shard;
+  return ShardWriter::create(std::move(file), location(path), options);
 }
 
 Result<std::string> DatasetOutput::publish(const std::string& name) {

@@ -41,11 +41,13 @@ class DatasetOutput final : public ShardDestination {
   // part_count > 1 the output is the part's directory, out/pack_part_dir_name(I, N), and a merged
   // manifest in `out` (which would list the part's shards) is refused or removed the same way.
   // `tmp_dir`: where a store that uploads spools its objects (empty: $TMPDIR, else /tmp).
-  // `sync`: fsync shards, files and directory where the store has such a thing.
+  // `sync`: fsync shards, files and directory where the store has such a thing. `store`: the
+  // Store to write `out` through instead of the one open_store gives for it (a FaultStore).
   static Result<std::unique_ptr<DatasetOutput>> open(const std::string& out,
                                                      const std::string& tmp_dir, bool overwrite,
                                                      bool sync, uint32_t part_index = 0,
-                                                     uint32_t part_count = 1);
+                                                     uint32_t part_count = 1,
+                                                     std::shared_ptr<Store> store = nullptr);
   ~DatasetOutput() override;  // waits for a shard's upload in flight
 
   DatasetOutput(const DatasetOutput&) = delete;
@@ -67,7 +69,7 @@ class DatasetOutput final : public ShardDestination {
   // Closes `file` (an object store uploads it) on a thread of its own, once the previous one is
   // closed (whose error is returned here): one shard uploads while the next is written, and
   // local disk holds two spooled shards at most. finish() waits for the last.
-  Status close_in_background(std::unique_ptr<WritableFile> file);
+  Status close_in_background(std::unique_ptr<WritableFile> file, Deadline deadline);
 
  private:
   DatasetOutput(std::shared_ptr<Store> store, std::string location, std::string dir, bool sync);

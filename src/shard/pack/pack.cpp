@@ -353,7 +353,8 @@ Result<PackReport> pack(const PackOptions& options) {
   ZW_ASSIGN_OR_RETURN(std::unique_ptr<internal::DatasetOutput> output,
                       internal::DatasetOutput::open(options.out_dir, options.tmp_dir,
                                                     options.overwrite, options.sync,
-                                                    options.part_index, options.part_count));
+                                                    options.part_index, options.part_count,
+                                                    options.out_store));
   PackRun run(options, *output, plan.files, plan.bytes,
               std::move(part.earlier_keys));
   ZW_ASSIGN_OR_RETURN(Manifest manifest, write_shards(plan, part, options, run));

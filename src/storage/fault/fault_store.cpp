@@ -36,22 +36,22 @@ class FaultFile final : public WritableFile {
   FaultFile(std::unique_ptr<WritableFile> inner, FaultStore& store, std::string path)
       : inner_(std::move(inner)), store_(store), path_(std::move(path)) {}
 
-  Status write_at(uint64_t offset, std::span<const std::byte> bytes) override {
-    ZW_RETURN_IF_ERROR(store_.apply({"write", path_, offset, bytes.size()}, Deadline::none()));
-    return inner_->write_at(offset, bytes);
+  Status write_at(uint64_t offset, std::span<const std::byte> bytes, Deadline deadline) override {
+    ZW_RETURN_IF_ERROR(store_.apply({"write", path_, offset, bytes.size()}, deadline));
+    return inner_->write_at(offset, bytes, deadline);
   }
-  void start_writeback(uint64_t offset, uint64_t length) override {
-    if (store_.apply({"writeback", path_, offset, length}, Deadline::none()).is_ok()) {
-      inner_->start_writeback(offset, length);
+  void start_writeback(uint64_t offset, uint64_t length, Deadline deadline) override {
+    if (store_.apply({"writeback", path_, offset, length}, deadline).is_ok()) {
+      inner_->start_writeback(offset, length, deadline);
     }
   }
-  Status sync() override {
-    ZW_RETURN_IF_ERROR(store_.apply({"fsync", path_}, Deadline::none()));
-    return inner_->sync();
+  Status sync(Deadline deadline) override {
+    ZW_RETURN_IF_ERROR(store_.apply({"fsync", path_}, deadline));
+    return inner_->sync(deadline);
   }
-  Status close() override {
-    ZW_RETURN_IF_ERROR(store_.apply({"close", path_}, Deadline::none()));
-    return inner_->close();
+  Status close(Deadline deadline) override {
+    ZW_RETURN_IF_ERROR(store_.apply({"close", path_}, deadline));
+    return inner_->close(deadline);
   }
 
  private:

@@ -13,6 +13,7 @@
 #include "common/file.hpp"
 #include "common/log.hpp"
 #include "storage/local_path.hpp"
+#include "storage/local/call_runner.hpp"
 #include "storage/local/call_within.hpp"
 #include "storage/store_path.hpp"
 #include "zerowait/storage/store.hpp"
@@ -34,25 +35,50 @@ namespace {
 
 using internal::call_within;
 
+// Each call runs on the file's CallRunner, which keeps its deadline without a thread per call.
+// The File is shared with the runner's calls: one stuck past its deadline may still use it after
+// the caller has dropped this object.
 class LocalWritableFile : public WritableFile {
  public:
-  explicit LocalWritableFile(internal::File file) : file_(std::move(file)) {}
+  explicit LocalWritableFile(internal::File file)
+      : file_(std::make_shared<internal::File>(std::move(file))), calls_(file_->path()) {}
 
-  Status write_at(uint64_t offset, std::span<const std::byte> bytes) override {
-    return file_.pwrite_all(offset, bytes);
+  Status write_at(uint64_t offset, std::span<const std::byte> bytes, Deadline deadline) override {
+    return calls_.run(
+        deadline,
+        "writing " + std::to_string(bytes.size()) + " bytes at offset " + std::to_string(offset) +
+            " of",
+        [file = file_, offset, bytes] { return file->pwrite_all(offset, bytes); });
   }
 
-  void start_writeback(uint64_t offset, uint64_t length) override {
+  void start_writeback(uint64_t offset, uint64_t length, Deadline deadline) override {
     // A hint: a failure here shows up again, and is reported, at sync().
-    (void)::sync_file_range(file_.fd(), static_cast<off64_t>(offset), static_cast<off64_t>(length),
-                            SYNC_FILE_RANGE_WRITE);
+    (void)calls_.run(deadline, "starting writeback of", [file = file_, offset, length] {
+      (void)::sync_file_range(file->fd(), static_cast<off64_t>(offset),
+                              static_cast<off64_t>(length), SYNC_FILE_RANGE_WRITE);
+      return Status::ok();
+    });
   }
 
-  Status sync() override { return file_.sync(); }
-  Status close() override { return file_.close(); }
+  Status sync(Deadline deadline) override {
+    return calls_.run(deadline, "syncing", [file = file_] { return file->sync(); });
+  }
+  Status close(Deadline deadline) override {
+    // A write still stuck may go on to pwrite the rest of its bytes: closing the descriptor under
+    // it could send them into whichever file reuses the number. The last owner of the File (the
+    // stuck call, once it returns) closes it instead.
+    if (calls_.abandoned()) {
+      return Status(ErrorCode::kDeadlineExceeded,
+                    "closing '" + file_->path() +
+                        "': an earlier call on it did not finish within its deadline (the file "
+                        "is closed once that call returns)");
+    }
+    return calls_.run(deadline, "closing", [file = file_] { return file->close(); });
+  }
 
  private:
-  internal::File file_;
+  std::shared_ptr<internal::File> file_;
+  internal::CallRunner calls_;  // after file_: its threads end before this object lets go of it
 };
 
 // rename(2) silently replaces an empty destination directory; publishing must never do that.

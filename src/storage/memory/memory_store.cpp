@@ -26,22 +26,32 @@ struct MemoryFiles {
 
 class MemoryWritableFile : public WritableFile {
  public:
-  MemoryWritableFile(std::shared_ptr<MemoryFiles> state, std::shared_ptr<Bytes> bytes)
-      : state_(std::move(state)), bytes_(std::move(bytes)) {}
+  MemoryWritableFile(std::shared_ptr<MemoryFiles> state, std::shared_ptr<Bytes> bytes,
+                     std::string name)
+      : state_(std::move(state)), bytes_(std::move(bytes)), name_(std::move(name)) {}
 
-  Status write_at(uint64_t offset, std::span<const std::byte> bytes) override {
+  // Memory never hangs: a deadline can only have passed before a call starts.
+  Status write_at(uint64_t offset, std::span<const std::byte> bytes, Deadline deadline) override {
+    ZW_RETURN_IF_ERROR(check(deadline, "writing"));
     std::lock_guard<std::mutex> lock(state_->mutex);
     if (bytes_->size() < offset + bytes.size()) bytes_->resize(offset + bytes.size());
     if (!bytes.empty()) std::memcpy(bytes_->data() + offset, bytes.data(), bytes.size());
     return Status::ok();
   }
-  void start_writeback(uint64_t, uint64_t) override {}
-  Status sync() override { return Status::ok(); }
-  Status close() override { return Status::ok(); }
+  void start_writeback(uint64_t, uint64_t, Deadline) override {}
+  Status sync(Deadline deadline) override { return check(deadline, "syncing"); }
+  Status close(Deadline deadline) override { return check(deadline, "closing"); }
 
  private:
+  Status check(Deadline deadline, const char* what) const {
+    if (!deadline.passed()) return Status::ok();
+    return Status(ErrorCode::kDeadlineExceeded,
+                  std::string(what) + " '" + name_ + "': its deadline had passed");
+  }
+
   std::shared_ptr<MemoryFiles> state_;
   std::shared_ptr<Bytes> bytes_;
+  std::string name_;  // the full name, for messages
 };
 
 // "a/b/c" -> "a/b"; "a" -> "".
@@ -85,7 +95,7 @@ class MemoryStore final : public Store {
     if (state_->directories.count(path) != 0) return errno_status(EISDIR, "cannot create", full);
     auto bytes = std::make_shared<Bytes>();
     state_->files[path] = bytes;
-    return std::unique_ptr<WritableFile>(new MemoryWritableFile(state_, std::move(bytes)));
+    return std::unique_ptr<WritableFile>(new MemoryWritableFile(state_, std::move(bytes), full));
   }
 
   Status sync_directory(const std::string& path, Deadline) override {

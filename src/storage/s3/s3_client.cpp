@@ -284,6 +284,26 @@ Result<std::vector<S3Object>> S3Client::list(const std::string& bucket, const st
   }
 }
 
+Result<std::vector<std::string>> S3Client::list_multipart_uploads(const std::string& bucket,
+                                                                  const std::string& prefix,
+                                                                  Deadline deadline) {
+  // In SigV4's canonical order: prefix before uploads.
+  const std::string query =
+      (prefix.empty() ? "" : "prefix=" + sigv4::uri_encode(prefix, false) + "&") + "uploads=";
+  ZW_ASSIGN_OR_RETURN(HttpResponse response, send({.operation = "ListMultipartUploads",
+                                                    .method = "GET",
+                                                    .bucket = bucket,
+                                                    .query = query},
+                                                   deadline));
+  ZW_ASSIGN_OR_RETURN(XmlLeaves xml,
+                      XmlLeaves::parse(response.body, "ListMultipartUploads s3://" + bucket));
+  std::vector<std::string> keys;
+  for (const auto& [path, text] : xml.leaves) {
+    if (path.ends_with("Upload/Key")) keys.push_back(text);
+  }
+  return keys;
+}
+
 Status S3Client::put_multipart(const std::string& bucket, const std::string& key,
                                std::string_view body, uint64_t part_bytes, unsigned threads,
                                Deadline deadline) {

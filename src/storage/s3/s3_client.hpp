@@ -66,6 +66,11 @@ class S3Client {
   Status put_multipart(const std::string& bucket, const std::string& key, std::string_view body,
                        uint64_t part_bytes, unsigned threads, Deadline deadline);
   Status create_bucket(const std::string& bucket, Deadline deadline);
+  // The keys under `prefix` with a multipart upload begun and neither completed nor aborted
+  // (ListMultipartUploads, the first 1000): parts the bucket keeps, and bills, but never shows.
+  Result<std::vector<std::string>> list_multipart_uploads(const std::string& bucket,
+                                                          const std::string& prefix,
+                                                          Deadline deadline);
 
   const S3Config& config() const { return config_; }
 

@@ -36,9 +36,6 @@ using internal::S3Client;
 using internal::S3Location;
 using namespace std::chrono_literals;
 
-// Uploads from a spool file: a WritableFile's calls carry no deadline of their own. The HTTP
-// client's stall timeout ends a transfer that stops moving long before this.
-constexpr auto kTransferTimeout = 30min;
 constexpr uint64_t kMaxCopyBytes = 5ull << 30;  // S3's limit for one CopyObject
 
 class S3WritableFile final : public WritableFile {
@@ -49,27 +46,37 @@ class S3WritableFile final : public WritableFile {
         key_(std::move(key)),
         spool_(std::move(spool)) {}
 
-  Status write_at(uint64_t offset, std::span<const std::byte> bytes) override {
+  // The spool is a local file of this process's own ($TMPDIR), not the storage the deadline
+  // guards: a write to it is only refused once the deadline has passed.
+  Status write_at(uint64_t offset, std::span<const std::byte> bytes, Deadline deadline) override {
+    if (deadline.passed()) {
+      return Status(ErrorCode::kDeadlineExceeded, "writing at offset " + std::to_string(offset) +
+                                                      " of " + url() + ": its deadline had passed");
+    }
     ZW_RETURN_IF_ERROR(spool_.pwrite_all(offset, bytes, "cannot spool"));
     std::lock_guard<std::mutex> lock(mutex_);
     size_ = std::max<uint64_t>(size_, offset + bytes.size());
     uploaded_ = false;
     return Status::ok();
   }
-  void start_writeback(uint64_t, uint64_t) override {}
-  Status sync() override { return upload(); }
-  Status close() override {
-    Status status = upload();
+  void start_writeback(uint64_t, uint64_t, Deadline) override {}
+  // The upload, one PUT or a multipart one, within `deadline`; a multipart upload that fails
+  // (a part that fails on every retry, or the deadline) is aborted, leaving no parts behind.
+  Status sync(Deadline deadline) override { return upload(deadline); }
+  Status close(Deadline deadline) override {
+    Status status = upload(deadline);
     Status closed = spool_.close();
     return status.is_ok() ? closed : status;
   }
 
  private:
-  Status upload() {
+  std::string url() const { return "s3://" + bucket_ + "/" + key_; }
+
+  Status upload(Deadline deadline) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (uploaded_) return Status::ok();
-    Status status = internal::upload_file_to_s3(*client_, bucket_, key_, spool_.fd(), size_,
-                                                Deadline::after(kTransferTimeout));
+    Status status =
+        internal::upload_file_to_s3(*client_, bucket_, key_, spool_.fd(), size_, deadline);
     uploaded_ = status.is_ok();
     return status;
   }

@@ -158,6 +158,33 @@ TEST_F(PackedTree, ComparesEveryFileWithEverySample) {
   EXPECT_GT(packed.warm.resident_before, 0.5);
 }
 
+TEST_F(PackedTree, EachSideIsColdForEachOfItsColdPassesInEitherOrder) {
+  struct statfs info {};
+  ASSERT_EQ(::statfs(tree_.c_str(), &info), 0);
+  if (info.f_type == TMPFS_MAGIC) GTEST_SKIP() << "tmpfs pages are the file: nothing to evict";
+  FilesBenchOptions options;
+  options.dir = tree_;
+  options.dataset = shards_;
+  options.threads = 2;
+  options.repeats = 2;  // the second repeat follows both sides' warm passes: all cached
+  options.packed_first = true;
+  Result<FilesBenchReport> report = run_files_bench(options);
+  ASSERT_TRUE(report.is_ok()) << report.status().to_string();
+  EXPECT_EQ(report->repeats, 2u);
+  ASSERT_TRUE(report->packed.has_value());
+  // The highest residency of a side's cold passes: each side evicted right before its own.
+  EXPECT_LE(report->cold.resident_before, 0.01);
+  EXPECT_LE(report->packed->cold.resident_before, 0.01);
+  EXPECT_GT(report->warm.resident_before, 0.5);
+  EXPECT_GT(report->packed->warm.resident_before, 0.5);
+  for (const ReadPass* pass : {&report->cold, &report->warm}) EXPECT_EQ(pass->items, kFiles);
+  for (const ReadPass* pass : {&report->packed->cold, &report->packed->warm}) {
+    EXPECT_EQ(pass->items, kFiles);
+  }
+  options.repeats = 0;
+  EXPECT_EQ(run_files_bench(options).status().code(), ErrorCode::kInvalidArgument);
+}
+
 TEST_F(PackedTree, WithoutIoUringThePackedSideReadsWithPreadAndSaysSo) {
   const testing::CommandResult r = run_cli(
       {"bench", "files", tree_, "--dataset", shards_, "--json"}, {"ZEROWAIT_DISABLE_IO_URING=1"});

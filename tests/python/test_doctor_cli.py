@@ -11,24 +11,35 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 FINDING_KEYS = ["check", "area", "subject", "status", "summary", "evidence", "why", "fix"]
 
 
-def run_doctor(cli: Path, *args: str) -> tuple[int, dict]:
-    done = subprocess.run([str(cli), "doctor", *args, "--json"], capture_output=True, text=True,
-                          timeout=60)
+def run_doctor(cli: Path, *args: str, prefix: tuple = ()) -> tuple[int, dict]:
+    """The exit status and the JSON report, its schema checked."""
+    # Another user (`prefix`) gets a HOME it cannot read, as such a user would.
+    env = dict(os.environ, HOME="/nonexistent") if prefix else None
+    start = time.monotonic()
+    done = subprocess.run([*prefix, str(cli), "doctor", *args, "--json"], capture_output=True,
+                          text=True, timeout=120, env=env)
+    lived = time.monotonic() - start
     assert done.returncode in (0, 3), done.stderr
-    return done.returncode, json.loads(done.stdout)
+    report = json.loads(done.stdout)
+    check_schema(report, lived)
+    return done.returncode, report
 
 
-def check_schema(report: dict) -> None:
+def check_schema(report: dict, lived: float) -> None:
+    """`lived`: how long the doctor's process ran, timed around it."""
     assert report["schema"] == "zerowait.doctor/1"
     assert list(report["counts"]) == ["fail", "warn", "info", "ok"]
     assert sum(report["counts"].values()) == len(report["findings"])
     assert report["failed"] == (report["counts"]["fail"] > 0)
-    assert report["seconds"] >= 0
+    # The doctor's own clock runs inside its process: it read something, so more than 0, and
+    # no more than the process lived. (Its bound under a stuck read: test_stuck_filesystem.py.)
+    assert 0 < report["seconds"] <= lived, (report["seconds"], lived)
     for finding in report["findings"]:
         assert list(finding) == FINDING_KEYS
         assert finding["status"] in ("ok", "info", "warn", "fail")
@@ -68,7 +79,6 @@ def test_planted_problems_are_flagged_with_evidence_and_fix(cli, tmp_path):
     root.mkdir()
     planted_machine(root)
     code, report = run_doctor(cli, "/data", "--root", str(root), "--workers", "16")
-    check_schema(report)
     assert code == 3 and report["failed"]
     by_check = {}
     for finding in report["findings"]:
@@ -103,7 +113,6 @@ def test_text_output_shows_each_problem_with_its_fix(cli, tmp_path):
 
 def test_the_live_machine(cli, tmp_path):
     code, report = run_doctor(cli, str(tmp_path))
-    check_schema(report)
     assert code == (3 if report["failed"] else 0)
     areas = {finding["area"] for finding in report["findings"]}
     assert {"storage", "memory", "limits", "cpu", "io_uring", "devices", "network"} <= areas
@@ -135,7 +144,6 @@ def test_a_file_is_checked_for_its_file_system_and_not_sampled_as_a_tree(cli, tm
     shard = tmp_path / "train.zws"
     shard.write_bytes(b"z" * 4096)
     code, report = run_doctor(cli, str(shard))
-    check_schema(report)
     storage = {f["check"]: f for f in report["findings"] if f["area"] == "storage"}
     assert "storage.mount" in storage or "storage.o_direct" in storage, sorted(storage)
     small = storage["storage.small_files"]
@@ -143,6 +151,50 @@ def test_a_file_is_checked_for_its_file_system_and_not_sampled_as_a_tree(cli, tm
     assert small["summary"] == "not checked: a file, not a directory of samples"
     assert f"the file system holding {shard}" in small["evidence"]
     assert not any("zerowait pack" in f["fix"] for f in report["findings"]), report
+
+
+ESTIMATE = re.compile(r"estimated (\d+\.\d) x from packing \(per-file overhead (\d+(?:\.\d)?) % "
+                      r"of read time, measured on (\d+) files, page cache as found\)")
+
+
+def test_the_packing_estimate_is_its_formula_over_the_planted_small_files(cli, tmp_path):
+    # The planted cause: 1,200 tiny files of known sizes (2,000..3,199 B, one each) in 4 class
+    # folders on a real file system, so one open/fstat/close per file is most of each read.
+    tree = tmp_path / "train"
+    sizes = list(range(2000, 3200))
+    for i, size in enumerate(sizes):
+        folder = tree / f"class_{i % 4}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{i:05d}.jpg").write_bytes(os.urandom(size))
+    _, report = run_doctor(cli, str(tree))
+    small = next(f for f in report["findings"] if f["check"] == "storage.small_files")
+    assert small["status"] == "warn", small
+
+    # The estimate is a model (docs/doctor.md): on up to 200 of the files, evenly spread,
+    # open+fstat+close is timed apart from the read, and the gain is total / (total - per-file),
+    # i.e. 1 / (1 - share). Its inputs must be what was planted: every file counted, the
+    # median of the planted sizes, 200 files measured (1,200 / 200 = every 6th: 200 of them,
+    # ~0.5 MiB, far inside 64 MiB and the 0.5 s bound unless a loaded machine stops it early).
+    median = sorted(sizes)[len(sizes) // 2]
+    assert small["summary"].startswith(f"1,200 files with a median of {median / 1024:.2f} KiB: "
+                                       "estimated "), small
+    assert (f"sampled 1,200 files in 5 directories under {tree} breadth-first (all of them), "
+            f"median {median / 1024:.2f} KiB, 100 % under 1 MiB") in small["evidence"], small
+    found = ESTIMATE.search(small["evidence"])
+    assert found, small["evidence"]
+    gain, share, measured = float(found[1]), float(found[2]) / 100, int(found[3])
+    assert 1 <= measured <= 200
+    assert f"estimated {found[1]} x from packing" in small["summary"]
+    # Its output follows the formula: the share is printed to 1 % (0.1 % under 10 %) and the
+    # gain to 0.1, so the gain must lie within the formula over the share's rounding interval,
+    # widened by the gain's own rounding.
+    step = 0.001 if share < 0.1 else 0.01
+    low, high = share - step / 2, min(share + step / 2, 0.9999)
+    assert 1 / (1 - low) - 0.05 <= gain <= 1 / (1 - high) + 0.05, (gain, share)
+    # What was planted makes the per-file share real: open, fstat and close are not free.
+    assert share > 0, small
+    assert small["fix"] == (f"zerowait pack {tree} -o {tree}.zw, then zerowait bench files {tree} "
+                            f"--dataset {tree}.zw to measure the gain")
 
 
 # Tests run as root in CI: an unprivileged user is nobody, through setpriv (util-linux).
@@ -182,13 +234,7 @@ def test_an_unprivileged_user_never_gets_ok_for_what_it_could_not_read(cli):
                 (directory / f"{i}.jpg").chmod(0o644)
             directory.chmod(0o755)
         private.chmod(0o700 if os.geteuid() == 0 else 0)  # root's own: nobody may list it
-        done = subprocess.run(UNPRIVILEGED + [str(cli), "doctor", str(open_dir), str(private),
-                                              "--json"],
-                              capture_output=True, text=True, timeout=120,
-                              env=dict(os.environ, HOME="/nonexistent"))
-        assert done.returncode in (0, 3), done.stderr
-        report = json.loads(done.stdout)
-        check_schema(report)
+        _, report = run_doctor(cli, str(open_dir), str(private), prefix=tuple(UNPRIVILEGED))
         findings = report["findings"]
 
         # The private directory is reported as unreadable, with the fix, and not judged.

@@ -3,10 +3,13 @@
 // the same number of samples read from the dataset packed from that tree, through the Loader the
 // way training reads it (shuffled, raw bytes, checksums verified, io "auto").
 //
-// Both sides read in a shuffled order with the same number of threads, and the passes alternate
-// (files cold, packed cold, files warm, packed warm) so that a drift of the disk weighs on both.
-// "Cold" evicts the files' pages first (fdatasync, then posix_fadvise DONTNEED): the page cache
-// only; the kernel's dentry and inode caches stay warm, which flatters the per-file side.
+// Both sides read in a shuffled order with the same number of threads at the same priority (the
+// caller's: the Loader's worker_nice is 0 here, as a DataLoader's workers run), and the passes
+// alternate (files cold, packed cold, files warm, packed warm), the side that goes first swapping
+// every repeat, so that a drift of the disk weighs on both; each side keeps its fastest pass.
+// "Cold" evicts a side's pages right before its own pass (fdatasync, then posix_fadvise DONTNEED)
+// and measures what stayed: the page cache only; the kernel's dentry and inode caches stay warm,
+// which flatters the per-file side.
 //
 // Library code: nothing is printed; progress goes to a callback.
 #pragma once
@@ -24,6 +27,8 @@ namespace zerowait {
 // Threads on each side by default: two cores' worth, as the loader comparisons in
 // bench/README.md give every contender (2 workers).
 inline constexpr unsigned kFilesBenchThreads = 2;
+// Passes of each kind on each side by default; the fastest is kept (run_files_bench).
+inline constexpr unsigned kFilesBenchRepeats = 3;
 
 // One pass over files or samples.
 struct ReadPass {
@@ -44,6 +49,10 @@ struct FilesBenchOptions {
   uint64_t max_files = 0;  // read at most this many (a random subset); 0: every file
   unsigned threads = kFilesBenchThreads;
   uint64_t seed = 0;  // of the shuffled orders
+  unsigned repeats = kFilesBenchRepeats;  // cold and warm passes on each side
+  // Which side reads first in the first repeat, cold and warm alike (the sides swap every
+  // repeat): false, the files.
+  bool packed_first = false;
   // "files: cold pass (20000 files)" before each step; called on the calling thread.
   std::function<void(const std::string& message)> progress;
 };
@@ -59,7 +68,7 @@ struct PackedFilesBench {
   // Loader::create before the cold pass (its batch arenas faulted in), outside the passes' time:
   // paid once per training process, not per epoch.
   double loader_start_seconds = 0;
-  ReadPass cold;
+  ReadPass cold;  // the fastest of the repeats, as the files' passes
   ReadPass warm;
   // Samples per second over files per second, cold against cold and warm against warm.
   double speedup_cold = 0;
@@ -69,10 +78,11 @@ struct PackedFilesBench {
 struct FilesBenchReport {
   std::string dir;
   unsigned threads = 0;
+  unsigned repeats = 0;
   uint64_t files_listed = 0;
   double list_seconds = 0;
   uint64_t files_read = 0;  // per pass: min(files listed, max_files)
-  ReadPass cold;
+  ReadPass cold;            // the fastest of the repeats (resident_before: the highest of them)
   ReadPass warm;
   std::optional<PackedFilesBench> packed;
   std::vector<std::string> notes;  // caveats worth printing with the numbers
@@ -86,13 +96,13 @@ struct ListedFiles {
 };
 Result<ListedFiles> list_files(const std::string& dir);
 
-// Reads each file whole (open, fstat, read to the end, close) on `threads` threads, in the order
-// given (threads take the next file as they finish one; the caller's is one of them). The first
-// error names its file; kInvalidArgument for 0 threads.
+// Reads each file whole (open, fstat, read to the end, close) on `threads` new threads, in the
+// order given (threads take the next file as they finish one; the caller waits). The first error
+// names its file; kInvalidArgument for 0 threads.
 Result<ReadPass> read_files(const std::vector<std::string>& paths, unsigned threads);
 
-// The whole comparison (see the top of this file). kInvalidArgument for 0 threads, kNotFound for
-// a tree without files; open and read errors name their file.
+// The whole comparison (see the top of this file). kInvalidArgument for 0 threads or repeats,
+// kNotFound for a tree without files; open and read errors name their file.
 Result<FilesBenchReport> run_files_bench(const FilesBenchOptions& options);
 
 }  // namespace zerowait

@@ -353,9 +353,9 @@ TEST_F(BlockCacheTest, MetadataReadsAskForTheirRangesAloneUntilTheBlocksAreCache
   auto cache = open_cache();
   auto source = cached_object(*cache);
   std::string head(100, '\0'), tail(100, '\0');
-  const ReadRequest requests[] = {{0, std::as_writable_bytes(std::span(head))},
-                                  {object_.size() - tail.size(),
-                                   std::as_writable_bytes(std::span(tail))}};
+  const ReadRequest requests[] = {
+      {0, std::as_writable_bytes(std::span(head))},
+      {object_.size() - tail.size(), std::as_writable_bytes(std::span(tail))}};
   // Both GETs held by the server: asked one after another, they would share one connection.
   server_.fail_next({.stall = 1500ms}, 2);
   const uint64_t connections_before = server_.connections();

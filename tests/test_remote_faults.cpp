@@ -78,13 +78,19 @@ class RemoteFaultsTest : public ::testing::Test {
     return o;
   }
 
-  // GETs of shard bytes the server answered in full, by path and range.
-  std::map<std::string, int> shard_gets() const {
+  // GETs of shard bytes the server answered in full, by path and range. `block_bytes`: only
+  // those of whole cache blocks of this size (a shard's last block may be shorter), not the
+  // ranges of headers, footers and indexes that opening a shard asks for alone.
+  std::map<std::string, int> shard_gets(uint64_t block_bytes = 0) const {
     std::map<std::string, int> by_range;
     for (const FaultProxy::Exchange& e : proxy_->log()) {
-      if (e.method == "GET" && !e.faulted && e.path.find(".zws") != std::string::npos) {
-        ++by_range[e.path + " " + e.range];
+      if (e.method != "GET" || e.faulted || e.path.find(".zws") == std::string::npos) continue;
+      if (block_bytes != 0) {
+        const uint64_t first = std::stoull(e.range.substr(e.range.find('=') + 1));
+        const uint64_t last = std::stoull(e.range.substr(e.range.find('-') + 1));
+        if (first % block_bytes != 0 || (first == 0 && last + 1 != block_bytes)) continue;
       }
+      ++by_range[e.path + " " + e.range];
     }
     return by_range;
   }
@@ -284,8 +290,9 @@ TEST_F(RemoteFaultsTest, TwoProcessesSharingACacheDownloadEachBlockOnceCountedAt
   o.capacity_bytes = 2 * dataset_bytes;
   // Made by the parent, so the children agree on the layout from the start.
   ASSERT_TRUE(BlockCache::open(o).is_ok());
-  proxy_->fail_next({.method = "GET", .path_contains = ".zws", .stall = 3000ms});
   // Each child reads every sample and leaves its counters in a file: "misses waits".
+  // The first opens its first shard (header and index, asked for alone), says so in the file
+  // "opened" and waits for "read", made once its next shard GET, block 0's, is set to be held.
   // The second waits for the file "go" the test makes once the first's GET is held.
   auto reader = [&](const std::string& name) {
     return [&, name] {
@@ -296,6 +303,11 @@ TEST_F(RemoteFaultsTest, TwoProcessesSharingACacheDownloadEachBlockOnceCountedAt
       options.cache = *cache;
       auto remote = Dataset::open(url(), options);
       if (!remote.is_ok()) return 3;
+      if (name == "first") {
+        if (!(*remote)->shard(0).is_ok()) return 5;
+        testing::write_file(dir_ / "opened", "");
+        if (!testing::wait_for_file(dir_ / "read", 30s)) return 4;
+      }
       for (uint64_t i = 0; i < (*remote)->size(); ++i) {
         auto sample = (*remote)->read(i, {.deadline = Deadline::after(30s)});
         if (!sample.is_ok() || sample->buffer != local_->read(i)->buffer) return 1;
@@ -309,13 +321,16 @@ TEST_F(RemoteFaultsTest, TwoProcessesSharingACacheDownloadEachBlockOnceCountedAt
   const pid_t first_pid = children.add(reader("first"));
   const pid_t second_pid = children.add(reader("second"));
   children.start();
+  ASSERT_TRUE(testing::wait_for_file(dir_ / "opened", 30s));
+  proxy_->fail_next({.method = "GET", .path_contains = ".zws", .stall = 3000ms});
+  testing::write_file(dir_ / "read", "");
   const Clock::time_point start = Clock::now();
   while (proxy_->faults_applied() == 0 && since(start) < 30) std::this_thread::sleep_for(5ms);
   EXPECT_EQ(proxy_->faults_applied(), 1u) << "the first process's first shard GET is held";
   testing::write_file(dir_ / "go", "");
   EXPECT_EQ(children.wait(first_pid), 0);
   EXPECT_EQ(children.wait(second_pid), 0);
-  const auto gets = shard_gets();
+  const auto gets = shard_gets(o.block_bytes);
   EXPECT_GE(gets.size(), shards_ * 2);  // several blocks per shard
   for (const auto& [request, count] : gets) EXPECT_EQ(count, 1) << request;
   uint64_t misses[2] = {}, waits[2] = {};

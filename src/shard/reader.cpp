@@ -38,7 +38,8 @@ Result<std::shared_ptr<ShardReader>> ShardReader::open(std::shared_ptr<ByteSourc
   std::byte header[format::header_at::kEnd];
   std::byte footer_bytes[format::kFooterSize];
   ReadRequest requests[2] = {{0, header}, {size - format::kFooterSize, footer_bytes}};
-  ZW_RETURN_IF_ERROR(source->read(requests, Deadline::none()));
+  // Header, footer and index are metadata: a cache fetches them without their whole blocks.
+  ZW_RETURN_IF_ERROR(source->read_metadata(requests, Deadline::none()));
   uint32_t header_flags = 0;
   ZW_RETURN_IF_ERROR(format::decode_header(header, &header_flags, name));
   ZW_ASSIGN_OR_RETURN(format::Footer footer, format::decode_footer(footer_bytes, size, name));
@@ -47,7 +48,8 @@ Result<std::shared_ptr<ShardReader>> ShardReader::open(std::shared_ptr<ByteSourc
                    " differ from footer flags " + std::to_string(footer.flags));
   }
   std::vector<std::byte> index_bytes(footer.index_size);
-  ZW_RETURN_IF_ERROR(source->read_at(footer.index_offset, index_bytes));
+  const ReadRequest index_request{footer.index_offset, index_bytes};
+  ZW_RETURN_IF_ERROR(source->read_metadata({&index_request, 1}, Deadline::none()));
   if (format::checksum(index_bytes) != footer.index_checksum) {
     return corrupt("shard '" + name + "': index checksum mismatch (index at offset " +
                    std::to_string(footer.index_offset) + ", " + std::to_string(footer.index_size) +

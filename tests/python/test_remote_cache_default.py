@@ -107,7 +107,8 @@ def test_the_second_epoch_of_a_remote_loader_with_default_options_makes_no_get(s
         proxy.close()
     assert first["samples"] == second["samples"] == 48
     assert first["cache"] is not None, "a remote dataset reads through a cache by default"
-    assert first["cache"]["misses"] > 0 and gets_after_first > 0
+    # Downloaded by the reads or, ahead of them, by the cache's background downloads.
+    assert first["cache"]["misses"] + first["cache"]["prefetched"] > 0 and gets_after_first > 0
     # The default cap: a tenth of the file system, at most 64 GiB.
     assert 0 < first["cache"]["capacity_bytes"] <= 64 << 30
     assert any(Path(zerowait.default_cache_dir()).rglob("*.blk")), "blocks in the default place"

@@ -155,7 +155,7 @@ def test_a_cache_dir_serves_the_second_loader_from_local_disk(image_dataset, tmp
 
         first, first_cache = epoch()
         assert first == batches(zerowait.Dataset(image_dataset))
-        assert first_cache["misses"] > 0
+        assert first_cache["misses"] + first_cache["prefetched"] > 0  # reads or read-ahead
         assert first_cache["bytes_downloaded"] > 0
         assert 0 < first_cache["usage_bytes"] <= 64 << 20
         assert first_cache["capacity_bytes"] == 64 << 20

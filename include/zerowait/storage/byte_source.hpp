@@ -85,6 +85,14 @@ class ByteSource {
   // Convenience: one range.
   Status read_at(uint64_t offset, std::span<std::byte> dst, Deadline deadline = Deadline::none());
 
+  // A read of a few small ranges that are not part of the data stream (a shard's header, footer
+  // and index), with read()'s contract. A cache of whole blocks serves them with range requests
+  // of their own when it does not hold their blocks yet, so that opening a shard waits for a few
+  // kilobytes, not for the blocks around them; other sources just read().
+  virtual Status read_metadata(std::span<const ReadRequest> requests, Deadline deadline) {
+    return read(requests, deadline);
+  }
+
   // True when reads bypass the page cache (O_DIRECT in effect, after any fallback): a caller
   // that reads large ranges then does best with offsets, lengths and buffers aligned to
   // kDirectIoAlignment. Other sources take any range straight into the caller's buffer.

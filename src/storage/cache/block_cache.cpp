@@ -3,6 +3,7 @@
 #include "zerowait/storage/block_cache.hpp"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -197,6 +198,16 @@ class BlockCache::Impl {
       }
     }
     wake_downloaders(queued);
+  }
+
+  // Whether block `block` of `object` is open in this process or has a file on disk (not
+  // checked here: a read checks it).
+  bool holds(const std::string& object, uint64_t block) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (open_.count(BlockStore::block_name(object, block)) != 0) return true;
+    }
+    return ::access(store_->block_path(object, block).c_str(), F_OK) == 0;
   }
 
   Status trim(uint64_t headroom, uint64_t pending, Deadline deadline) {
@@ -506,6 +517,30 @@ class CachedSource final : public ByteSource {
         done += n;
       }
     }
+    return Status::ok();
+  }
+
+  // Through the blocks when the cache holds them all (a warm cache makes no request); else each
+  // range with a request of its own, all at once, and not kept: the shard reader keeps what it
+  // parsed, and the blocks stay for the data reads that need them.
+  Status read_metadata(std::span<const ReadRequest> requests, Deadline deadline) override {
+    bool held = true;
+    for (const ReadRequest& r : requests) {
+      if (r.dst.empty() || r.offset >= size() || r.dst.size() > size() - r.offset) continue;
+      const uint64_t last = (r.offset + r.dst.size() - 1) / block_bytes_;
+      for (uint64_t b = r.offset / block_bytes_; held && b <= last; ++b) {
+        held = cache_->holds(object_, b);
+      }
+    }
+    if (held) return read(requests, deadline);
+    std::vector<Status> results(requests.size(), Status::ok());
+    std::vector<std::thread> others;
+    for (size_t i = 1; i < requests.size(); ++i) {
+      others.emplace_back([&, i] { results[i] = origin_->read(requests.subspan(i, 1), deadline); });
+    }
+    if (!requests.empty()) results[0] = origin_->read(requests.first(1), deadline);
+    for (std::thread& t : others) t.join();
+    for (const Status& status : results) ZW_RETURN_IF_ERROR(status);
     return Status::ok();
   }
 

@@ -70,7 +70,10 @@ load1() { cut -d' ' -f1 /proc/loadavg; }
 ROWS=()
 FAILED=0
 # Appends a row: entry, runs, failures, load, seconds.
-row() { ROWS+=("$(printf '| %s | %s | %s | %s | %s |' "$@")"); }
+row() {
+  ROWS+=("$(printf '| %s | %s | %s | %s | %s |' "$@")")
+  echo "  ${ROWS[-1]}"
+}
 # The number before WORD in pytest's summary line ("3 failed, 17 passed in 9.1s"), or 0.
 count() { sed -n "s/.*\b\([0-9][0-9]*\) $1.*/\1/p" <<<"$2" | grep . || echo 0; }
 slug() { tr -c 'A-Za-z0-9_.-' '_' <<<"$1" | cut -c1-100; }

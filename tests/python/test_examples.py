@@ -114,7 +114,12 @@ def test_resume_mid_epoch_continues_exactly(dataset, tmp_path):
 
 def test_profiled_training_finds_its_planted_delays(tmp_path):
     script = TRAIN.with_name("profiled_training.py")
-    result = subprocess.run([sys.executable, str(script), "--out", str(tmp_path / "run")],
+    # Input is planted as the bigger wait by a margin that holds on a busy machine: 40 sleeps of
+    # 80 ms (at least 3.2 s) against two blocking saves (0.3-0.9 s each measured at load 20).
+    # With the example's defaults the two are about equal, and which one a run calls the verdict
+    # depends on the disk and the load.
+    result = subprocess.run([sys.executable, str(script), "--out", str(tmp_path / "run"),
+                             "--input-delay", "0.08", "--checkpoint-every", "20"],
                             cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"),
                             capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <condition_variable>
 #include <mutex>
 #include <set>
@@ -166,15 +165,21 @@ constexpr std::chrono::milliseconds kWindowWall{10};
 
 struct ThreadProgress {
   std::optional<uint64_t> reads;   // the thread's syscr
-  std::optional<uint64_t> cpu_ns;  // its run time (schedstat); nullopt without schedstat
+  std::optional<uint64_t> cpu_ns;  // the process's CPU time; nullopt without its clock
   char state = '?';
 };
 
-ThreadProgress thread_progress(const host::System& system, const std::string& task) {
+// The process's CPU clock, not the thread's schedstat: schedstat's run time of a thread that
+// stays on a core moves only at scheduler ticks (4 ms apart), too coarse for the window.
+// Another process's thread clocks cannot be read; its process clock can, and its main thread
+// is nearly all of it.
+ThreadProgress thread_progress(const host::System& system, const std::string& task,
+                               std::optional<clockid_t> process_clock) {
   ThreadProgress p;
   if (const auto io = system.read(task + "/io")) p.reads = host::counter_value(*io, "syscr");
-  if (const auto schedstat = system.read_line(task + "/schedstat")) {
-    p.cpu_ns = std::strtoull(schedstat->c_str(), nullptr, 10);
+  timespec cpu{};
+  if (process_clock && clock_gettime(*process_clock, &cpu) == 0) {
+    p.cpu_ns = uint64_t(cpu.tv_sec) * 1000000000u + uint64_t(cpu.tv_nsec);
   }
   if (const auto stat = system.read(task + "/stat")) p.state = stat_state(*stat);
   return p;
@@ -186,13 +191,16 @@ ThreadProgress thread_progress(const host::System& system, const std::string& ta
 // kept off a core while the thread ran on) decides nothing: what it saw may be the next step's.
 bool receiving_in_window(const host::System& system, pid_t pid) {
   const std::string task = "/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid);
-  const ThreadProgress before = thread_progress(system, task);
+  clockid_t clock{};
+  const std::optional<clockid_t> process_clock =
+      clock_getcpuclockid(pid, &clock) == 0 ? std::optional<clockid_t>(clock) : std::nullopt;
+  const ThreadProgress before = thread_progress(system, task, process_clock);
   if (!before.reads) return false;
   const std::set<std::string> channels = batch_channels(system, pid);
   const auto start = std::chrono::steady_clock::now();
   while (true) {
     std::this_thread::sleep_for(kWindowPoll);
-    const ThreadProgress now = thread_progress(system, task);
+    const ThreadProgress now = thread_progress(system, task, process_clock);
     const auto elapsed = std::chrono::steady_clock::now() - start;
     const std::chrono::nanoseconds ran =
         before.cpu_ns && now.cpu_ns

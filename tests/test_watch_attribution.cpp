@@ -272,14 +272,37 @@ TEST(Attribution, SharesSecondsAndVerdictFromSamples) {
   samples.push_back(SystemSample{.t = 1010.0});  // after the job: no main, not counted
   const observe::Attribution a = observe::attribute(samples, 20.0);
   EXPECT_EQ(a.classified, 100u);
-  EXPECT_DOUBLE_EQ(a.shares.at("compute"), 0.9);
-  EXPECT_DOUBLE_EQ(a.shares.at("input"), 0.1);
+  EXPECT_NEAR(a.shares.at("compute"), 0.9, 1e-9);
+  EXPECT_NEAR(a.shares.at("input"), 0.1, 1e-9);
   EXPECT_DOUBLE_EQ(a.shares.at("checkpoint"), 0.0);
-  EXPECT_DOUBLE_EQ(a.seconds.at("compute"), 18.0);
-  EXPECT_DOUBLE_EQ(a.seconds.at("input"), 2.0);
+  EXPECT_NEAR(a.seconds.at("compute"), 18.0, 1e-6);
+  EXPECT_NEAR(a.seconds.at("input"), 2.0, 1e-6);
   EXPECT_EQ(a.verdict, "compute-bound");
   EXPECT_EQ(a.events.size(), 1u);
   EXPECT_EQ(observe::attribute({}, 0).verdict, "unknown");
+}
+
+TEST(Attribution, EachSampleWeighsTheTimeUntilTheNext) {
+  // Half the time computing, half waiting for input, but the compute samples came half as
+  // often (a running main thread takes longer to read): counted, compute would be a third.
+  std::vector<SystemSample> samples;
+  double t = 1000.0;
+  for (int step = 0; step < 10; ++step) {
+    samples.push_back(SystemSample{.t = t, .main = "compute"});
+    t += 0.04;
+    for (int i = 0; i < 2; ++i, t += 0.02) samples.push_back(SystemSample{.t = t, .main = "input"});
+  }
+  samples.push_back(SystemSample{.t = t});  // the end of the last input wait
+  const observe::Attribution a = observe::attribute(samples, 0.8);
+  EXPECT_EQ(a.classified, 30u);
+  EXPECT_NEAR(a.shares.at("compute"), 0.5, 1e-9);
+  EXPECT_NEAR(a.shares.at("input"), 0.5, 1e-9);
+  // Samples all taken at one time say nothing about time: each counts once.
+  const observe::Attribution flat = observe::attribute(
+      {SystemSample{.t = 5, .main = "input"}, SystemSample{.t = 5, .main = "compute"},
+       SystemSample{.t = 5, .main = "compute"}, SystemSample{.t = 5, .main = "compute"}},
+      1.0);
+  EXPECT_DOUBLE_EQ(flat.shares.at("input"), 0.25);
 }
 
 TEST(Cost, EveryCausePricedAndWaitsSummed) {

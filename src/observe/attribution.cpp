@@ -163,17 +163,29 @@ std::vector<DropEvent> find_drops(const std::vector<SystemSample>& samples,
 Attribution attribute(const std::vector<SystemSample>& samples, double duration_s,
                       const AttributionRules& rules) {
   Attribution a;
-  std::map<std::string, size_t> counts;
-  for (Activity activity : kActivities) counts[activity_name(activity)] = 0;
-  for (const SystemSample& s : samples) {
-    if (!s.main) continue;
-    ++counts[*s.main];
+  // Each sample stands for the time until the next one (the last, for the gap before it).
+  // Readings do not come evenly: watching a running main thread takes longer than reading a
+  // blocked one, and a reading that overruns the interval skips ticks, so counting samples
+  // would over-weight the states that are read quickly. Samples all at one time count one each.
+  const auto weight = [&samples](size_t i) {
+    const size_t next = i + 1 < samples.size() ? i + 1 : i;
+    const size_t at = next == i && i > 0 ? i - 1 : i;
+    return std::max(0.0, samples[next].t - samples[at].t);
+  };
+  double total = 0;
+  for (size_t i = 0; i < samples.size(); ++i) total += samples[i].main ? weight(i) : 0;
+  std::map<std::string, double> weights;
+  for (Activity activity : kActivities) weights[activity_name(activity)] = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    if (!samples[i].main) continue;
+    weights[*samples[i].main] += total > 0 ? weight(i) : 1.0;
     ++a.classified;
   }
+  if (!(total > 0)) total = double(a.classified);
   a.duration_s = duration_s > 0 || samples.empty() ? duration_s
                                                    : samples.back().t - samples.front().t;
-  for (const auto& [cause, count] : counts) {
-    const double share = a.classified == 0 ? 0 : double(count) / double(a.classified);
+  for (const auto& [cause, w] : weights) {
+    const double share = a.classified == 0 ? 0 : w / total;
     a.shares[cause] = share;
     a.seconds[cause] = share * a.duration_s;
   }

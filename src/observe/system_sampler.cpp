@@ -8,6 +8,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "common/clock.hpp"
@@ -150,9 +151,78 @@ double monotonic_seconds() {
   return double(now.tv_sec) + double(now.tv_nsec) / 1e9;
 }
 
-// How long a running main thread is watched for read calls (see take()): unpickling a batch
-// reads at each tensor's handshake, well under a millisecond apart.
-constexpr std::chrono::microseconds kReadWindow{2000};
+// How a running main thread is told apart (see take()): a DataLoader's main thread unpickling
+// a batch reads on its workers' sockets and opens or closes a socket or shared-memory file for
+// each tensor, well under a millisecond of its own CPU time apart; freeing the batch before
+// closes one file per tensor. Compute does neither. The window is counted in the thread's CPU
+// time, not the clock's, so that a thread waiting for a core on a loaded machine is watched
+// until it has run. Each end of a compute phase is read as input for at most kWindowCpu, the
+// watch's error per step.
+constexpr std::chrono::nanoseconds kWindowCpu{1000000};
+constexpr std::chrono::microseconds kWindowPoll{250};
+// A window whose thread blocked, or did not get kWindowCpu of a core in this long, ends.
+constexpr std::chrono::milliseconds kWindowWall{10};
+
+struct ThreadProgress {
+  std::optional<uint64_t> reads;   // the thread's syscr
+  std::optional<uint64_t> cpu_ns;  // the process's CPU time; nullopt without its clock
+  char state = '?';
+};
+
+// The process's CPU clock, not the thread's schedstat: schedstat's run time of a thread that
+// stays on a core moves only at scheduler ticks (4 ms apart), too coarse for the window.
+// Another process's thread clocks cannot be read; its process clock can, and its main thread
+// is nearly all of it.
+ThreadProgress thread_progress(const host::System& system, const std::string& task,
+                               std::optional<clockid_t> process_clock) {
+  ThreadProgress p;
+  if (const auto io = system.read(task + "/io")) p.reads = host::counter_value(*io, "syscr");
+  timespec cpu{};
+  if (process_clock && clock_gettime(*process_clock, &cpu) == 0) {
+    p.cpu_ns = uint64_t(cpu.tv_sec) * 1000000000u + uint64_t(cpu.tv_nsec);
+  }
+  if (const auto stat = system.read(task + "/stat")) p.state = stat_state(*stat);
+  return p;
+}
+
+// Whether the running main thread of `pid` is receiving (or releasing) a batch from its child
+// processes: it reads, or its sockets and /dev/shm files change, or it blocks in a call that is
+// input, within its next kWindowCpu of CPU time. A window the sampler itself overran (it was
+// kept off a core while the thread ran on) decides nothing: what it saw may be the next step's.
+bool receiving_in_window(const host::System& system, pid_t pid) {
+  const std::string task = "/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid);
+  clockid_t clock{};
+  const std::optional<clockid_t> process_clock =
+      clock_getcpuclockid(pid, &clock) == 0 ? std::optional<clockid_t>(clock) : std::nullopt;
+  const ThreadProgress before = thread_progress(system, task, process_clock);
+  if (!before.reads) return false;
+  const std::set<std::string> channels = batch_channels(system, pid);
+  const auto start = std::chrono::steady_clock::now();
+  while (true) {
+    std::this_thread::sleep_for(kWindowPoll);
+    const ThreadProgress now = thread_progress(system, task, process_clock);
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    const std::chrono::nanoseconds ran =
+        before.cpu_ns && now.cpu_ns
+            ? std::chrono::nanoseconds(*now.cpu_ns - std::min(*now.cpu_ns, *before.cpu_ns))
+            : std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed);
+    if (ran > 3 * kWindowCpu) return false;
+    if (now.reads && *now.reads > *before.reads) return true;
+    if (now.state != 'R') {
+      // It blocked: next() going on to wait for its workers (poll on their pipe, a read on a
+      // socket) is input; compute ending in another wait is not, nor waiting for the GIL
+      // (a futex), which compute does whenever another thread holds it.
+      const std::optional<ThreadActivity> blocked = classify_thread(system, pid, pid, true);
+      if (blocked && blocked->activity == Activity::kInput &&
+          !blocked->detail.starts_with("futex")) {
+        return true;
+      }
+      break;
+    }
+    if (ran >= kWindowCpu || elapsed >= kWindowWall) break;
+  }
+  return batch_channels(system, pid) != channels;
+}
 
 struct SystemSampler::State {
   explicit State(const SystemSamplerOptions& options)
@@ -182,7 +252,21 @@ SystemSampler::~SystemSampler() { stop(); }
 
 std::optional<SystemSample> SystemSampler::take(double t) {
   State& s = *state_;
-  ProcReading now = read_proc(s.system, options_.pid, t);
+  // The main thread first, at `t`: reading the whole process table takes milliseconds on a busy
+  // machine, and the sample's time must be when the thread was seen, for its weight (the time
+  // until the next sample) to be right. Whether the process has children is from the reading
+  // before.
+  std::optional<ThreadActivity> main;
+  if (options_.main_thread && s.previous) {
+    const bool has_children = s.previous->has_children;
+    main = classify_thread(s.system, options_.pid, options_.pid, has_children, &s.sockets);
+    if (main && main->running && main->activity != Activity::kInput && has_children &&
+        s.system.live() && receiving_in_window(s.system, options_.pid)) {
+      main = ThreadActivity{Activity::kInput, "running, receiving a batch", false, true};
+    }
+  }
+  ProcReading now = read_proc(s.system, options_.pid, s.previous ? monotonic_seconds() : t);
+  if (!s.system.live()) now.t = t;  // fixture trees: the caller's clock alone
   if (!s.previous) {
     if (s.system.live()) s.nvml = std::make_unique<internal::Nvml>();
     s.baseline_t = t;
@@ -190,35 +274,12 @@ std::optional<SystemSample> SystemSampler::take(double t) {
     return std::nullopt;
   }
   SystemSample sample = rates(now, *s.previous);
+  sample.t = t;
   if (s.nvml) {
     sample.gpu_util = s.nvml->utilization();
     sample.gpu_mem = s.nvml->memory_used();
   }
   if (options_.main_thread && !now.exiting) {
-    // Read calls the main thread has made so far: a DataLoader's main thread unpickling a batch
-    // runs in user space between reads on its workers' sockets (the handshake that passes each
-    // tensor's shared memory), where compute makes none.
-    const std::string io =
-        "/proc/" + std::to_string(options_.pid) + "/task/" + std::to_string(options_.pid) + "/io";
-    const auto reads = [&]() -> std::optional<uint64_t> {
-      const std::optional<std::string> counters = s.system.read(io);
-      return counters ? host::counter_value(*counters, "syscr") : std::nullopt;
-    };
-    const std::optional<uint64_t> reads_before = reads();
-    std::optional<ThreadActivity> main =
-        classify_thread(s.system, options_.pid, options_.pid, now.has_children, &s.sockets);
-    if (main && main->running && now.has_children && reads_before && s.system.live()) {
-      const auto window_start = std::chrono::steady_clock::now();
-      std::this_thread::sleep_for(kReadWindow);
-      const std::optional<uint64_t> reads_after = reads();
-      // On a loaded machine the sleep can run long; a window that did would see the next
-      // step's reads from inside this step's compute, so it decides nothing.
-      const bool window_held = std::chrono::steady_clock::now() - window_start <= 2 * kReadWindow;
-      if (window_held && reads_after && *reads_after > *reads_before) {
-        main = ThreadActivity{Activity::kInput, "running between reads, receiving a batch", false,
-                              true};
-      }
-    }
     if (main) sample.main = activity_name(main->activity);
     sample.main_receiving = main && main->running && main->activity == Activity::kInput;
     if (main && main->degraded) {

@@ -118,7 +118,8 @@ const SyscallRule* find_rule(long number) {
 struct ProcessFds {
   bool pipe = false;
   bool socket = false;
-  std::set<std::string> sockets;  // the "socket:[INODE]" links
+  std::set<std::string> sockets;   // the "socket:[INODE]" links
+  std::set<std::string> channels;  // "FD TARGET" of every socket and /dev/shm file
 };
 
 ProcessFds scan_fds(const host::System& system, pid_t pid) {
@@ -131,6 +132,9 @@ ProcessFds scan_fds(const host::System& system, pid_t pid) {
     found.pipe = found.pipe || kind == FdKind::kPipe;
     found.socket = found.socket || kind == FdKind::kSocket;
     if (kind == FdKind::kSocket) found.sockets.insert(*target);
+    if (kind == FdKind::kSocket || target->starts_with("/dev/shm/")) {
+      found.channels.insert(fd + " " + *target);
+    }
   }
   return found;
 }
@@ -249,6 +253,10 @@ ThreadActivity classify_syscall(const host::System& system, pid_t pid, const Sys
 }
 
 }  // namespace
+
+std::set<std::string> batch_channels(const host::System& system, pid_t pid) {
+  return scan_fds(system, pid).channels;
+}
 
 FdKind fd_kind_of_link(std::string_view target) {
   if (target.starts_with("pipe:")) return FdKind::kPipe;

@@ -45,6 +45,12 @@ struct SocketHistory {
 std::optional<ThreadActivity> classify_thread(const host::System& system, pid_t pid, pid_t tid,
                                               bool has_children, SocketHistory* history = nullptr);
 
+// The file descriptors through which a DataLoader's batches reach the process, as "FD TARGET":
+// its sockets and its /dev/shm files. Each tensor of a batch comes over a new unix socket and
+// keeps its shared-memory file open until the tensor is freed, so the set changes all through
+// receiving a batch and releasing the one before, and stands still during compute.
+std::set<std::string> batch_channels(const host::System& system, pid_t pid);
+
 // Whether the process runs a zerowait Loader (threads named "zw-loader-N").
 bool runs_zerowait_loader(const host::System& system, pid_t pid);
 

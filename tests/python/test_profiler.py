@@ -1,7 +1,7 @@
 """zerowait.StepProfiler against ground truth planted in real loops: a real Loader whose map=
 function sleeps (the input delay), a real Checkpointer saving with blocking=True at every step,
 a sleep inside prof.phase("communication"), a sleep standing in for compute, and (in two real
-processes) a gloo all_reduce whose peer arrives late. Each cause is planted large (10 % of the
+processes) a gloo all_reduce whose peer arrives late. Each cause is planted large (7.5 % of the
 wall time or more, so that a profiler missing it is off by more than the tolerance) and its
 share must land within 5 percentage points of the truth: the planted time, timed where it
 happens (inside the map function, around save(), on the late peer's own clock). The run
@@ -29,8 +29,8 @@ from helpers import free_port
 
 STEPS, BATCH = 12, 4
 INPUT_PER_SAMPLE_S = 0.02  # 80 ms of input wait per batch
-COMMUNICATION_S = 0.05
-COMPUTE_S = 0.05
+COMMUNICATION_S = 0.06
+COMPUTE_S = 0.06
 GPUS, HOURLY = 8, 2.0
 TOLERANCE = 0.05
 STEP_KEYS = {"step", "rank", "t", "wall", "input", "checkpoint", "h2d", "communication",
@@ -107,8 +107,10 @@ def test_planted_delays_land_in_their_buckets(profiled):
     assert summary["duration_s"] == pytest.approx(wall, rel=0.02)
     for cause in ("input", "checkpoint", "communication", "compute"):
         share = planted[cause] / wall
-        # The test's own sizes: each cause large enough that leaving it out fails below.
-        assert share >= 2 * TOLERANCE, (cause, share)
+        # The test's own sizes: each cause large enough that leaving it out fails below, with
+        # room to spare. (Not 2x the tolerance: on a loaded machine the checkpoint's fsync
+        # stretches the wall time and the fixed sleeps' shares shrink, to 8 % seen at load 16.)
+        assert share >= 1.5 * TOLERANCE, (cause, share)
         assert abs(summary["shares"][cause] - share) <= TOLERANCE, (
             f"{cause}: measured {summary['shares'][cause]:.3f}, planted {share:.3f}")
     assert summary["shares"]["h2d"] == summary["shares"]["other"] == 0.0

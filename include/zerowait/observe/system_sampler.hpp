@@ -32,7 +32,8 @@ struct ThreadStates {
 };
 
 struct SystemSample {
-  double t = 0;                 // CLOCK_MONOTONIC seconds, at the end of the interval
+  double t = 0;                 // CLOCK_MONOTONIC seconds, at the end of the interval: when
+                                // the main thread was read
   double cpu = 0;               // the machine's busy share, 0-1
   double proc_cpu = 0;          // CPUs the process tree used (1.0 = one CPU)
   uint64_t rss = 0;             // bytes, summed over the tree's processes

@@ -68,7 +68,7 @@ TORCH_REQUIREMENTS=("torch==2.13.0")
 # What only the tests need; torch with the torchvision built against it, a matching pair (the
 # CUDA builds of both, which run on the CPU too: PyPI's torchvision is built against them, and
 # beside the CPU torch it cannot register its operators).
-TEST_PY_REQUIREMENTS=(pytest pytest-xdist pytest-repeat safetensors fusepy datasets prometheus_client)
+TEST_PY_REQUIREMENTS=(pytest pytest-xdist pytest-repeat safetensors fusepy datasets prometheus_client lightning)
 if ((TESTS)); then
   APT_PACKAGES+=("${TEST_APT_PACKAGES[@]}")
   PY_REQUIREMENTS+=("${TEST_PY_REQUIREMENTS[@]}")

@@ -138,7 +138,8 @@ class CheckpointIO(_LightningCheckpointIO):
             raise type(error)(f"{path} names step {step} of {directory}, which cannot be "
                               f"loaded: {error}") from error
         except ValueError as error:  # a pickled value refused
-            raise ValueError(f"{path}: {error}") from error
+            raise ValueError(f"{path}: {error} (for this plugin: load_checkpoint(..., "
+                             f"weights_only=False) or CheckpointIO(allow_pickle=True))") from error
         finally:
             checkpointer.allow_pickle = saved_allow_pickle
         if checkpointer.loaded_run_id != pointer["run_id"]:

@@ -126,7 +126,9 @@ def test_top_k_and_last_name_exactly_the_kept_steps_which_verify(first_run, cli)
     verify = subprocess.run([str(cli), "ckpt", "verify", str(store), "--json"],
                             capture_output=True, text=True, timeout=120)
     assert verify.returncode == 0, verify.stdout + verify.stderr
-    assert "step" in verify.stdout
+    report = json.loads(verify.stdout)
+    assert report["ok"] and sorted(s["step"] for s in report["steps"]) == sorted(named)
+    assert all(s["ok"] and s["tensors"] > 0 for s in report["steps"]), report
 
 
 def test_loaded_checkpoints_hold_the_saved_weights_bit_for_bit(first_run):
@@ -163,10 +165,12 @@ def test_resume_from_last_in_a_moved_folder(first_run, tmp_path):
     step, weights = resumed.start
     assert step == 12 and same_bits(weights, first.weights[12])
     # ModelCheckpoint forgets its top-k when its folder changed (Lightning warns), so it keeps
-    # the first run's files and names its own last-v1.ckpt; every name is a committed step, and
+    # the first run's files beside its own (last-v1.ckpt); every name is a committed step, and
     # the steps the new run superseded are gone.
     pointers = {p.name: pointer(p) for p in moved.iterdir() if p.suffix == ".ckpt"}
-    assert pointers["last-v1.ckpt"]["global_step"] == 16
+    newest_last = max((p for n, p in pointers.items() if n.startswith("last")),
+                      key=lambda p: p["step"])
+    assert newest_last["global_step"] == 16
     assert pointers["epoch=3-step=16.ckpt"]["global_step"] == 16
     named = {p["step"] for p in pointers.values()}
     assert step_folders(moved / "zerowait") == {f"step-{s}" for s in named}

@@ -77,12 +77,13 @@ def data() -> DataLoader:
     return DataLoader(dataset, batch_size=8, shuffle=False)
 
 
-def fit(dirpath: Path, max_steps: int, ckpt_path=None, io: CheckpointIO | None = None) -> Recorder:
+def fit(dirpath: Path, max_steps: int, ckpt_path=None, accelerator: str = "cpu") -> Recorder:
     recorder = Recorder()
     checkpoints = L.pytorch.callbacks.ModelCheckpoint(
         dirpath=dirpath, every_n_train_steps=BATCHES_PER_EPOCH, save_top_k=2, monitor="step",
         mode="max", save_last=True)
-    trainer = L.Trainer(max_steps=max_steps, plugins=[io or CheckpointIO()],
+    trainer = L.Trainer(max_steps=max_steps, plugins=[CheckpointIO()], accelerator=accelerator,
+                        devices=1,
                         callbacks=[checkpoints, recorder], logger=False,
                         enable_progress_bar=False, enable_model_summary=False,
                         num_sanity_val_steps=0)
@@ -264,6 +265,20 @@ def test_dying_after_the_commit_leaves_last_naming_the_previous_step(tmp_path):
     assert pointer(tmp_path / "last.ckpt")["step"] == 1
     loaded = CheckpointIO().load_checkpoint(tmp_path / "last.ckpt")
     assert torch.equal(loaded["state_dict"]["w"], first["state_dict"]["w"])
+
+
+@pytest.mark.gpu
+def test_a_cuda_state_saves_and_resumes_on_the_gpu(tmp_path):
+    # Lightning hands the plugin the model and optimizer state on the GPU: the Checkpointer
+    # copies it through its staging pool on a copy stream, and a resume loads it back to the
+    # device each tensor came from.
+    first = fit(tmp_path / "a", 8, accelerator="gpu")
+    checkpoint = CheckpointIO().load_checkpoint(tmp_path / "a" / "epoch=1-step=8.ckpt")
+    assert all(t.is_cuda for t in checkpoint["state_dict"].values())
+    assert same_bits(checkpoint["state_dict"], first.weights[8])
+    resumed = fit(tmp_path / "b", 12, ckpt_path=tmp_path / "a" / "last.ckpt", accelerator="gpu")
+    step, weights = resumed.start
+    assert step == 8 and same_bits(weights, first.weights[8])
 
 
 def run_example(dirpath: Path, *extra: str) -> str:

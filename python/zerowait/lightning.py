@@ -39,8 +39,9 @@ class CheckpointIO(_LightningCheckpointIO):
       global step as the top-k checkpoint); the pointer records the step, the run, the epoch
       and the global step.
     - ``allow_pickle``: pickle values that are not tensors, numpy arrays, plain values or
-      dicts/lists/tuples of them (Lightning's own entries never need it; an object put in the
-      checkpoint by a callback or ``on_save_checkpoint`` may), and unpickle them on load.
+      dicts/lists/tuples of them (Lightning's own entries need it only for hyper-parameters
+      that are not plain values, such as a ``Path``; an object a callback or
+      ``on_save_checkpoint`` puts in may), and unpickle them on load.
       ``load_checkpoint(weights_only=True)`` refuses pickled values, ``weights_only=False``
       allows them, None follows ``allow_pickle``.
     - ``compression``, ``incremental``, ``max_file_bytes``, ``threads``, ``direct_reads``,

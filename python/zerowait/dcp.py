@@ -320,8 +320,12 @@ class Writer(StorageWriter):
         return True
 
     def close(self) -> None:
-        """Settles the last save, waits for its mirror copy; raises a background error."""
-        self._finalizer()
+        """Settles the last save, waits for its mirror copy; raises a background error. The
+        Writer may save again afterwards."""
+        try:
+            self._finalizer()
+        finally:
+            self._finalizer = weakref.finalize(self, self._engine.close)
 
     def __enter__(self) -> "Writer":
         return self

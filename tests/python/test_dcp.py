@@ -155,6 +155,21 @@ def test_one_process_with_mirror_and_incremental_saves(tmp_path, cli):
     assert all(torch.equal(loaded["model"][k], v) for k, v in model.state_dict().items())
 
 
+def test_a_step_in_an_s3_bucket(bucket, tmp_path):
+    url = f"s3://{bucket}/dcp"
+    model, optimizer = make_model(shard=False)
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        with zerowait.dcp.Writer(url, piece_bytes=64) as writer:
+            dcp.save({"model": model_sd, "optim": optim_sd, "extra": {"epoch": 0}},
+                     storage_writer=writer, no_dist=True)
+    assert writer.saved_step == 0 and _core._ckpt_list_steps(url) == [0]
+    assert _core._ckpt_verify(url, 0)["problems"] == []
+    loaded, _ = load_in_one_process(url)  # ranged reads of the pieces from the bucket
+    assert differences(loaded, full_state(model, optimizer)) == []
+
+
 def test_a_rank_killed_before_commit_leaves_no_step(tmp_path):
     directory = tmp_path / "ckpt"
     reports = run_ranks("kill", 2, directory, tmp_path / "out")

@@ -6,8 +6,9 @@ as a ``sharded`` entry (dtype, global shape, each chunk's offsets, sizes, writer
 names: the format of ``_checkpoint_sharded``, so ``ShardedLoad`` reads it and
 ``Checkpointer.load()`` returns whole tensors), plus a ``dcp`` section: each tensor's
 ``TensorProperties``, the order of the state dict's keys, which rank wrote each bytes item, and
-the plans' ``planner_data`` merged as DefaultSavePlanner merges them. Each rank records the bytes items it wrote (their size is known only
-once the planner has serialized them) in the ``dcp`` section of its own part.
+the plans' ``planner_data`` merged as DefaultSavePlanner merges them. Each rank records the
+bytes items it wrote (their size is known only once the planner has serialized them) in the
+``dcp`` section of its own part.
 """
 
 from __future__ import annotations

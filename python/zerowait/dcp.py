@@ -63,6 +63,35 @@ def _location(directory: Any, step: Optional[int]) -> Tuple[str, Optional[int]]:
     return parsed_directory, step if step is not None else parsed_step
 
 
+class _Location:
+    """What a Writer and a Reader share: the directory, and the step a checkpoint_id names."""
+
+    directory: str
+    _step: Optional[int]
+
+    def _reset_location(self, checkpoint_id: Any) -> None:
+        if checkpoint_id is not None:
+            directory, step = records.parse_checkpoint_id(checkpoint_id)
+            self.directory = directory if directory is not None else self.directory
+            self._step = step
+
+    def _step_id(self, step: int) -> str:
+        return f"{self.directory.rstrip('/')}/step-{step}"
+
+    @property
+    def checkpoint_id(self) -> str:
+        """The step's directory (``DIR/step-N``), or DIR while the step is not chosen."""
+        return self.directory.rstrip("/") if self._step is None else self._step_id(self._step)
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
+        try:
+            records.parse_checkpoint_id(checkpoint_id)
+        except (TypeError, ValueError):
+            return False
+        return True
+
+
 class _Engine:
     """The engine a Writer saves through, and the save whose outcome the engine has not been
     told yet. Owned by one Writer; its finalizer settles that save and waits for mirror copies."""
@@ -108,7 +137,7 @@ class _Engine:
             core.wait_all()
 
 
-class Writer(StorageWriter):
+class Writer(_Location, StorageWriter):
     """A ``StorageWriter`` saving each ``dcp.save`` / ``dcp.async_save`` as a zerowait step of
     ``directory`` (a local directory or ``s3://bucket/prefix``).
 
@@ -169,10 +198,7 @@ class Writer(StorageWriter):
     # --- StorageWriter -------------------------------------------------------------------------
 
     def reset(self, checkpoint_id: Any = None) -> None:
-        if checkpoint_id is not None:
-            directory, step = records.parse_checkpoint_id(checkpoint_id)
-            self.directory = directory if directory is not None else self.directory
-            self._step = step
+        self._reset_location(checkpoint_id)
         self._save_id = uuid.uuid4().hex
 
     def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
@@ -223,7 +249,7 @@ class Writer(StorageWriter):
         for item in plan.items:
             results.append(self._add_item(snapshot, pieces, item, planner, bytes_items))
         extra = {"save_id": self._save_id, "dcp_version": _dcp_version(),
-                 "checkpoint_id": f"{self.directory.rstrip('/')}/step-{step}"}
+                 "checkpoint_id": self._step_id(step)}
         record = self._record if self._coordinator else None
         structure = records.part_document(record, bytes_items, extra)
         pending = core.begin_save(step, snapshot.tensors, structure)
@@ -259,11 +285,11 @@ class Writer(StorageWriter):
                                storage_data=self._rank)
         chunk = item.tensor_data.chunk
         tensor = data.detach()
-        if tuple(tensor.shape) != tuple(chunk.sizes) or tensor.dtype != item.tensor_data.properties.dtype:
+        dtype = item.tensor_data.properties.dtype
+        if tuple(tensor.shape) != tuple(chunk.sizes) or tensor.dtype != dtype:
             raise ValueError(f"{fqn}: the planner resolved a {records.dtype_name(tensor.dtype)} "
                              f"{list(tensor.shape)} tensor for a chunk of sizes "
-                             f"{list(chunk.sizes)} and dtype "
-                             f"{records.dtype_name(item.tensor_data.properties.dtype)}")
+                             f"{list(chunk.sizes)} and dtype {records.dtype_name(dtype)}")
         if not tensor.is_contiguous():
             tensor = tensor.contiguous()
         nbytes = tensor.numel() * tensor.element_size()
@@ -299,25 +325,11 @@ class Writer(StorageWriter):
         handle.wait()
         metadata.storage_data = recorded.storage_data
         metadata.version = _dcp_version()
-        metadata.storage_meta = StorageMeta(checkpoint_id=f"{self.directory.rstrip('/')}"
-                                                          f"/step-{step}",
+        metadata.storage_meta = StorageMeta(checkpoint_id=self._step_id(step),
                                             save_id=self._save_id)
 
     def storage_meta(self) -> Optional[StorageMeta]:
         return StorageMeta(checkpoint_id=self.checkpoint_id, save_id=self._save_id)
-
-    @property
-    def checkpoint_id(self) -> str:
-        base = self.directory.rstrip("/")
-        return base if self._step is None else f"{base}/step-{self._step}"
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
-        try:
-            records.parse_checkpoint_id(checkpoint_id)
-        except (TypeError, ValueError):
-            return False
-        return True
 
     def close(self) -> None:
         """Settles the last save, waits for its mirror copy; raises a background error. The
@@ -334,7 +346,7 @@ class Writer(StorageWriter):
         self.close()
 
 
-class Reader(StorageReader):
+class Reader(_Location, StorageReader):
     """A ``StorageReader`` of a step written through :class:`Writer`: ``step=N`` (or a
     ``checkpoint_id`` as the Writer takes), else the newest committed step of ``directory``.
 
@@ -364,10 +376,7 @@ class Reader(StorageReader):
         self._section: Dict[str, Any] = {}
 
     def reset(self, checkpoint_id: Any = None) -> None:
-        if checkpoint_id is not None:
-            directory, step = records.parse_checkpoint_id(checkpoint_id)
-            self.directory = directory if directory is not None else self.directory
-            self._step = step
+        self._reset_location(checkpoint_id)
         self._load_id = uuid.uuid4().hex
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
@@ -379,20 +388,17 @@ class Reader(StorageReader):
             if not steps:
                 raise _core.ZerowaitNotFoundError(f"no committed step in {self.directory}")
             step = steps[-1]
-        roots = [self.directory] + ([self.mirror] if self.mirror is not None else [])
-        for i, root in enumerate(roots):
-            where = f"step {step} in {root}"
-            try:
-                manifest = _core._CheckpointReader(root, step, 0).manifest()
-                world_size = _core._ckpt_step_info(root, step)["world_size"]
-                metadata = records.build_metadata(manifest["structure"], where,
-                                                  self._allow_pickle)
-                break
-            except _DAMAGE as error:
-                if i + 1 == len(roots):
-                    raise
-                warnings.warn(f"{where} cannot be read: {error}; reading the mirror's copy in "
-                              f"{roots[i + 1]}", stacklevel=2)
+
+        def read(root: str) -> Tuple[Dict[str, Any], int, Metadata]:
+            manifest = _core._CheckpointReader(root, step, 0).manifest()
+            world_size = _core._ckpt_step_info(root, step)["world_size"]
+            metadata = records.build_metadata(manifest["structure"], f"step {step} in {root}",
+                                              self._allow_pickle)
+            return manifest, world_size, metadata
+
+        root, (manifest, world_size, metadata) = self._from_first_copy(
+            [self.directory, self.mirror], step, read)
+        where = f"step {step} in {root}"
         self._root, self._world_size = root, world_size
         self._section = records.dcp_section(manifest["structure"], where)
         self.loaded_step = step
@@ -413,17 +419,10 @@ class Reader(StorageReader):
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future:
         tensors = [(item, planner.resolve_tensor(item).detach()) for item in plan.items
                    if item.type != LoadItemType.BYTE_IO]
-        roots = [self._root] + ([self.mirror] if self.mirror not in (None, self._root) else [])
-        for i, root in enumerate(roots):
-            try:
-                values = self._read(root, tensors, [item for item in plan.items
-                                                    if item.type == LoadItemType.BYTE_IO])
-                break
-            except _DAMAGE as error:
-                if i + 1 == len(roots):
-                    raise
-                warnings.warn(f"step {self.loaded_step} in {root} cannot be read: {error}; "
-                              f"reading the mirror's copy in {roots[i + 1]}", stacklevel=2)
+        byte_items = [item for item in plan.items if item.type == LoadItemType.BYTE_IO]
+        _, values = self._from_first_copy(
+            [self._root, self.mirror], self.loaded_step,
+            lambda root: self._read(root, tensors, byte_items))
         for item, target in tensors:
             planner.commit_tensor(item, target)
         for item, value in values:
@@ -431,6 +430,21 @@ class Reader(StorageReader):
         future: Future = Future()
         future.set_result(None)
         return future
+
+    @staticmethod
+    def _from_first_copy(roots: List[Optional[str]], step: int, read: Any) -> Tuple[str, Any]:
+        """(root, read(root)) for the first copy of the step in ``roots`` (None: no mirror, a
+        root twice: once) that is neither missing nor damaged; a warning for each given up."""
+        distinct = [r for i, r in enumerate(roots) if r is not None and r not in roots[:i]]
+        for i, root in enumerate(distinct):
+            try:
+                return root, read(root)
+            except _DAMAGE as error:
+                if i + 1 == len(distinct):
+                    raise
+                warnings.warn(f"step {step} in {root} cannot be read: {error}; reading the "
+                              f"mirror's copy in {distinct[i + 1]}", stacklevel=3)
+        raise AssertionError("no copy to read")  # roots holds the directory
 
     def _read(self, root: str, tensors: List[Tuple[Any, Any]],
               byte_items: List[Any]) -> List[Tuple[Any, bytes]]:
@@ -458,15 +472,6 @@ class Reader(StorageReader):
         if entry["nbytes"]:
             reader.read([(index[0], buffer.data_ptr())], **self._read_options)
         return buffer.numpy().tobytes()
-
-    @property
-    def checkpoint_id(self) -> str:
-        base = self.directory.rstrip("/")
-        return base if self._step is None else f"{base}/step-{self._step}"
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
-        return Writer.validate_checkpoint_id(checkpoint_id)
 
 
 def _dcp_version() -> str:

@@ -6,8 +6,9 @@ MODE "save": an FSDP2 model (fully_shard over every rank) and its Adam state sav
 zerowait.dcp.Writer: step 0 with dcp.save, steps 1 and 2 with dcp.async_save in thread and in
 process mode (save()). "load": builds the model sharded over this job's ranks (whole tensors on
 one rank), loads the newest step with dcp.load through zerowait.dcp.Reader and set_state_dict,
-and rank 0 reports where the full state differs from OUT_DIR/reference-2.pt. "kill": saves step 0, then rank 1 dies (SIGKILL) once its part of step 1
-is durable, before the coordinator could commit; rank 0 reports what dcp.save raised.
+and rank 0 reports where the full state differs from OUT_DIR/reference-2.pt. "kill": saves
+step 0, then rank 1 dies (SIGKILL) once its part of step 1 is durable, before the coordinator
+could commit; rank 0 reports what dcp.save raised.
 Each rank writes what it saw to OUT_DIR/rank-<r>.json.
 """
 

@@ -206,7 +206,10 @@ class Writer(_Location, StorageWriter):
             raise ValueError("zerowait.dcp.Writer commits a step once every rank's part is "
                              "durable: dcp.save(use_collectives=False) is not supported")
         self._coordinator = is_coordinator
-        self._rank = kwargs.get("rank") or 0
+        rank = kwargs.get("rank")
+        if rank is None:  # a caller of the older signature: the coordinator is rank 0
+            rank = 0 if is_coordinator else torch.distributed.get_rank()
+        self._rank = rank
 
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
         return plan

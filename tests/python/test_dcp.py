@@ -155,6 +155,28 @@ def test_one_process_with_mirror_and_incremental_saves(tmp_path, cli):
     assert all(torch.equal(loaded["model"][k], v) for k, v in model.state_dict().items())
 
 
+def test_which_step_a_checkpoint_id_names(tmp_path):
+    writer = zerowait.dcp.Writer(tmp_path / "ckpt")
+    assert writer.checkpoint_id == str(tmp_path / "ckpt")  # the step is chosen at save time
+    for checkpoint_id, expected in [
+            (7, (str(tmp_path / "ckpt"), 7)),  # a step of the Writer's directory
+            (tmp_path / "other" / "step-12", (str(tmp_path / "other"), 12)),
+            ("s3://bucket/run/step-3/", ("s3://bucket/run", 3)),
+            ("s3://bucket/run", ("s3://bucket/run", None)),  # a directory: step chosen
+            ("s3://step-3", ("s3://step-3", None))]:  # a bucket named step-3
+        writer.reset(checkpoint_id)
+        assert (writer.directory, writer._step) == expected, checkpoint_id
+    assert zerowait.dcp.Reader(tmp_path / "ckpt" / "step-4").checkpoint_id == str(
+        tmp_path / "ckpt" / "step-4")
+    with pytest.raises(ValueError, match="names step 4, but step=5"):
+        zerowait.dcp.Writer(tmp_path / "step-4", step=5)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        with pytest.raises(ValueError, match=r"use_collectives=False\) is not supported"):
+            dcp.save({"x": torch.ones(2)}, storage_writer=writer, no_dist=True,
+                     use_collectives=False)
+
+
 def test_a_step_in_an_s3_bucket(bucket, tmp_path):
     url = f"s3://{bucket}/dcp"
     model, optimizer = make_model(shard=False)

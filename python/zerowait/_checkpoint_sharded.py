@@ -246,6 +246,12 @@ class ShardedLoad:
         self._wanted += [(node["key"], *box) for box in target_boxes(into)]
         return into
 
+    def want(self, pointer: str, target: Any, offsets: Tuple[int, ...],
+             sizes: Tuple[int, ...]) -> None:
+        """Fills ``target`` (a tensor of shape ``sizes``) with the box of sharded tensor
+        ``pointer`` at ``offsets`` when read() runs (zerowait.dcp's read items)."""
+        self._wanted.append((pointer, target, tuple(offsets), tuple(sizes)))
+
     def _manifest(self, rank: int) -> Dict[str, Any]:
         if rank not in self._manifests:
             self._readers[rank] = _core._CheckpointReader(self._root, self._step, rank)

@@ -68,11 +68,13 @@ TORCH_REQUIREMENTS=("torch==2.13.0")
 # What only the tests need; torch with the torchvision built against it, a matching pair (the
 # CUDA builds of both, which run on the CPU too: PyPI's torchvision is built against them, and
 # beside the CPU torch it cannot register its operators).
-TEST_PY_REQUIREMENTS=(pytest pytest-xdist pytest-repeat safetensors fusepy datasets prometheus_client lightning)
+TEST_PY_REQUIREMENTS=(pytest pytest-xdist pytest-repeat safetensors fusepy datasets prometheus_client)
 if ((TESTS)); then
   APT_PACKAGES+=("${TEST_APT_PACKAGES[@]}")
   PY_REQUIREMENTS+=("${TEST_PY_REQUIREMENTS[@]}")
-  TORCH_REQUIREMENTS=("torch==2.14.1" "torchvision==0.29.1")
+  # Lightning (tests/python/test_lightning.py) depends on torch: installed with the pinned pair,
+  # or pip would first fetch the newest torch for it.
+  TORCH_REQUIREMENTS=("torch==2.14.1" "torchvision==0.29.1" lightning)
 fi
 
 # The venv is made with the machine's python3 (a pyenv one or Debian's /usr/bin/python3).

@@ -77,6 +77,10 @@ def run_ranks(phase, world_size, out, options, timeout):
     return json.loads((out / f"{phase}.json").read_text())
 
 
+def fmt_load(load):
+    return "/".join(f"{x:.1f}" for x in load)
+
+
 def tail(log_file, chars=3000):
     log_file.seek(0)
     return log_file.read()[-chars:]
@@ -129,6 +133,8 @@ def restore_rows(table, restored):
     total, loads = restored["state_bytes"], restored["loads"]
     for cache in ("cold", "warm"):
         table.row("zerowait load(into=) 4 -> 2 ranks", loads[f"zerowait_{cache}"], total, cache)
+        table.row("  the same, direct_reads=False", loads[f"zerowait_buffered_{cache}"], total,
+                  cache)
         table.row("dcp.load 4 -> 2 ranks", loads[f"dcp_{cache}"], total, cache)
     for cache in ("cold", "warm"):
         table.judge(f"restore 4->2 {cache}: dcp.load s / zerowait s",
@@ -164,7 +170,7 @@ def main():
                         help="work directory (on the filesystem to measure), emptied first")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--repeat", type=int, default=2, help="runs per timed row (best kept)")
-    parser.add_argument("--steps", type=int, default=24, help="steps of each training loop run")
+    parser.add_argument("--steps", type=int, default=32, help="steps of each training loop run")
     parser.add_argument("--save-every", type=int, default=8, help="steps between saves")
     parser.add_argument("--matmuls", type=int, default=24, help="matmuls in a training step")
     parser.add_argument("--matmul-size", type=int, default=512, help="their square size")
@@ -182,6 +188,7 @@ def main():
     options = {"gib": args.gib, "repeat": args.repeat, "steps": args.steps,
                "save_every": args.save_every, "matmuls": args.matmuls,
                "matmul_size": args.matmul_size, "no_process": args.no_process}
+    load_before = os.getloadavg()
     log(f"{SAVE_RANKS} ranks: saves of a {args.gib:.2f} GiB state, then the training loop")
     saved = run_ranks("save", SAVE_RANKS, out, options, args.timeout)
     log(f"{RESTORE_RANKS} ranks: resharded restores")
@@ -198,16 +205,22 @@ def main():
         f"{args.repeat} per row after a warm-up save; the fastest dcp.async_save form here: "
         f"{fastest}; DefaultStager's pinned staging and non-blocking copies need CUDA "
         f"({'used' if saved['cuda'] else 'not available here'})")
-    table.notes.append("cold = the checkpoints' files evicted with posix_fadvise(DONTNEED); "
-                       "zerowait reads with O_DIRECT (direct_reads=True), so its warm and cold "
-                       "reads both come from the disk")
+    table.notes.append("cold = the checkpoints' files evicted with posix_fadvise(DONTNEED); warm "
+                       "= read once before; zerowait reads with O_DIRECT by default "
+                       "(direct_reads=True), so its warm and cold reads both come from the "
+                       "disk; the rows 'direct_reads=False' read through the page cache and are "
+                       "not judged")
+    load_after = os.getloadavg()
+    table.notes.append(f"load average (1, 5, 15 min) at the start {fmt_load(load_before)}, at "
+                       f"the end {fmt_load(load_after)}, on {os.cpu_count()} CPUs")
     table.notes.append("restores checked bit for bit on every rank: " + (
         "all exact" if not wrong else f"NOT EXACT: {wrong}"))
     common.print_table(table.rows, table.ratios, table.notes)
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"rows": table.rows, "ratios": table.ratios, "notes": table.notes,
-             "exact": not wrong, "save": saved, "restore": restored}, indent=2))
+             "exact": not wrong, "load_average": [load_before, load_after], "save": saved,
+             "restore": restored}, indent=2))
     shutil.rmtree(out, ignore_errors=True)
     if wrong:
         return 2

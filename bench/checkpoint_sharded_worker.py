@@ -315,9 +315,12 @@ def restore_phase(rank):
     2-rank targets, cold and warm; each result checked bit for bit on every rank."""
     targets = synthetic_state(rank.shapes, rank.mesh, zeros=True)
     ckpt = zerowait.Checkpointer(rank.out / ZEROWAIT_DIR)
+    # The same, reading through the page cache (what a warm cache can serve) instead of O_DIRECT.
+    buffered = zerowait.Checkpointer(rank.out / ZEROWAIT_DIR, direct_reads=False)
     step = ckpt.latest()
     folders = [rank.out / ZEROWAIT_DIR, rank.out / DCP_DIR]
     loads = {"zerowait": lambda: ckpt.load(step, into=targets),
+             "zerowait_buffered": lambda: buffered.load(step, into=targets),
              "dcp": lambda: dcp.load(targets, checkpoint_id=rank.out / DCP_DIR)}
     report = {"world_size": rank.world, "state_bytes": state_bytes(targets), "loads": {},
               "wrong": {}}
@@ -338,6 +341,7 @@ def restore_phase(rank):
                 dist.all_gather_object(every, wrong)
                 report["wrong"][key] = sorted({w for part in every for w in part})
     ckpt.close()
+    buffered.close()
     return report
 
 

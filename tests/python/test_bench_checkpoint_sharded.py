@@ -18,7 +18,8 @@ ROWS = ["zerowait save() (blocking)", "dcp.async_save thread: call returns",
         "dcp.async_save process: + staging wait", "dcp.save (blocking, durable)",
         "zerowait save() to committed (durable)", "dcp.async_save thread: upload done",
         "dcp.async_save process: upload done", "zerowait load(into=) 4 -> 2 ranks",
-        "dcp.load 4 -> 2 ranks", "memcpy of the state (4 ranks, copy_)",
+        "  the same, direct_reads=False", "dcp.load 4 -> 2 ranks",
+        "memcpy of the state (4 ranks, copy_)",
         "training step without saves (median)", "zerowait: extra time of a saving step",
         "dcp.async_save: extra time of a saving step"]
 RATIOS = ["save() blocking / fastest dcp.async_save's", "durable: dcp.save s / zerowait s",
@@ -48,6 +49,7 @@ def test_the_sharded_checkpoint_bench_runs_every_row_and_restores_exactly(tmp_pa
         assert name in [n for n, _ in names], (name, names)
     for cache in ("cold", "warm"):
         assert ("zerowait load(into=) 4 -> 2 ranks", cache) in names
+        assert ("  the same, direct_reads=False", cache) in names
         assert ("dcp.load 4 -> 2 ranks", cache) in names
     assert [r["name"] for r in report["ratios"]] == RATIOS
     assert {r["result"] for r in report["ratios"]} <= {"PASS", "FAIL"}

@@ -132,7 +132,21 @@ def dcp_async_saves(rank, state, process):
             durable.append(max_over_ranks(done))
     stager.close()
     rank.remove(path)
+    if process:
+        stop_dcp_saving_process()
     return {"returns_s": min(returns), "blocking_s": min(staged), "durable_s": min(durable)}
+
+
+def stop_dcp_saving_process():
+    """Ends DCP's saving process now rather than at exit: it holds the last staged state it was
+    sent (shared memory, as large as the state) for the life of the rank, which the training loop
+    after it would otherwise run beside. DCP offers no public call for this (torch 2.14)."""
+    from torch.distributed.checkpoint import _async_process_executor as executor
+
+    saver = getattr(executor, "_CHECKPOINT_PROCESS", None)
+    if saver is not None:
+        executor._CHECKPOINT_PROCESS = None
+        saver.__del__()  # sends TERMINATE and joins it (SIGTERM after 5 s)
 
 
 # ---- 2. a training loop -----------------------------------------------------------------------

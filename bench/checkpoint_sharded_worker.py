@@ -223,8 +223,9 @@ class DcpSaver:
     def save(self, step):
         if self.response is not None:
             self.response.upload_completion.result()
+        # One folder, overwritten by each save (as zerowait's keep_last=1 keeps one step).
         self.response = dcp.async_save(
-            self.model.state(), checkpoint_id=self.rank.out / f"loop-dcp-{step}",
+            self.model.state(), checkpoint_id=self.rank.out / "loop-dcp",
             async_stager=self.stager, process_group=self.rank.dcp_group)
         self.staged = False
 

@@ -18,12 +18,18 @@ hundreds of MB, plus Adam-like optimizer state) is saved and restored on the sam
   a fixed seed), against the full save;
 - stored size of normally distributed bf16 weights (std 0.02) with zstd, with byte grouping
   (as zerowait stores floating-point tensors) and without (the same bytes saved as int16);
+- `load()` and `load(into=...)` against safetensors' `load_file` of the same step's files (they
+  are safetensors files), warm (files in the page cache) and cold: load_file with its default
+  mmap backend returns before reading anything (the bytes arrive on first touch), so its row
+  includes one read of every page; its pread backend reads into new tensors. The faster of the
+  two is the reference; zerowait also checks every tensor's xxh3, safetensors checks nothing;
 - for information, cold `load()` against `torch.load` of a state of 16,000 tensors of 64 KB.
 
 Each timed row runs --repeat times (default 2) and keeps the best. Ratios, not absolute times,
 are the result: this machine is shared and small.
 
-Usage: bench/run checkpoint [--gib 2.1] [--out DIR] [--json FILE] [--repeat N]
+Usage: bench/run checkpoint [--gib 2.1] [--out DIR] [--json FILE] [--repeat N] [--restore-only]
+(--restore-only: one save, then only the restore rows against safetensors)
 """
 
 from __future__ import annotations
@@ -231,10 +237,90 @@ def measure_restores(run, ckpt, torch_path, fio_path):
               higher_is_better=True)
     run.judge("load(into=) MB/s / best fio seq read MB/s", (total / into_s) / fio_read_mbs, 0.85,
               higher_is_better=True)
+    measure_against_safetensors(run, ckpt)
     ckpt.close()
     shutil.rmtree(ckpt.directory, ignore_errors=True)
     torch_path.unlink(missing_ok=True)
     fio_path.unlink(missing_ok=True)
+
+
+def step_files(ckpt, step):
+    return sorted(str(p) for p in (Path(ckpt.directory) / f"step-{step}").glob("*.safetensors"))
+
+
+def read_files_once(paths):
+    """Reads every byte of `paths` through the page cache (a warm-up, like cat)."""
+    buffer = bytearray(8 << 20)
+    for path in paths:
+        with open(path, "rb", buffering=0) as f:
+            while f.readinto(buffer):
+                pass
+
+
+def safetensors_load(torch, paths, backend):
+    """safetensors.torch.load_file of every file; with the mmap backend, then one read of every
+    page (load_file maps the files and returns before any byte is read)."""
+    from safetensors.torch import load_file
+
+    tensors = {}
+    for path in paths:
+        tensors.update(load_file(path, backend=backend))
+    if backend == "mmap":
+        for t in tensors.values():
+            if t.numel():
+                t.reshape(-1).view(torch.uint8)[::4096].sum()
+    return tensors
+
+
+def measure_against_safetensors(run, ckpt):
+    """load() and load(into=) against safetensors load_file on the same files, warm and cold."""
+    torch, total, latest = run.torch, run.total, ckpt.latest()
+    paths = step_files(ckpt, latest)
+    peers = {}
+    for cache_state in ("warm", "cold"):
+        def timed(fn):
+            """(seconds,): what fn() returned is dropped at once, so that no mapping of the
+            files outlives its row (mapped pages cannot be evicted for the next cold run)."""
+            if cache_state == "cold":
+                return run.cold(fn)[0],
+            read_files_once(paths)
+            start = time.perf_counter()
+            fn()
+            return time.perf_counter() - start,
+
+        best_peer, by_backend = None, {}
+        for backend in ("mmap", "pread"):
+            log(f"{cache_state} safetensors load_file ({backend})")
+            seconds, = run.best(lambda: timed(lambda: safetensors_load(torch, paths, backend)))
+            label = "+ first read of every page" if backend == "mmap" else "into new tensors"
+            run.add_row(f"safetensors load_file {backend} {label}", seconds, total, cache_state)
+            best_peer = seconds if best_peer is None else min(best_peer, seconds)
+            by_backend[backend] = seconds
+        log(f"{cache_state} zerowait load() and load(into=)")
+        load_s, = run.best(lambda: timed(lambda: ckpt.load(latest)))
+        run.add_row("zerowait load() into new tensors (verified)", load_s, total, cache_state)
+        into_s, = run.best(lambda: timed(lambda: ckpt.load(latest, into=run.state)))
+        run.add_row("zerowait load(into=existing state) (verified)", into_s, total, cache_state)
+        run.judge(f"load() speed / safetensors load_file speed ({cache_state})",
+                  best_peer / load_s, 1.0, higher_is_better=True)
+        peers[cache_state] = (best_peer, into_s)
+        run.notes.append(f"load() is {by_backend['pread'] / load_s:.2f}x as fast as load_file "
+                         f"with backend=pread, which also fills new tensors ({cache_state}, not "
+                         f"judged)")
+    for cache_state, (peer_s, into_s) in peers.items():
+        run.notes.append(f"load(into=) is {peer_s / into_s:.2f}x as fast as the faster "
+                         f"safetensors load_file ({cache_state}, not judged)")
+    run.notes.append(f"safetensors load_file read the step's {len(paths)} tensor files")
+
+
+def measure_restore_only(run):
+    """--restore-only: one save, then the rows against safetensors."""
+    log("zerowait save (for the restore rows)")
+    ckpt = run.zerowait.Checkpointer(run.out / "zw", keep_last=1)
+    ckpt.save(0, run.state).wait()
+    measure_against_safetensors(run, ckpt)
+    ckpt.close()
+    shutil.rmtree(ckpt.directory, ignore_errors=True)
 
 
 def measure_incremental(run):
@@ -306,6 +392,8 @@ def main():
                         help="work directory (on the filesystem to measure)")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--repeat", type=int, default=2, help="runs per timed row (best kept)")
+    parser.add_argument("--restore-only", action="store_true",
+                        help="only the restore rows against safetensors (one save first)")
     args = parser.parse_args()
 
     import torch
@@ -323,10 +411,13 @@ def main():
     run = Run(torch, zerowait, args, out, cache, synthetic_state(torch, int(args.gib * GiB)))
     ntensors = sum(1 for _ in tensors_of(run.state))
     log(f"state: {ntensors} tensors, {run.total / GiB:.2f} GiB")
-    measure_restores(run, *measure_saves(run))
-    measure_incremental(run)
-    measure_compression(run)
-    measure_small_tensors(run)
+    if args.restore_only:
+        measure_restore_only(run)
+    else:
+        measure_restores(run, *measure_saves(run))
+        measure_incremental(run)
+        measure_compression(run)
+        measure_small_tensors(run)
 
     run.notes.append(f"state: {ntensors} tensors, {run.total / GiB:.2f} GiB; torch "
                      f"{torch.__version__}; page cache dropped with {cache.method}; best of "

@@ -1,6 +1,7 @@
 // `zerowait ckpt ls|verify|inspect|gc DIR`: checkpoints from the command line: which steps are
 // committed, whether they are intact, what a step holds, and removing what no step needs
-// (`ckpt inspect` is in ckpt_inspect.cpp, `ckpt restore` in ckpt_restore.cpp).
+// (`ckpt inspect` is in ckpt_inspect.cpp, `ckpt restore` in ckpt_restore.cpp, `ckpt export` in
+// ckpt_export.cpp).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -405,7 +406,7 @@ void add_directory_argument(CLI::App* command, std::string* dir) {
 Command add_ckpt_command(CLI::App& app) {
   auto args = std::make_shared<CkptArgs>();
   CLI::App* ckpt = app.add_subcommand(
-      "ckpt", "List, verify, inspect, restore and clean up checkpoints (zerowait.Checkpointer)");
+      "ckpt", "List, verify, inspect, restore, export and clean up checkpoints (zerowait.Checkpointer)");
   ckpt->require_subcommand(1);
   ckpt->footer(
       "Run 'zerowait ckpt COMMAND --help' for a command's arguments.\n"
@@ -415,6 +416,7 @@ Command add_ckpt_command(CLI::App& app) {
       "  zerowait ckpt verify /ckpt\n"
       "  zerowait ckpt inspect /ckpt 1000 --rank 0\n"
       "  zerowait ckpt restore /ckpt --mirror /nfs/ckpt\n"
+      "  zerowait ckpt export /ckpt 1000 --to safetensors -o model.safetensors\n"
       "  zerowait ckpt gc /ckpt --keep-last 3");
 
   CLI::App* ls = ckpt->add_subcommand("ls",
@@ -483,9 +485,11 @@ Command add_ckpt_command(CLI::App& app) {
                   "", "zerowait ckpt gc /ckpt --keep-last 3 --keep-every 10000"));
 
   const Command restore = add_ckpt_restore_command(ckpt);
+  const Command exporter = add_ckpt_export_command(ckpt);
 
-  return {ckpt, [args, ls, verify, inspect, gc, restore]() -> int {
+  return {ckpt, [args, ls, verify, inspect, gc, restore, exporter]() -> int {
             if (restore.app->parsed()) return restore.run();
+            if (exporter.app->parsed()) return exporter.run();
             if (ls->parsed()) return run_ls(*args);
             if (verify->parsed()) return run_verify(*args);
             if (inspect->parsed()) return run_inspect(*args);

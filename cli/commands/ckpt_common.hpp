@@ -42,5 +42,7 @@ std::string help_footer(const std::string& description, const std::string& probl
 void add_directory_argument(CLI::App* command, std::string* dir);
 // Registers `ckpt restore` on the `ckpt` group (ckpt_restore.cpp).
 Command add_ckpt_restore_command(CLI::App* ckpt);
+// Registers `ckpt export` on the `ckpt` group (ckpt_export.cpp).
+Command add_ckpt_export_command(CLI::App* ckpt);
 
 }  // namespace zerowait::cli

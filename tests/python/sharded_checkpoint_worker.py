@@ -8,7 +8,9 @@ Shard(0)]. "load": restores step 1 onto 1-D meshes with Shard(0), Shard(1) and R
 with four ranks a 2x2 mesh [Shard(0), Shard(1)]), each compared bit for bit with reference().
 "load-damaged": restores step 1 with Shard(0) and reports the error, if any. "kill": every rank
 saves step 1; then rank 1 dies (SIGKILL) and rank 0 reports what its save of step 2 raised.
-"fsdp": save_fsdp(). "sharded-tensor": save_and_load_sharded_tensor(). Each rank writes what
+"save-export": step 1 of reference() with Shard(0), reference()["w"] again with Shard(1) (as
+"/tp/w1"), and per-rank tensors that differ by rank ("/head/bias", "/head/flags"), for
+`zerowait ckpt export`. "fsdp": save_fsdp(). "sharded-tensor": save_and_load_sharded_tensor(). Each rank writes what
 it saw to OUT_DIR/rank-<r>.json.
 """
 
@@ -35,6 +37,12 @@ def reference() -> dict:
             "b": torch.randn(5, generator=g).to(torch.bfloat16),
             "ids": torch.randint(0, 1 << 40, (9, 3), generator=g),
             "rep": torch.randn(4, 3, generator=g, dtype=torch.float64)}
+
+
+def per_rank_tensors(rank: int) -> dict:
+    """Plain tensors each rank saves in its own part (save-export)."""
+    return {"bias": torch.arange(7, dtype=torch.float32) / 3 + rank,
+            "flags": torch.tensor([True, False, bool(rank)])}
 
 
 def placed(mesh, placements, targets=False) -> dict:
@@ -142,6 +150,12 @@ def main() -> None:
                 report["step2"] = "committed"
             except Exception as error:  # noqa: BLE001 - what the test checks
                 report["step2"] = f"{type(error).__name__}: {error}"
+    elif mode == "save-export":
+        mesh = init_device_mesh("cpu", (world,))
+        state = {"model": placed(mesh, [Shard(0)]),
+                 "tp": {"w1": distribute_tensor(reference()["w"], mesh, [Shard(1)])},
+                 "head": per_rank_tensors(rank), "step": 1}
+        report["save"] = ckpt.save(1, state, blocking=True).wait()
     elif mode == "fsdp":
         save_fsdp(ckpt, out, rank)
     elif mode == "sharded-tensor":

@@ -127,3 +127,9 @@ def bucket(s3_server, monkeypatch) -> str:
          "-H", f"x-amz-content-sha256: {hashlib.sha256(b'').hexdigest()}"],
         check=True, timeout=60, stdin=subprocess.DEVNULL, capture_output=True)
     return name
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "slow: a multi-process proof that takes about a minute on 2 cores "
+        "(deselect with -m 'not slow')")

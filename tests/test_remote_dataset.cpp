@@ -10,7 +10,11 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <set>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "storage/s3/s3_client.hpp"
@@ -21,6 +25,7 @@
 #include "zerowait/storage/block_cache.hpp"
 #include "zerowait/loader/loader.hpp"
 #include "zerowait/shard/dataset.hpp"
+#include "zerowait/shard/format.hpp"
 #include "zerowait/shard/manifest.hpp"
 
 namespace zerowait {
@@ -287,6 +292,106 @@ TEST_F(RemoteDatasetTest, ARemoteTarScannedThroughTheCacheIsDownloadedOncePerNod
   EXPECT_EQ(count_gets(), 3u);
   EXPECT_EQ((*other_cache)->stats().misses, 0u);
   EXPECT_GE((*other_cache)->stats().hits, 3u);
+}
+
+// A cold run's first claim announces only the batch it builds, and the batches after it once
+// that batch is built: announced earlier, their downloads would share the link and the CPUs with
+// the first batch's own blocks. Read from the cache's trace (ZEROWAIT_TRACE_CACHE), whose events
+// one process writes in order: one worker, 16 KiB cache blocks, four downloaders, and a
+// look-ahead that covers the whole small dataset.
+TEST_F(RemoteDatasetTest, AColdRunAnnouncesTheBatchesAheadOnlyOnceTheFirstIsBuilt) {
+  constexpr uint64_t kBlock = 16 << 10;
+  const std::string trace_path = dir_ / "trace.txt";
+  ::setenv("ZEROWAIT_TRACE_CACHE", trace_path.c_str(), 1);
+  struct Unset {
+    ~Unset() { ::unsetenv("ZEROWAIT_TRACE_CACHE"); }
+  } unset;
+  BlockCacheOptions cache_options;
+  cache_options.directory = dir_ / "cache";
+  cache_options.capacity_bytes = 64 << 20;
+  cache_options.min_free_bytes = 0;
+  cache_options.block_bytes = kBlock;
+  cache_options.prefetch_bytes = 4 * kBlock;
+  auto cache = BlockCache::open(cache_options);
+  ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
+  DatasetOptions with_cache;
+  with_cache.cache = *cache;
+  auto dataset = Dataset::open(server_.url("/ds/"), with_cache);
+  ASSERT_TRUE(dataset.is_ok()) << dataset.status().to_string();
+  LoaderOptions o = options();
+  o.threads = 1;
+  o.shuffle.mode = ShuffleMode::kBlock;
+  o.shuffle.block_bytes = 1;  // a block of the order is one sample: a batch reads its own bytes
+  o.shuffle.window_bytes = 32 << 10;
+  auto loader = Loader::create(*dataset, o);
+  ASSERT_TRUE(loader.is_ok()) << loader.status().to_string();
+  auto first = (*loader)->next();
+  ASSERT_TRUE(first.is_ok() && *first != nullptr) << first.status().to_string();
+  const BatchColumn* index = (*first)->column("__index__");
+  std::vector<int64_t> samples(index->shape[0]);
+  std::memcpy(samples.data(), index->data, index->bytes);
+  first->reset();
+  for (;;) {  // the rest of the epoch
+    auto batch = (*loader)->next();
+    ASSERT_TRUE(batch.is_ok()) << batch.status().to_string();
+    if (*batch == nullptr) break;
+  }
+  loader->reset();
+
+  // The cache blocks the first batch's hints cover, as "<url> <block>": its samples' bytes,
+  // neighbours of a shard less than 64 KiB apart joined into one range (LoaderRun::announce_reads).
+  constexpr uint64_t kJoinGap = 64 << 10;
+  std::map<std::string, std::vector<std::pair<uint64_t, uint64_t>>> ranges;  // [begin, end)
+  for (int64_t global : samples) {
+    auto where = (*dataset)->locate(static_cast<uint64_t>(global));
+    ASSERT_TRUE(where.is_ok()) << where.status().to_string();
+    auto shard = (*dataset)->shard(where->shard);
+    ASSERT_TRUE(shard.is_ok());
+    const format::SampleEntry& entry = (*shard)->index().samples[where->local];
+    ranges[(*dataset)->shard_path(where->shard)].emplace_back(entry.offset,
+                                                               entry.offset + entry.size);
+  }
+  std::set<std::string> first_batch;
+  for (auto& [url, spans] : ranges) {
+    std::sort(spans.begin(), spans.end());
+    for (size_t i = 0; i < spans.size();) {
+      uint64_t end = spans[i].second;
+      size_t j = i + 1;
+      while (j < spans.size() && spans[j].first <= end + kJoinGap) {
+        end = std::max(end, spans[j++].second);
+      }
+      for (uint64_t b = spans[i].first / kBlock; b <= (end - 1) / kBlock; ++b) {
+        first_batch.insert(url + " " + std::to_string(b));
+      }
+      i = j;
+    }
+  }
+
+  // "<seconds> <pid> <event> <origin> <block> [<detail>]", in the order they happened.
+  std::istringstream lines(testing::read_file(trace_path));
+  std::string line;
+  bool built = false;
+  size_t announced_before = 0, announced_after = 0, fetched_before = 0;
+  while (std::getline(lines, line)) {
+    std::istringstream fields(line);
+    std::string seconds, pid, event, origin, block;
+    fields >> seconds >> pid >> event >> origin >> block;
+    if (event == "built" && origin == "loader" && block == "0") built = true;
+    if (event != "announce" && event != "get") continue;
+    const std::string key = origin + " " + block;
+    if (built) {
+      announced_after += event == "announce";
+      continue;
+    }
+    EXPECT_EQ(first_batch.count(key), 1u)
+        << "before the first batch was built, the cache was asked to " << event << " " << key
+        << ", which is none of that batch's";
+    (event == "announce" ? announced_before : fetched_before) += 1;
+  }
+  EXPECT_TRUE(built) << "no 'built loader 0' in the trace";
+  EXPECT_GE(announced_before, 4u);  // the first batch's blocks, for the four downloaders
+  EXPECT_GT(fetched_before, 0u);
+  EXPECT_GT(announced_after, 0u);   // the batches ahead, once the first was built
 }
 
 // The same dataset in a bucket of the real S3 server, under a prefix, opened as s3://.

@@ -14,6 +14,7 @@
 
 #include "common/thread_pool.hpp"
 #include "host/thread_placement.hpp"
+#include "storage/cache/cache_trace.hpp"
 
 namespace zerowait {
 
@@ -262,8 +263,10 @@ void LoaderRun::work(unsigned thread) {
     // run ahead of the workers (in parallel, where a worker reads one block after another), and
     // its eviction spares those blocks. Batches of an epoch not planned yet wait for a later call.
     announced.clear();
+    bool announces_own = false;  // announced[0] is the batch being built
     if (dataset_.cache() != nullptr) {
       const uint64_t end = std::min(seq + cache_look_ahead_ + 1, segments_.back().end());
+      announces_own = announced_ <= seq && seq < end;
       for (uint64_t next = std::max(announced_, seq); next < end; ++next) {
         const Segment& holder = segment_of(next);
         holder.partition.batch(next - holder.first, &announced.emplace_back());
@@ -272,8 +275,16 @@ void LoaderRun::work(unsigned thread) {
     }
     lock.unlock();
 
-    for (const std::vector<uint64_t>& batch_indices : announced) announce_reads(batch_indices);
+    // The batch being built is announced before it is built, the batches ahead of it only after:
+    // announced earlier, their downloads share the link and the CPUs with this batch's own
+    // blocks, and a cold run's first batch, whose claim announces them all, waited seconds at
+    // 50 ms for blocks it does not need (docs/remote.md, "The first batch").
+    internal::CacheTrace* trace = internal::CacheTrace::get();
+    if (trace) trace->event("claim", "loader", seq);
+    const size_t before_build = announces_own ? 1 : 0;
+    for (size_t a = 0; a < before_build; ++a) announce_reads(announced[a]);
     done.status = fill(builder, indices, batch.get(), &done.stats, thread);
+    if (trace) trace->event("built", "loader", seq);
     if (done.status.is_ok()) {
       done.samples = batch->samples;
       done.batch = std::move(batch);
@@ -285,6 +296,12 @@ void LoaderRun::work(unsigned thread) {
     ++finished_;
     ready_.emplace(seq, std::move(done));
     pool_->changed().notify_all();
+    // The batch is handed over first: announcing tens of batches costs CPU the consumer waits on.
+    if (before_build < announced.size()) {
+      lock.unlock();
+      for (size_t a = before_build; a < announced.size(); ++a) announce_reads(announced[a]);
+      lock.lock();
+    }
   }
 }
 
@@ -312,7 +329,10 @@ void LoaderRun::announce_reads(const std::vector<uint64_t>& indices) const {
   if (!closed.empty()) {
     std::sort(closed.begin(), closed.end());
     closed.erase(std::unique(closed.begin(), closed.end()), closed.end());
+    internal::CacheTrace* trace = internal::CacheTrace::get();
+    if (trace) trace->event("open-shards", "loader", closed.size());
     (void)dataset_.open_shards(closed);
+    if (trace) trace->event("opened-shards", "loader", closed.size());
   }
   for (const SampleLocation& where : places) {
     std::shared_ptr<ShardReader> shard = dataset_.shard_if_open(where.shard);

@@ -1,0 +1,175 @@
+// The node-local cache's shared state, for its parts in block_cache.cpp (reading and filling
+// blocks, eviction), block_downloads.cpp (the background downloaders) and cached_source.cpp (the
+// ByteSource over the cache). Internal to the cache.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "common/file.hpp"
+#include "storage/cache/block_store.hpp"
+#include "zerowait/storage/block_cache.hpp"
+
+namespace zerowait {
+namespace internal {
+
+// A block this process reads from: its file on disk, or, when it could not be written there (a
+// full disk), the downloaded bytes themselves.
+struct OpenBlock {
+  File file;
+  std::vector<std::byte> memory;
+
+  Status read(uint64_t offset, std::span<std::byte> dst) const {
+    if (file.is_open()) return file.pread_exact(offset, dst);
+    std::memcpy(dst.data(), memory.data() + offset, dst.size());
+    return Status::ok();
+  }
+};
+
+struct CacheCounters {
+  std::atomic<uint64_t> hits{0}, misses{0}, waits{0}, evictions{0}, damaged{0},
+      stale_temps_removed{0}, prefetched{0}, bytes_hit{0}, bytes_downloaded{0}, bytes_evicted{0};
+};
+
+}  // namespace internal
+
+class BlockCache::Impl {
+ public:
+  Impl(BlockCacheOptions options, std::unique_ptr<internal::BlockStore> store);
+
+  ~Impl();
+
+  const BlockCacheOptions& options() const { return options_; }
+
+  uint64_t block_length(uint64_t object_size, uint64_t block) const {
+    return std::min(options_.block_bytes, object_size - block * options_.block_bytes);
+  }
+
+  // Block `block` of `origin` (object id `object`): from this process's open blocks, from disk,
+  // or downloaded, once per block across threads and processes. `announced`: a background fill
+  // of an announced block (counted as prefetched, not as a hit or miss).
+  Result<std::shared_ptr<const internal::OpenBlock>> acquire(ByteSource& origin,
+                                                             const std::string& object,
+                                                             uint64_t block, Deadline deadline,
+                                                             bool announced);
+
+  // Marks blocks [first, last] of `origin` as needed soon, in this order, and queues their
+  // download.
+  void announce(const std::shared_ptr<ByteSource>& origin, const std::string& object,
+                uint64_t first, uint64_t last);
+
+  // Blocks [first, last] of `origin` are needed now by a read that will take them in this
+  // order: those this process does not hold open go to the front of the downloaders' queue, so
+  // that they are fetched in parallel while the read takes the ones before them. A no-op without
+  // downloaders; a warm read (its blocks open) wakes nobody.
+  void fetch_ahead(const std::shared_ptr<ByteSource>& origin, const std::string& object,
+                   uint64_t first, uint64_t last);
+
+  // Whether block `block` of `object` is open in this process or has a file on disk (not
+  // checked here: a read checks it).
+  bool holds(const std::string& object, uint64_t block);
+
+  Status trim(uint64_t headroom, uint64_t pending, Deadline deadline);
+
+  BlockCacheStats stats() const;
+
+ private:
+  // One downloader per job queued, not all of them: with tens of downloaders, waking every one
+  // for a hint of a block or two costs a context switch each, on the CPUs a read needs. Most
+  // hints name blocks already announced and queue nothing.
+  void wake_downloaders(size_t queued) {
+    for (size_t i = 0; i < std::min(queued, prefetchers_.size()); ++i) prefetch_wake_.notify_one();
+  }
+
+  struct PrefetchJob {
+    std::shared_ptr<ByteSource> origin;
+    std::string object;
+    uint64_t block = 0;
+  };
+
+  // Waits while another thread of this process fills block `name` (woken when it is done: the
+  // block's file lock could only be polled, which adds up to a poll interval to every wait).
+  // Returns the block that thread opened, or nullptr when this thread is now the block's filler
+  // (a FillClaim must end the claim); kDeadlineExceeded names `what` at the deadline.
+  Result<std::shared_ptr<const internal::OpenBlock>> claim_fill(const std::string& name,
+                                                                Deadline deadline,
+                                                                const std::string& what);
+
+  // Ends a claim of claim_fill() when destroyed, whatever the fill's outcome, and wakes the
+  // threads waiting for it.
+  class FillClaim;
+
+  void count_hit(uint64_t length) {
+    counters_.hits.fetch_add(1);
+    counters_.bytes_hit.fetch_add(length);
+  }
+
+  // The block's file if it is on disk and intact (checked once per process and file); nullptr
+  // when it is not there. A damaged file is removed when `locked` (this thread holds the
+  // block's lock, so nobody is publishing it meanwhile) and otherwise left for the lock holder.
+  Result<std::shared_ptr<const internal::OpenBlock>> open_checked(const std::string& object,
+                                                                  uint64_t block, uint64_t length,
+                                                                  bool locked);
+
+  // A file is known intact by its path and inode: a block evicted and filled again is a new
+  // inode and is checked again.
+  static std::string checked_key(const internal::File& file);
+  bool is_checked(const std::string& key);
+  void remember_checked(std::string key);
+
+  std::shared_ptr<const internal::OpenBlock> find_open(const std::string& name);
+
+  std::shared_ptr<const internal::OpenBlock> remember(
+      const std::string& name, std::shared_ptr<const internal::OpenBlock> block);
+
+  // Locked by the caller.
+  void close_open(const std::string& name);
+
+  void forget_announcement(const std::string& name);
+
+  // Blocks nobody announced, least recently used first; then announced ones, the one needed
+  // furthest ahead first.
+  std::vector<const internal::BlockFileEntry*> eviction_order(
+      const std::vector<internal::BlockFileEntry>& blocks);
+
+  // Records `bytes` about to be written in the shared ledger, evicting first when they would not
+  // fit. The headroom evicted beyond the need (a tenth of the cap) spares an eviction per fill.
+  Status reserve(uint64_t bytes, Deadline deadline);
+
+  void prefetch_loop();
+
+  struct OpenEntry {
+    std::shared_ptr<const internal::OpenBlock> block;
+    std::list<std::string>::iterator place;
+  };
+
+  const BlockCacheOptions options_;
+  const std::unique_ptr<internal::BlockStore> store_;
+  internal::CacheCounters counters_;
+
+  std::mutex mutex_;  // guards everything below
+  std::unordered_map<std::string, OpenEntry> open_;
+  std::list<std::string> recently_opened_;  // open_'s names, most recent first
+  std::unordered_set<std::string> checked_;
+  std::unordered_map<std::string, uint64_t> announced_;  // block name -> announcement order
+  uint64_t announce_sequence_ = 0;
+  std::deque<PrefetchJob> queue_;
+  std::condition_variable prefetch_wake_;
+  std::unordered_set<std::string> filling_;  // blocks a thread of this process is filling
+  std::condition_variable filled_;           // a fill of filling_ ended
+  bool stopping_ = false;
+  std::vector<std::thread> prefetchers_;
+};
+
+}  // namespace zerowait

@@ -22,11 +22,7 @@ struct PlanArgs {
   bool json = false;
 };
 
-std::string count(double value) {
-  std::string digits = std::to_string(static_cast<uint64_t>(std::llround(value)));
-  for (int at = static_cast<int>(digits.size()) - 3; at > 0; at -= 3) digits.insert(at, ",");
-  return digits;
-}
+std::string count(double value) { return internal::format_number(value); }
 
 std::string bytes(double value) { return format_bytes(static_cast<uint64_t>(std::llround(value))); }
 

@@ -9,12 +9,15 @@
 #include <unordered_set>
 
 #include "common/random.hpp"
+#include "common/text.hpp"
 #include "shard/pack/dataset_output.hpp"
 #include "shard/pack/shard_set_writer.hpp"
 #include "zerowait/shard/format.hpp"
 
 namespace zerowait {
 namespace {
+
+using internal::format_number;
 
 constexpr uint64_t kPackPrefixes = 65536;  // pack's 4 hex digits (shard/pack/dataset_output.cpp)
 constexpr uint64_t kNodeSelectStream = 0x7363616c65;  // "scale"
@@ -168,12 +171,6 @@ NodeEpochCounts divided(NodeEpochCounts c, double by) {
   return c;
 }
 
-std::string with_commas(double value) {
-  std::string digits = std::to_string(static_cast<uint64_t>(std::llround(value)));
-  for (int at = static_cast<int>(digits.size()) - 3; at > 0; at -= 3) digits.insert(at, ",");
-  return digits;
-}
-
 std::string gib(double bytes) {
   char text[32];
   std::snprintf(text, sizeof text, "%.1f GiB", bytes / (1ull << 30));
@@ -186,12 +183,12 @@ std::string name_first_limit(const ScalePlan& plan) {
   const double prefix_load = plan.prefix_gets_per_second_max / o.prefix_get_limit;
   const double cache_load =
       plan.max.cache_bytes_needed / static_cast<double>(o.cache_bytes_per_node);
-  const std::string at = " at " + with_commas(o.nodes) + " nodes";
+  const std::string at = " at " + format_number(o.nodes) + " nodes";
   std::string prefix_text =
-      "GETs per prefix " + with_commas(plan.prefix_gets_per_second_max) + "/s " +
-      (prefix_load > 1 ? "> " : "<= ") + with_commas(o.prefix_get_limit) + "/s" + at;
+      "GETs per prefix " + format_number(plan.prefix_gets_per_second_max) + "/s " +
+      (prefix_load > 1 ? "> " : "<= ") + format_number(o.prefix_get_limit) + "/s" + at;
   if (prefix_load > 1) {
-    const std::string needed = with_commas(static_cast<double>(plan.prefixes_needed));
+    const std::string needed = format_number(static_cast<double>(plan.prefixes_needed));
     const double open_share =
         plan.open_gets_per_second / (plan.open_gets_per_second + plan.cold_gets_per_second);
     char detail[160];
@@ -203,7 +200,8 @@ std::string name_first_limit(const ScalePlan& plan) {
     prefix_text += plan.prefixes_needed <= plan.options.shards
                        ? "; spread the shards over >= " + needed + " prefixes"
                        : "; spread evenly they would need >= " + needed +
-                             " prefixes, more than the " + with_commas(static_cast<double>(plan.options.shards)) +
+                             " prefixes, more than the " +
+                             format_number(static_cast<double>(plan.options.shards)) +
                              " shards: fewer GETs are needed (fewer ranks opening shards, "
                              "larger blocks)";
   }
@@ -211,7 +209,7 @@ std::string name_first_limit(const ScalePlan& plan) {
                            (cache_load > 1 ? "> " : "<= ") +
                            gib(static_cast<double>(o.cache_bytes_per_node)) + " held" + at;
   if (cache_load > 1) {
-    cache_text += ": warm epochs refetch " + with_commas(plan.mean.warm_gets) + " GETs per node";
+    cache_text += ": warm epochs refetch " + format_number(plan.mean.warm_gets) + " GETs per node";
   }
   if (prefix_load <= 1 && cache_load <= 1) {
     return "nothing reaches its limit; nearest: " +

@@ -40,6 +40,8 @@ Command add_bench_net_command(CLI::App& bench);
 Command add_emulate_command(CLI::App& app);
 // `zerowait report RUN`: a run directory drawn as one self-contained HTML page.
 Command add_report_command(CLI::App& app);
+// `zerowait plan --nodes N ...`: an N-node job's load on the object store, from the real plan.
+Command add_plan_command(CLI::App& app);
 // `zerowait watch (--pid PID | -- CMD)`: where a running job's time goes, seen from outside.
 Command add_watch_command(CLI::App& app);
 

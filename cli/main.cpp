@@ -121,7 +121,8 @@ int run(int argc, char** argv) {
                                    add_generate_command(app), add_ckpt_command(app),
                                    add_cache_command(app),    add_doctor_command(app),
                                    add_bench_command(app),    add_emulate_command(app),
-                                   add_report_command(app),   add_watch_command(app)};
+                                   add_report_command(app),   add_watch_command(app),
+                                   add_plan_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -17,7 +17,9 @@ says where it lives (file, offset, stored bytes, xxh3).
 a ``ShardedTensor`` (its local shards), a plain tensor (the whole tensor), or nothing (a new
 full tensor). For each saved chunk that overlaps the target's box it reads only the pieces
 holding overlapping elements, through the store's ranged reads, each verified against its
-checksum, and copies the overlap in.
+checksum: straight into the target where the overlap is one run of bytes in both the chunk and a
+contiguous host target (FSDP2's rows), else into a buffer from which the overlap is copied. The
+reads of the pieces saved by different ranks run at once.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import itertools
 import math
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
 
 from zerowait import _checkpoint_device as _device
@@ -33,6 +36,8 @@ from zerowait import _core
 # Pieces a chunk is cut into: the unit of a ranged read and of its verification.
 DEFAULT_PIECE_BYTES = 4 << 20
 _SECTION_VERSION = 1
+# Saved ranks whose pieces a restore reads at once (each read call starts its own threads).
+_RANKS_READ_AT_ONCE = 4
 
 
 def _loaded_class(module: str, name: str) -> Any:
@@ -218,6 +223,45 @@ def _pieces(sizes: Tuple[int, ...], lo: List[int], hi: List[int], element: int,
     return torch.nonzero(marks.cumsum(0)[:count] > 0).flatten().tolist()
 
 
+def _run(shape: Tuple[int, ...], lo: List[int], hi: List[int]) -> Optional[Tuple[int, int]]:
+    """(first element, element count) of the box [lo, hi) of a C-contiguous array of ``shape``
+    when its elements are one run of consecutive elements, else None."""
+    k = len(shape) - 1
+    while k > 0 and lo[k] == 0 and hi[k] == shape[k]:
+        k -= 1
+    if any(hi[d] - lo[d] != 1 for d in range(k)):
+        return None
+    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    return (sum(a * s for a, s in zip(lo, strides)),
+            math.prod(b - a for a, b in zip(lo, hi)))
+
+
+def _read_in_place(target: Any, target_start: int, begin: int, end: int, nbytes: int,
+                   piece_bytes: int, pieces: Dict[int, int], keep: List[Any]) -> Tuple[
+                       List[Tuple[int, int]], List[Tuple[Any, List[slice], Any, List[slice]]]]:
+    """The reads (manifest index, address) that put bytes [begin, end) of a chunk of ``nbytes``
+    into the contiguous ``target`` at byte ``target_start``, and the copies they need: a piece
+    (``pieces``: piece number -> manifest index) inside the run is read straight there, one the
+    run's ends cut through into a buffer of its own, copied from."""
+    import torch
+
+    base = target.data_ptr() + target_start
+    reads, copies = [], []
+    for k, index in pieces.items():
+        first, last = k * piece_bytes, min((k + 1) * piece_bytes, nbytes)
+        if begin <= first and last <= end:
+            reads.append((index, base + first - begin))
+            continue
+        buffer = torch.empty(last - first, dtype=torch.uint8)
+        keep.append(buffer)
+        reads.append((index, buffer.data_ptr()))
+        lo, hi = max(begin, first), min(end, last)
+        into = target.reshape(-1).view(torch.uint8)
+        at = target_start + lo - begin
+        copies.append((into, [slice(at, at + hi - lo)], buffer, [slice(lo - first, hi - first)]))
+    return reads, copies
+
+
 class ShardedLoad:
     """The restore side: ``decode`` (called by ``_Restore`` for each ``sharded`` node) picks the
     target, ``read`` reads the overlapping pieces of every rank's part of the step at ``root``."""
@@ -270,7 +314,7 @@ class ShardedLoad:
         return None
 
     def read(self) -> None:
-        """Reads every target's overlapping pieces (verified) and copies the overlaps in."""
+        """Reads every target's overlapping pieces (verified) and puts the overlaps in place."""
         import torch
 
         if not self._wanted:
@@ -285,6 +329,7 @@ class ShardedLoad:
                 raise _core.CorruptDataError(f"{where}: no rank manifest records the chunks of "
                                              f"sharded tensor {pointer}")
             dtype = getattr(torch, entry["dtype"])
+            element = entry["element_size"]
             for chunk in entry["chunks"]:
                 lo = [max(o, c) for o, c in zip(offsets, chunk["offsets"])]
                 hi = [min(o + s, c + n) for o, s, c, n in
@@ -294,31 +339,66 @@ class ShardedLoad:
                 rank, piece_bytes = chunk["rank"], chunk["piece_bytes"]
                 local_lo = [a - c for a, c in zip(lo, chunk["offsets"])]
                 local_hi = [b - c for b, c in zip(hi, chunk["offsets"])]
-                wanted = _pieces(tuple(chunk["sizes"]), local_lo, local_hi,
-                                 entry["element_size"], piece_bytes)
-                # Only the pieces read are ever touched: the rest of the buffer stays unmapped.
-                buffer = torch.empty(chunk["nbytes"], dtype=torch.uint8)
-                keep.append(buffer)
                 index = self._piece_index(rank, where)
-                for k in wanted:
+                pieces = {}  # piece number -> index in its rank's manifest
+                for k in _pieces(tuple(chunk["sizes"]), local_lo, local_hi, element, piece_bytes):
                     name = chunk["pieces"][k]
                     if name not in index:
                         raise _core.CorruptDataError(f"{where}: rank {rank}'s manifest lacks "
                                                      f"piece {name} of sharded tensor {pointer}")
-                    reads.setdefault(rank, []).append(
-                        (index[name], buffer.data_ptr() + k * piece_bytes))
+                    pieces[k] = index[name]
+                rank_reads = reads.setdefault(rank, [])
+                target_lo = [a - o for a, o in zip(lo, offsets)]
+                target_hi = [b - o for b, o in zip(hi, offsets)]
+                source_run = _run(tuple(chunk["sizes"]), local_lo, local_hi)
+                target_run = _run(tuple(sizes), target_lo, target_hi)
+                if (source_run is not None and target_run is not None and target.dtype == dtype
+                        and target.device.type == "cpu" and target.is_contiguous()):
+                    in_place, partial = _read_in_place(
+                        target, target_run[0] * element, source_run[0] * element,
+                        (source_run[0] + source_run[1]) * element, chunk["nbytes"], piece_bytes,
+                        pieces, keep)
+                    rank_reads += in_place
+                    copies += partial
+                    continue
+                # Only the pieces read are ever touched: the rest of the buffer stays unmapped.
+                buffer = torch.empty(chunk["nbytes"], dtype=torch.uint8)
+                keep.append(buffer)
+                rank_reads += [(i, buffer.data_ptr() + k * piece_bytes) for k, i in pieces.items()]
                 source = buffer.view(dtype).view(chunk["sizes"])
-                copies.append((target, [slice(a - o, b - o) for a, b, o in zip(lo, hi, offsets)],
+                copies.append((target, [slice(a, b) for a, b in zip(target_lo, target_hi)],
                                source, [slice(a, b) for a, b in zip(local_lo, local_hi)]))
-        for rank, rank_reads in sorted(reads.items()):
-            try:
-                self._readers[rank].read(rank_reads, **self._options)
-            except _core.CorruptDataError as error:
-                raise _core.CorruptDataError(f"{where}: a piece of a sharded tensor saved by "
-                                             f"rank {rank}: {error}") from error
+        self._read_ranks(reads, where)
         with torch.no_grad():
             for target, target_box, source, source_box in copies:
                 target[tuple(target_box)].copy_(source[tuple(source_box)])
+
+    def _read_ranks(self, reads: Dict[int, List[Tuple[int, int]]], where: str) -> None:
+        """Runs each rank's reads, up to _RANKS_READ_AT_ONCE ranks' at once (each call releases
+        the GIL and reads with its own threads); the first failure in rank order is raised once
+        all are done."""
+        def read_rank(rank: int) -> Optional[BaseException]:
+            try:
+                self._readers[rank].read(reads[rank], **self._options)
+            except _core.CorruptDataError as error:
+                wrapped = _core.CorruptDataError(f"{where}: a piece of a sharded tensor saved "
+                                                 f"by rank {rank}: {error}")
+                wrapped.__cause__ = error
+                return wrapped
+            except Exception as error:  # re-raised on the calling thread
+                return error
+            return None
+
+        ranks = sorted(rank for rank, rank_reads in reads.items() if rank_reads)
+        if len(ranks) <= 1:
+            errors = [read_rank(rank) for rank in ranks]
+        else:
+            with ThreadPoolExecutor(min(len(ranks), _RANKS_READ_AT_ONCE),
+                                    thread_name_prefix="zerowait-shard-read") as pool:
+                errors = list(pool.map(read_rank, ranks))
+        for error in errors:
+            if error is not None:
+                raise error
 
     def _piece_index(self, rank: int, where: str) -> Dict[str, int]:
         if not 0 <= rank < self._world_size:

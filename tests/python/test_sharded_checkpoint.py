@@ -186,6 +186,34 @@ def test_damaged_piece_is_named_by_the_ranged_read_that_covers_it(saved_by_two, 
     assert str(damaged["offset"]) in error, error
 
 
+def test_pieces_read_straight_into_a_target_or_through_a_buffer_alike(saved_by_two, tmp_path):
+    # A contiguous target is read into in place (a Shard(0) chunk is one run of its bytes); a
+    # transposed one (each chunk strided in it) through a buffer. Both bit for bit, and a
+    # damaged piece is named either way.
+    full = reference()
+    ckpt = zerowait.Checkpointer(saved_by_two)
+
+    def transposed(t):
+        return torch.zeros(tuple(reversed(t.shape)), dtype=t.dtype).t() if t.dim() == 2 \
+            else torch.zeros_like(t)
+
+    for make in (torch.zeros_like, transposed):
+        targets = {name: make(t) for name, t in full.items()}
+        assert make is torch.zeros_like or not targets["w"].is_contiguous()
+        ckpt.load(1, into={"model": targets})
+        assert all(equal_bits(targets[name], t) for name, t in full.items()), make
+    directory = tmp_path / "ckpt"
+    shutil.copytree(saved_by_two, directory)
+    manifest = _core._CheckpointReader(str(directory), 1, 1).manifest()
+    damaged = next(t for t in manifest["tensors"] if t["name"] == "/model/w~chunk1~piece1")
+    flip_byte(directory / damaged["file"], damaged["offset"] + 5)
+    damaged_ckpt = zerowait.Checkpointer(directory)
+    for make in (torch.zeros_like, transposed):
+        with pytest.raises(_core.CorruptDataError, match="/model/w~chunk1~piece1") as error:
+            damaged_ckpt.load(1, into={"model": {name: make(t) for name, t in full.items()}})
+        assert "saved by rank 1" in str(error.value) and str(damaged["offset"]) in str(error.value)
+
+
 def test_a_rank_killed_before_commit_leaves_no_committed_step(tmp_path):
     directory = tmp_path / "ckpt"
     reports = run_ranks("kill", 2, directory, tmp_path / "out")

@@ -1,7 +1,8 @@
 """Checkpoints that do not stall training and do not lie: ``zerowait.Checkpointer``.
 
-``save()`` copies the state's tensors into a reused staging pool and returns; C++ writer threads
-hash, write and fsync safetensors-compatible files, and the step becomes visible only once every
+``save()`` copies the state's tensors into a reused staging pool — those an optimizer owns after
+it returns, guarded by ``_checkpoint_copy`` — and returns; C++ writer threads hash, write and
+fsync safetensors-compatible files, and the step becomes visible only once every
 rank's part is durable (see docs/checkpoint.md for the layout and the commit protocol). This
 module turns a nested state (dicts, lists, tuples of tensors, numpy arrays and plain values) into
 a list of tensors plus a JSON description of the structure, coordinates ranks through

@@ -29,6 +29,7 @@
 #include "common/xxhash.hpp"
 #include "host/aligned_buffer.hpp"
 #include "host/cuda_runtime.hpp"
+#include "host/thread_priority.hpp"
 #include "zerowait/checkpoint/maintenance.hpp"
 #include "zerowait/checkpoint/manifest.hpp"
 #include "zerowait/storage/fault_store.hpp"
@@ -45,6 +46,8 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr uint64_t kCopyPiece = 32ull << 20;       // snapshot memcpy work unit
+// How much nicer than the training loop a background copy runs (host/thread_priority.hpp).
+constexpr int kBackgroundCopyNice = 5;
 constexpr uint64_t kStagingAlignment = 64;
 
 // 64 random bits in hex: two runs sharing a tier tell their steps apart by it.
@@ -144,8 +147,9 @@ std::byte* PendingSave::staging(size_t index) const {
 namespace {
 
 // Copies the tensors `indices` of `job` that have caller memory into staging, in pieces of
-// kCopyPiece on the pool's threads and the calling one, and forgets their caller memory.
-void copy_into_staging(SaveJob& job, const std::vector<size_t>& indices) {
+// kCopyPiece on the pool's threads and the calling one (`alone`: on the calling one only), and
+// forgets their caller memory.
+void copy_into_staging(SaveJob& job, const std::vector<size_t>& indices, bool alone = false) {
   struct Piece {
     const std::byte* src;
     std::byte* dst;
@@ -161,8 +165,12 @@ void copy_into_staging(SaveJob& job, const std::vector<size_t>& indices) {
     }
     t.data = nullptr;  // copied: never read again
   }
-  job.owner->pool.parallel_for(
-      pieces.size(), [&](size_t i) { std::memcpy(pieces[i].dst, pieces[i].src, pieces[i].bytes); });
+  auto copy = [&](size_t i) { std::memcpy(pieces[i].dst, pieces[i].src, pieces[i].bytes); };
+  if (alone) {
+    for (size_t i = 0; i < pieces.size(); ++i) copy(i);
+  } else {
+    job.owner->pool.parallel_for(pieces.size(), copy);
+  }
 }
 
 std::vector<size_t> every_index(const SaveJob& job) {
@@ -245,7 +253,11 @@ void run_save(std::shared_ptr<CheckpointerState> state, std::shared_ptr<SaveJob>
     const auto stall = copy_stall_from_environment();
     if (stall.count() > 0) std::this_thread::sleep_for(stall);
     const auto copy_start = Clock::now();
-    copy_into_staging(*job, every_index(*job));
+    // The copy runs beside the training loop's forward and backward: on one thread, which
+    // yields the CPU to them, so it takes idle time first; once the loop waits for it (the
+    // optimizer step), the CPU is its own.
+    internal::yield_cpu_to_others(kBackgroundCopyNice);
+    copy_into_staging(*job, every_index(*job), /*alone=*/true);
     job->copy_s = seconds_since(copy_start);
     job->set_host_copied();
   }

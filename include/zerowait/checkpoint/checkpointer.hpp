@@ -165,8 +165,8 @@ class PendingSave {
   // Checkpointer::wait_all() do not wait for it (dropping it releases the pool).
   // Hands the snapshot to the background writer. Call once.
   Result<SaveHandle> start();
-  // Like start(), but the writer first copies the host tensors not yet copied (on the pool's
-  // threads), so this returns at once. Until the handle's copied(), their memory must stay
+  // Like start(), but the writer first copies the host tensors not yet copied (on its own
+  // thread, which yields the CPU to the caller's), so this returns at once. Until the handle's copied(), their memory must stay
   // allocated and unchanged; the part is published only after the caller's confirm_copy().
   Result<SaveHandle> start_copying();
 

@@ -32,7 +32,8 @@ from typing import Any, Dict, List, Optional, Tuple
 _known_optimizers: "weakref.WeakSet[Any]" = weakref.WeakSet()
 _pending: set = set()  # BackgroundCopy objects still waiting for their verdict
 _hook_installed = False
-# optimizer -> (fingerprint, {start address: (end address, optimizer)}) of its host memory
+# optimizer -> (fingerprint, {start address: (end address, id(optimizer))}) of its host memory.
+# Optimizers appear by id only, so that nothing here keeps one alive.
 _spans_cache: "weakref.WeakKeyDictionary[Any, Tuple[Any, Dict[int, Tuple[int, Any]]]]" = (
     weakref.WeakKeyDictionary())
 _owned_cache: List[Any] = [None, None]  # [fingerprints, OwnedMemory]
@@ -51,7 +52,7 @@ def install_step_hook(torch: Any) -> None:
 def _before_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
     _known_optimizers.add(optimizer)
     for copy in list(_pending):
-        if optimizer in copy.owners:
+        if id(optimizer) in copy.owners:
             copy.settle(blocking_step=True, judge=True)
     return None
 
@@ -60,14 +61,14 @@ def _before_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
 
 
 class OwnedMemory:
-    """The host memory of the known optimizers' parameters and state: which optimizer, if any,
-    owns all of ``nbytes`` at ``address``."""
+    """The host memory of the known optimizers' parameters and state: which optimizer (its id),
+    if any, owns all of ``nbytes`` at ``address``."""
 
-    def __init__(self, spans: Dict[int, Tuple[int, Any]]) -> None:
+    def __init__(self, spans: Dict[int, Tuple[int, int]]) -> None:
         self._spans = spans
         self._starts: Optional[List[int]] = None  # sorted, made on the first miss
 
-    def owner(self, address: int, nbytes: int) -> Any:
+    def owner(self, address: int, nbytes: int) -> Optional[int]:
         span = self._spans.get(address)  # a state_dict() tensor: a parameter itself
         if span is None:  # a view or a piece of one
             if self._starts is None:
@@ -76,8 +77,8 @@ class OwnedMemory:
             if i < 0:
                 return None
             span = self._spans[self._starts[i]]
-        end, optimizer = span
-        return optimizer if address + nbytes <= end else None
+        end, owner = span
+        return owner if address + nbytes <= end else None
 
 
 def _fingerprint(optimizer: Any) -> Tuple[Any, ...]:
@@ -102,18 +103,19 @@ def _host_span(torch: Any, value: Any) -> Optional[Tuple[int, int]]:
     return storage.data_ptr(), storage.data_ptr() + storage.nbytes()
 
 
-def _optimizer_spans(torch: Any, optimizer: Any) -> Dict[int, Tuple[int, Any]]:
-    spans: Dict[int, Tuple[int, Any]] = {}
+def _optimizer_spans(torch: Any, optimizer: Any) -> Dict[int, Tuple[int, int]]:
+    spans: Dict[int, Tuple[int, int]] = {}
+    owner = id(optimizer)
     for group in optimizer.param_groups:
         for param in group["params"]:
             span = _host_span(torch, param)
             if span is not None:
-                spans[span[0]] = (span[1], optimizer)
+                spans[span[0]] = (span[1], owner)
     for values in optimizer.state.values():
         for value in values.values() if isinstance(values, dict) else ():
             span = _host_span(torch, value)
             if span is not None:
-                spans[span[0]] = (span[1], optimizer)
+                spans[span[0]] = (span[1], owner)
     return spans
 
 
@@ -123,7 +125,7 @@ def owned_memory(torch: Any) -> OwnedMemory:
     prints = [(id(o), _fingerprint(o)) for o in optimizers]
     if _owned_cache[0] == prints:
         return _owned_cache[1]
-    spans: Dict[int, Tuple[int, Any]] = {}
+    spans: Dict[int, Tuple[int, int]] = {}
     for optimizer, (_, fingerprint) in zip(optimizers, prints):
         cached = _spans_cache.get(optimizer)
         if cached is None or cached[0] != fingerprint:

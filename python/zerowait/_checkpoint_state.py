@@ -107,7 +107,7 @@ class _Snapshot:
         self.sharded: Any = None  # a _checkpoint_sharded.ShardedSave: DTensors are saved
         self.owned: Any = None
         self.tracked: List[Tuple[int, Any, int]] = []
-        self.owners: set = set()  # the optimizers owning tracked tensors
+        self.owners: set = set()  # id() of the optimizers owning tracked tensors
         self.copy_now: List[int] = []
         self._torch = sys.modules.get("torch")
         self._tensor_types = ((self._torch.Tensor, self._torch.nn.Parameter)

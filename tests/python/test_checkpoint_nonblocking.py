@@ -192,3 +192,19 @@ def test_without_background_copy_or_a_known_optimizer_save_copies_everything_fir
     assert background.save(1, {"model": never_stepped.state_dict()}).copied()
     blocking.close()
     background.close()
+
+
+def test_a_checkpointer_keeps_no_optimizer_or_state_alive(tmp_path):
+    import gc
+    import weakref
+
+    model = torch.nn.Linear(16, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    ckpt = zerowait.Checkpointer(tmp_path / "ckpt")
+    trained(model, optimizer)
+    ckpt.save(1, {"model": model.state_dict(), "optim": optimizer.state_dict()}).wait()
+    gone = [weakref.ref(optimizer), weakref.ref(model.weight)]
+    del model, optimizer
+    gc.collect()
+    assert [ref() for ref in gone] == [None, None]
+    ckpt.close()

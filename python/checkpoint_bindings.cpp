@@ -37,6 +37,7 @@ py::dict save_result_dict(const SaveResult& r) {
   d["tensors_written"] = r.tensors_written;
   d["tensors_referenced"] = r.tensors_referenced;
   d["snapshot_s"] = r.snapshot_s;
+  d["copy_s"] = r.copy_s;
   d["device_wait_s"] = r.device_wait_s;
   d["write_s"] = r.write_s;
   d["commit_s"] = r.commit_s;
@@ -158,7 +159,23 @@ void bind_checkpoint(py::module_& m) {
           },
           py::arg("timeout_s") = py::none())
       .def("wait_part",
-           [](const SaveHandle& h) { throw_if_error(without_gil([&] { return h.wait_part(); })); });
+           [](const SaveHandle& h) { throw_if_error(without_gil([&] { return h.wait_part(); })); })
+      .def("copied", &SaveHandle::copied)
+      .def(
+          "wait_copied",
+          [](const SaveHandle& h, std::optional<double> timeout_s) {
+            const Deadline deadline =
+                timeout_s ? Deadline::after(from_seconds(*timeout_s)) : Deadline::none();
+            throw_if_error(without_gil([&] { return h.wait_copied(deadline); }));
+          },
+          py::arg("timeout_s") = py::none())
+      // None: the copy is exact; a message: the save fails with it (cancelled: a torn snapshot).
+      .def(
+          "confirm_copy",
+          [](const SaveHandle& h, std::optional<std::string> torn) {
+            h.confirm_copy(torn ? Status(ErrorCode::kCancelled, *torn) : Status::ok());
+          },
+          py::arg("torn") = py::none());
 
   py::class_<PendingSave>(m, "_PendingSave")
       .def("staging",
@@ -171,16 +188,19 @@ void bind_checkpoint(py::module_& m) {
              return reinterpret_cast<uintptr_t>(address);
            })
       .def("copy_host_tensors",
-           [](PendingSave& p) {
-             throw_if_error(without_gil([&] { return p.copy_host_tensors(); }));
-           })
+           [](PendingSave& p, std::optional<std::vector<size_t>> indices) {
+             throw_if_error(without_gil(
+                 [&] { return indices ? p.copy_host_tensors(*indices) : p.copy_host_tensors(); }));
+           },
+           py::arg("indices") = py::none())
       .def(
           "wait_for_stream",
           [](PendingSave& p, uintptr_t cuda_stream, int device) {
             throw_if_error(p.wait_for_stream(reinterpret_cast<void*>(cuda_stream), device));
           },
           py::arg("cuda_stream"), py::arg("device"))
-      .def("start", [](PendingSave& p) { return value_or_throw(p.start()); });
+      .def("start", [](PendingSave& p) { return value_or_throw(p.start()); })
+      .def("start_copying", [](PendingSave& p) { return value_or_throw(p.start_copying()); });
 
   py::class_<Checkpointer>(m, "_Checkpointer")
       .def(py::init([](py::handle directory, uint32_t keep_last, uint64_t keep_every,

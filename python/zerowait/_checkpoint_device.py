@@ -28,7 +28,7 @@ HOST_THROUGH_STAGING = _core._ckpt_host_through_staging
 def _host_addressable(tensor: Any) -> bool:
     """Whether C++ can read or write the tensor's bytes at its data_ptr() (else they go through
     staging: CUDA tensors). A seam the tests use to run the GPU paths with CPU tensors."""
-    return tensor.device.type == "cpu"
+    return tensor.is_cpu
 
 
 def _staging_view(torch: Any, address: int, nbytes: int) -> Any:

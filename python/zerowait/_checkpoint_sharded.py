@@ -183,8 +183,8 @@ class ShardedSave:
         for k, name in enumerate(names):
             piece = data[k * self.piece_bytes:(k + 1) * self.piece_bytes]
             nbytes = piece.numel()
-            index = snapshot._add((), "U8", [nbytes], grouping, floating,
-                                  piece.data_ptr() if on_host else 0, nbytes, piece, name=name)
+            index = snapshot._add(name, "U8", [nbytes], grouping, floating,
+                                  piece.data_ptr() if on_host else 0, nbytes, piece, piece)
             if not on_host:
                 snapshot.device_tensors.append((index, piece, nbytes))
 

@@ -55,9 +55,30 @@ def _path_text(path: Tuple[Any, ...]) -> str:
     return "state" + "".join(f"[{json.dumps(k) if isinstance(k, str) else k}]" for k in path)
 
 
-def _json_pointer(path: Tuple[Any, ...]) -> str:
-    """The RFC 6901 pointer of a key path: "/model/layer.0.weight"."""
-    return "".join("/" + str(k).replace("~", "~0").replace("/", "~1") for k in path)
+def _escape(key: Any) -> str:
+    """A key as one token of an RFC 6901 JSON pointer ("/model/layer.0.weight")."""
+    text = key if type(key) is str else str(key)
+    if "~" in text or "/" in text:
+        return text.replace("~", "~0").replace("/", "~1")
+    return text
+
+
+# torch dtype -> (name, safetensors name or None, bytes per grouped element, floating point):
+# what _Snapshot._tensor needs of a dtype, worked out once per dtype (saves of thousands of
+# tensors spend their time in this walk).
+_DTYPE_FACTS: Dict[Any, Tuple[str, Any, int, bool]] = {}
+
+
+def _dtype_facts(dtype: Any) -> Tuple[str, Any, int, bool]:
+    facts = _DTYPE_FACTS.get(dtype)
+    if facts is None:
+        name = str(dtype).removeprefix("torch.")
+        size = dtype.itemsize
+        # Byte grouping works on the floating-point numbers a complex number is made of.
+        facts = (name, _TORCH_TO_SAFETENSORS.get(name), size // (2 if dtype.is_complex else 1),
+                 dtype.is_floating_point or dtype.is_complex)
+        _DTYPE_FACTS[dtype] = facts
+    return facts
 
 
 class _Snapshot:
@@ -68,6 +89,11 @@ class _Snapshot:
     stay ints), list, tuple, size (torch.Size), int (beyond 64 bits), float (non-finite),
     bytes / bytearray / pickle (base64), tensor and ndarray (index into the tensor list, dtype,
     shape; tensors also the device they came from, and whether they were Parameters).
+
+    With ``owned`` set (a ``_checkpoint_copy.OwnedMemory``: the memory of the optimizers'
+    parameters and state), host tensors read in place whose bytes an optimizer owns are
+    ``tracked`` — (index, tensor, its ``_version`` now), copied in the background — and every
+    other host tensor's index is in ``copy_now``.
     """
 
     def __init__(self, allow_pickle: bool) -> None:
@@ -79,16 +105,25 @@ class _Snapshot:
         # (index, tensor, nbytes) whose staging the caller fills: CUDA tensors
         self.device_tensors: List[Tuple[int, Any, int]] = []
         self.sharded: Any = None  # a _checkpoint_sharded.ShardedSave: DTensors are saved
+        self.owned: Any = None
+        self.tracked: List[Tuple[int, Any, int]] = []
+        self.owners: set = set()  # id() of the optimizers owning tracked tensors
+        self.copy_now: List[int] = []
+        self._torch = sys.modules.get("torch")
+        self._tensor_types = ((self._torch.Tensor, self._torch.nn.Parameter)
+                              if self._torch is not None else ())
 
     def encode_state(self, state: Any) -> str:
-        root = self._encode(state, ())
+        root = self._encode(state, (), "")
         document = {"format": _STRUCTURE_FORMAT, "version": _STRUCTURE_VERSION, "root": root}
         if self.sharded is not None and self.sharded.used:
             document["sharded"] = self.sharded.section()
         return json.dumps(document, allow_nan=False, separators=(",", ":"))
 
-    def _encode(self, obj: Any, path: Tuple[Any, ...]) -> Any:
+    def _encode(self, obj: Any, path: Tuple[Any, ...], pointer: str) -> Any:
         kind = type(obj)
+        if kind in self._tensor_types:  # first: most leaves of a training state are tensors
+            return self._tensor(self._torch, obj, kind, path, pointer)
         if obj is None or kind in (bool, str):
             return obj
         if kind is int:
@@ -102,38 +137,35 @@ class _Snapshot:
                 raise TypeError(f"{_path_text(path)}: the state contains itself")
             self._open.add(id(obj))
             try:
-                return self._container(obj, path)
+                return self._container(obj, path, pointer)
             finally:
                 self._open.discard(id(obj))
         if kind is np.ndarray or isinstance(obj, np.generic):
-            return self._ndarray(obj, path)
+            return self._ndarray(obj, path, pointer)
         if self.sharded is not None and _sharded.is_sharded(obj):
-            return self.sharded.encode(self, obj, path, _json_pointer(path) or "/",
-                                       _path_text(path))
-        torch = sys.modules.get("torch")
-        if torch is not None:
-            if kind is torch.Size:
-                return {"type": "size", "items": list(obj)}
-            if kind in (torch.Tensor, torch.nn.Parameter):
-                return self._tensor(torch, obj, path)
+            return self.sharded.encode(self, obj, path, pointer or "/", _path_text(path))
+        if self._torch is not None and kind is self._torch.Size:
+            return {"type": "size", "items": list(obj)}
         return self._other(obj, path, "")
 
-    def _container(self, obj: Any, path: Tuple[Any, ...]) -> Any:
+    def _container(self, obj: Any, path: Tuple[Any, ...], pointer: str) -> Any:
         kind = type(obj)
         if kind in (list, tuple):
             return {"type": kind.__name__,
-                    "items": [self._encode(v, path + (i,)) for i, v in enumerate(obj)]}
+                    "items": [self._encode(v, path + (i,), f"{pointer}/{i}")
+                              for i, v in enumerate(obj)]}
         items = []
         for key, value in obj.items():
             if type(key) not in (str, int):
                 raise TypeError(f"{_path_text(path)}: cannot save a key of type "
                                 f"'{type(key).__name__}' ({key!r}); keys must be str or int")
             items.append([_int_node(key) if type(key) is int else key,
-                          self._encode(value, path + (key,))])
+                          self._encode(value, path + (key,), pointer + "/" + _escape(key))])
         node = {"type": "dict" if kind is dict else "odict", "items": items}
         metadata = getattr(obj, "_metadata", None)  # what nn.Module.state_dict() attaches
         if kind is not dict and metadata is not None:
-            node["metadata"] = self._encode(metadata, path + ("_metadata",))
+            node["metadata"] = self._encode(metadata, path + ("_metadata",),
+                                            pointer + "/_metadata")
         return node
 
     def _other(self, obj: Any, path: Tuple[Any, ...], why: str) -> Any:
@@ -147,41 +179,56 @@ class _Snapshot:
             raise TypeError(f"{_path_text(path)}: cannot pickle {what}: {error}") from error
         return {"type": "pickle", "data": base64.b64encode(data).decode()}
 
-    def _add(self, path: Tuple[Any, ...], dtype: str, shape: List[int], element_size: int,
-             floating: bool, address: int, nbytes: int, keep: Any, name: str = "") -> int:
-        name = name or _json_pointer(path) or "/"  # the engine wants a name; "" the root
+    def _add(self, pointer: str, dtype: str, shape: List[int], element_size: int,
+             floating: bool, address: int, nbytes: int, keep: Any, source: Any = None) -> int:
+        """Adds a tensor of the save; ``source``: the tensor whose memory (the caller's) the
+        save reads at ``address``, for the background copy's guards (None: copied now)."""
+        name = pointer or "/"  # the engine wants a name; "" the root
         if name in self._names:  # int key 0 and str key "0" of one dict share a pointer
             name += f"#{len(self.tensors)}"
         self._names.add(name)
         self._keep.append(keep)
+        index = len(self.tensors)
         self.tensors.append((name, dtype, shape, element_size, floating, address, nbytes))
-        return len(self.tensors) - 1
+        if self.owned is not None and address:
+            # Inference tensors keep no version count: nothing could tell a torn copy.
+            owner = (self.owned.owner(address, nbytes)
+                     if source is not None and not source.is_inference() else None)
+            if owner is None:
+                self.copy_now.append(index)
+            else:
+                self.tracked.append((index, source, source._version))
+                self.owners.add(owner)
+        return index
 
-    def _tensor(self, torch: Any, tensor: Any, path: Tuple[Any, ...]) -> Any:
-        t = tensor.detach()
-        if t.layout != torch.strided or t.is_quantized or t.device.type == "meta":
+    def _tensor(self, torch: Any, tensor: Any, kind: Any, path: Tuple[Any, ...],
+                pointer: str) -> Any:
+        t = tensor.detach() if tensor.requires_grad else tensor
+        if t.layout is not torch.strided or t.is_quantized or t.is_meta:
             layout = "quantized" if t.is_quantized else str(t.layout).removeprefix("torch.")
             return self._other(tensor, path, f"a {layout} tensor on {t.device}")
-        t = _contiguous(torch, t.resolve_conj().resolve_neg())
-        dtype = str(t.dtype).removeprefix("torch.")
-        nbytes = t.numel() * t.element_size()
-        stored = _TORCH_TO_SAFETENSORS.get(dtype)
-        # Byte grouping works on the floating-point numbers a complex number is made of.
-        element = t.element_size() // (2 if t.dtype.is_complex else 1)
-        floating = t.dtype.is_floating_point or t.dtype.is_complex
+        if t.is_conj() or t.is_neg():
+            t = t.resolve_conj().resolve_neg()
+        shared = t.is_contiguous()  # else a copy of the elements, private to this save
+        if not shared:
+            t = _contiguous(torch, t)
+        dtype, stored, element, floating = _DTYPE_FACTS.get(t.dtype) or _dtype_facts(t.dtype)
+        nbytes = t.nbytes
+        shape = list(t.shape)
         on_host = _device._host_addressable(t)
-        index = self._add(path, stored or "U8", list(t.shape) if stored else [nbytes], element,
-                          floating, t.data_ptr() if on_host else 0, nbytes, t)
+        index = self._add(pointer, stored or "U8", shape if stored else [nbytes], element,
+                          floating, t.data_ptr() if on_host else 0, nbytes, t,
+                          t if shared else None)
         if not on_host:
             self.device_tensors.append((index, t, nbytes))
-        node = {"type": "tensor", "index": index, "dtype": dtype, "shape": list(t.shape),
-                "device": str(tensor.device)}
-        if isinstance(tensor, torch.nn.Parameter):
+        node = {"type": "tensor", "index": index, "dtype": dtype, "shape": shape,
+                "device": "cpu" if t.is_cpu else str(tensor.device)}
+        if kind is not torch.Tensor:  # a Parameter
             node["parameter"] = True
             node["requires_grad"] = tensor.requires_grad
         return node
 
-    def _ndarray(self, value: Any, path: Tuple[Any, ...]) -> Any:
+    def _ndarray(self, value: Any, path: Tuple[Any, ...], pointer: str) -> Any:
         array = np.asarray(value)
         # Object and structured dtypes, and dtypes registered by other libraries (ml_dtypes'
         # bfloat16 reads back as void), do not survive their dtype string.
@@ -192,7 +239,7 @@ class _Snapshot:
         name = _NUMPY_TO_SAFETENSORS.get(data.dtype.str)
         floating = data.dtype.kind in "fc"
         element = data.dtype.itemsize // (2 if data.dtype.kind == "c" else 1)
-        index = self._add(path, name or "U8", list(data.shape) if name else [data.nbytes],
+        index = self._add(pointer, name or "U8", list(data.shape) if name else [data.nbytes],
                           element, floating, data.ctypes.data, data.nbytes, data)
         node = {"type": "ndarray", "index": index, "dtype": array.dtype.str,
                 "shape": list(array.shape)}

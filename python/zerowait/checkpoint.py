@@ -1,7 +1,8 @@
 """Checkpoints that do not stall training and do not lie: ``zerowait.Checkpointer``.
 
-``save()`` copies the state's tensors into a reused staging pool and returns; C++ writer threads
-hash, write and fsync safetensors-compatible files, and the step becomes visible only once every
+``save()`` copies the state's tensors into a reused staging pool — those an optimizer owns after
+it returns, guarded by ``_checkpoint_copy`` — and returns; C++ writer threads hash, write and
+fsync safetensors-compatible files, and the step becomes visible only once every
 rank's part is durable (see docs/checkpoint.md for the layout and the commit protocol). This
 module turns a nested state (dicts, lists, tuples of tensors, numpy arrays and plain values) into
 a list of tensors plus a JSON description of the structure, coordinates ranks through
@@ -20,7 +21,7 @@ import weakref
 from datetime import timedelta
 from typing import Any, Dict, List, Optional, Tuple
 
-from zerowait import _core
+from zerowait import _checkpoint_copy, _core
 from zerowait._checkpoint_device import DeviceCopies, StagedCopies
 from zerowait._checkpoint_sharded import DEFAULT_PIECE_BYTES, ShardedLoad, ShardedSave
 from zerowait._checkpoint_state import _Restore, _Snapshot
@@ -30,9 +31,11 @@ class SaveHandle:
     """A save in flight, returned by :meth:`Checkpointer.save`. Its background work goes on when
     the handle is dropped; :meth:`Checkpointer.wait` waits for every save."""
 
-    def __init__(self, handle: Any, device_copies: Optional[StagedCopies] = None) -> None:
+    def __init__(self, handle: Any, device_copies: Optional[StagedCopies] = None,
+                 copy: Optional[_checkpoint_copy.BackgroundCopy] = None) -> None:
         self._handle = handle
         self._device_copies = device_copies
+        self._copy = copy
 
     @property
     def step(self) -> int:
@@ -40,16 +43,28 @@ class SaveHandle:
 
     def done(self) -> bool:
         """Whether the save has finished (committed or failed)."""
+        if self._copy is not None:
+            self._copy.settle(only_if_copied=True)
         return self._handle.done()
+
+    def copied(self) -> bool:
+        """Whether the snapshot is complete: every tensor of the state is copied (CUDA tensors:
+        their copies are queued), so changing them no longer affects this save."""
+        return self._handle.copied()
 
     def wait(self, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Waits until the save has finished and returns what it did: ``step``, ``committed``,
         ``bytes_total``, ``bytes_written``, ``tensors_written``, ``tensors_referenced``,
-        ``snapshot_s``, ``write_s``, ``commit_s``; for CUDA tensors also ``device_bytes`` (copied
+        ``snapshot_s`` (the copy in save()), ``copy_s`` (the copy after it returned, in the
+        background), ``copy_wait_s`` (how long the training loop waited for that copy: optimizer
+        steps, the next save or load), ``write_s``, ``commit_s``; for CUDA tensors also ``device_bytes`` (copied
         from the GPU), ``device_copy_s`` (GPU time of those copies) and ``device_wait_s`` (how
         long the writer waited for them). Raises the save's error, or TimeoutError when
         ``timeout`` seconds pass first (the save goes on)."""
+        if self._copy is not None:
+            self._copy.settle()
         result = self._handle.wait(timeout)
+        result["copy_wait_s"] = self._copy.wait_s if self._copy is not None else 0.0
         copies = self._device_copies
         # Done by now: the writer waited for them before it wrote.
         result["device_bytes"] = copies.bytes if copies is not None else 0
@@ -108,6 +123,13 @@ class Checkpointer:
       verifies. Each chunk is written once, by the lowest rank holding it; ``load(into=...)``
       with DTensors of any mesh and placements (or plain tensors: the whole tensor) reads only
       the pieces overlapping each rank's target (docs/checkpoint.md, "Sharded state").
+    - ``background_copy``: ``save()`` returns before the tensors that optimizers own (parameters
+      and optimizer state: nearly all the bytes) are copied; the engine's threads copy them while
+      the next forward and backward run, and any step of their optimizer waits until the copy is
+      done, so the step saved is exactly the state at ``save()``. Other host tensors are copied
+      before ``save()`` returns, and a tracked tensor changed in place by anything but an
+      optimizer step before its copy is done fails that save, naming it (docs/checkpoint.md,
+      "A save that never blocks"). False: ``save()`` copies every host tensor before it returns.
 
     Not thread-safe: call save() and load() from one thread. Use as a context manager, or call
     :meth:`close`, so the last saves finish before the process ends (an open Checkpointer also
@@ -133,6 +155,7 @@ class Checkpointer:
         read_timeout: Optional[float] = None,
         run_id: Optional[str] = None,
         piece_bytes: int = DEFAULT_PIECE_BYTES,
+        background_copy: bool = True,
     ) -> None:
         if rank is None or world_size is None:
             default_rank, default_world = _default_rank_world()
@@ -177,17 +200,23 @@ class Checkpointer:
         self._device = DeviceCopies()  # copy streams of the CUDA devices saved from or loaded to
         self._blocked_s = 0.0  # seconds save() held the caller, for StepProfiler and metrics
         self._saves = 0
+        self._background_copy = background_copy
+        # The save whose copy runs in the background, and the loop's waits for it elsewhere.
+        self._copy_waits = _checkpoint_copy.CopyWaits()
+        if background_copy and "torch" in sys.modules:
+            _checkpoint_copy.install_step_hook(sys.modules["torch"])
         # Runs close() at interpreter exit if the caller did not: the last save completes, as
         # torch.save's would have, and no coordinator thread is left waiting.
-        self._finalizer = weakref.finalize(self, _close, core, self._ranks)
+        self._finalizer = weakref.finalize(self, _close, core, self._ranks, self._copy_waits)
 
     # --- saving --------------------------------------------------------------------------------
 
     def save(self, step: int, state: Any, blocking: bool = False,
              skip_if_busy: bool = False) -> Optional[SaveHandle]:
-        """Snapshots ``state`` as step ``step`` and returns once its host tensors are copied and
-        the copies of its CUDA tensors are queued; writing, fsync and commit go on in the
-        background. Waits for the previous save to finish first (backpressure: one save at a
+        """Snapshots ``state`` as step ``step`` and returns once its host tensors are copied
+        (with ``background_copy``: those no optimizer owns; the rest are copied in the
+        background, and their optimizer's next step waits for that) and the copies of its CUDA
+        tensors are queued; writing, fsync and commit go on in the background. Waits for the previous save to finish first (backpressure: one save at a
         time owns the staging pool), or with ``skip_if_busy`` returns None at once if it has not
         (on every rank alike under torch.distributed). ``blocking=True`` also waits for this save
         and raises its error. Raises TypeError, naming the key path, for a value that cannot be
@@ -209,8 +238,9 @@ class Checkpointer:
     @property
     def blocked_s(self) -> float:
         """Seconds save() has held the caller in total (snapshot copies, waits for the previous
-        save, ``blocking=True`` waits): the training loop's checkpoint stall."""
-        return self._blocked_s
+        save, ``blocking=True`` waits), plus the time optimizer steps and load() waited for a
+        background copy: the training loop's checkpoint stall."""
+        return self._blocked_s + self._copy_waits.blocked_s
 
     @property
     def saves(self) -> int:
@@ -231,8 +261,14 @@ class Checkpointer:
                 skip_if_busy = False  # every rank's previous save is done: nothing to wait for
             if busy:
                 return None
+        # The previous save's writer publishes nothing before its copy is judged.
+        self._copy_waits.settle()
         snapshot = _Snapshot(self.allow_pickle)
         snapshot.sharded = ShardedSave(self.rank, self._piece_bytes)
+        torch = sys.modules.get("torch")
+        if self._background_copy and torch is not None:
+            _checkpoint_copy.install_step_hook(torch)
+            snapshot.owned = _checkpoint_copy.owned_memory(torch)
         structure = snapshot.encode_state(state)
         pending = self._core.begin_save(step, snapshot.tensors, structure, skip_if_busy)
         if pending is None:
@@ -240,14 +276,21 @@ class Checkpointer:
         try:
             # The GPU copies run while the CPU copies the host tensors.
             device_copies = self._device.stage(snapshot.device_tensors, pending)
-            pending.copy_host_tensors()
-            handle = SaveHandle(pending.start(), device_copies)
+            if snapshot.tracked:
+                pending.copy_host_tensors(snapshot.copy_now)
+                started = pending.start_copying()
+                handle = SaveHandle(started, device_copies, _checkpoint_copy.BackgroundCopy(
+                    started, step, [t[0] for t in snapshot.tensors], snapshot.tracked,
+                    snapshot._keep, snapshot.owners, self._copy_waits))
+            else:
+                pending.copy_host_tensors()
+                handle = SaveHandle(pending.start(), device_copies)
         finally:
             # An unstarted save gives the staging pool back when dropped (after its queued
             # device copies): now, not when the traceback of an error goes.
             del pending
-        # Host tensors are in staging and device copies ordered before the caller's next work:
-        # the caller may change its tensors now.
+        # Host tensors are in staging (or copied in the background, guarded) and device copies
+        # ordered before the caller's next work: the caller may change its tensors now.
         del snapshot
         if self._ranks is not None:
             self._ranks.submit(handle._handle)
@@ -261,6 +304,7 @@ class Checkpointer:
     def wait(self) -> None:
         """Waits for every save and mirror copy in flight; raises the first error that no
         handle has reported."""
+        self._copy_waits.settle()
         self._core.wait_all()
 
     def close(self) -> None:
@@ -308,6 +352,8 @@ class Checkpointer:
         every rank calls it, and all of them return the newest step that every rank could load.
         (Ranks coordinated through files fall back on their own: pass ``step`` to be sure.)
         """
+        # A background copy may still read tensors that into= would overwrite.
+        self._copy_waits.settle(blocking=True)
         if step is not None or self._ranks is None:
             return self._load_newest_valid(step, map_location, into, fallback)
         try:
@@ -397,8 +443,10 @@ class Checkpointer:
                 f"world_size={self.world_size}>")
 
 
-def _close(core: Any, ranks: Optional["_RankCoordinator"]) -> None:
+def _close(core: Any, ranks: Optional["_RankCoordinator"],
+           copy_waits: _checkpoint_copy.CopyWaits) -> None:
     try:
+        copy_waits.settle()
         core.wait_all()
     finally:
         if ranks is not None:

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -28,6 +29,7 @@
 #include "common/xxhash.hpp"
 #include "host/aligned_buffer.hpp"
 #include "host/cuda_runtime.hpp"
+#include "host/thread_priority.hpp"
 #include "zerowait/checkpoint/maintenance.hpp"
 #include "zerowait/checkpoint/manifest.hpp"
 #include "zerowait/storage/fault_store.hpp"
@@ -44,6 +46,8 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr uint64_t kCopyPiece = 32ull << 20;       // snapshot memcpy work unit
+// How much nicer than the training loop a background copy runs (host/thread_priority.hpp).
+constexpr int kBackgroundCopyNice = 5;
 constexpr uint64_t kStagingAlignment = 64;
 
 // 64 random bits in hex: two runs sharing a tier tell their steps apart by it.
@@ -95,6 +99,30 @@ Status SaveHandle::wait_part() const {
 
 uint64_t SaveHandle::step() const { return job_->step; }
 
+bool SaveHandle::copied() const {
+  std::lock_guard<std::mutex> lock(job_->mutex);
+  return job_->host_copied;
+}
+
+Status SaveHandle::wait_copied(Deadline deadline) const {
+  std::unique_lock<std::mutex> lock(job_->mutex);
+  auto copied = [&] { return job_->host_copied; };
+  if (deadline.at == Clock::time_point::max()) {
+    job_->changed.wait(lock, copied);
+  } else if (!job_->changed.wait_until(lock, deadline.at, copied)) {
+    return Status(ErrorCode::kDeadlineExceeded,
+                  "checkpoint step " + std::to_string(job_->step) +
+                      ": its host tensors are still being copied at the deadline");
+  }
+  return Status::ok();
+}
+
+void SaveHandle::confirm_copy(const Status& verdict) const {
+  std::lock_guard<std::mutex> lock(job_->mutex);
+  if (!job_->copy_verdict) job_->copy_verdict = verdict;
+  job_->changed.notify_all();
+}
+
 PendingSave::PendingSave(std::shared_ptr<SaveJob> job) : job_(std::move(job)) {}
 PendingSave::PendingSave(PendingSave&&) noexcept = default;
 PendingSave& PendingSave::operator=(PendingSave&&) noexcept = default;
@@ -116,25 +144,64 @@ std::byte* PendingSave::staging(size_t index) const {
   return job_->staging(index);
 }
 
-Status PendingSave::copy_host_tensors() {
-  if (job_ == nullptr) return invalid_argument("this save was already started");
-  SaveJob& job = *job_;
+namespace {
+
+// Copies the tensors `indices` of `job` that have caller memory into staging, in pieces of
+// kCopyPiece on the pool's threads and the calling one (`alone`: on the calling one only), and
+// forgets their caller memory.
+void copy_into_staging(SaveJob& job, const std::vector<size_t>& indices, bool alone = false) {
   struct Piece {
     const std::byte* src;
     std::byte* dst;
     uint64_t bytes;
   };
   std::vector<Piece> pieces;
-  for (size_t i = 0; i < job.tensors.size(); ++i) {
-    const TensorToSave& t = job.tensors[i];
+  for (size_t i : indices) {
+    TensorToSave& t = job.tensors[i];
     if (t.data == nullptr) continue;
     const auto* src = static_cast<const std::byte*>(t.data);
     for (uint64_t off = 0; off < t.nbytes; off += kCopyPiece) {
       pieces.push_back({src + off, job.staging(i) + off, std::min(kCopyPiece, t.nbytes - off)});
     }
+    t.data = nullptr;  // copied: never read again
   }
-  job.owner->pool.parallel_for(
-      pieces.size(), [&](size_t i) { std::memcpy(pieces[i].dst, pieces[i].src, pieces[i].bytes); });
+  auto copy = [&](size_t i) { std::memcpy(pieces[i].dst, pieces[i].src, pieces[i].bytes); };
+  if (alone) {
+    for (size_t i = 0; i < pieces.size(); ++i) copy(i);
+  } else {
+    job.owner->pool.parallel_for(pieces.size(), copy);
+  }
+}
+
+std::vector<size_t> every_index(const SaveJob& job) {
+  std::vector<size_t> all(job.tensors.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  return all;
+}
+
+// Tests hold the background copy back with $ZEROWAIT_FAULT_COPY_STALL_MS, so that the training
+// loop reaches its next optimizer step while the copy is still to come.
+std::chrono::milliseconds copy_stall_from_environment() {
+  const char* text = std::getenv("ZEROWAIT_FAULT_COPY_STALL_MS");
+  return std::chrono::milliseconds(text == nullptr ? 0 : std::strtoll(text, nullptr, 10));
+}
+
+}  // namespace
+
+Status PendingSave::copy_host_tensors() {
+  if (job_ == nullptr) return invalid_argument("this save was already started");
+  copy_into_staging(*job_, every_index(*job_));
+  return Status::ok();
+}
+
+Status PendingSave::copy_host_tensors(const std::vector<size_t>& indices) {
+  if (job_ == nullptr) return invalid_argument("this save was already started");
+  for (size_t i : indices) {
+    if (i >= job_->tensors.size()) {
+      return invalid_argument("no tensor " + std::to_string(i) + " in this save");
+    }
+  }
+  copy_into_staging(*job_, indices);
   return Status::ok();
 }
 
@@ -182,6 +249,18 @@ Status commit_and_tidy(CheckpointerState& state, uint64_t step) {
 void run_save(std::shared_ptr<CheckpointerState> state, std::shared_ptr<SaveJob> job) {
   const CheckpointOptions& opt = state->options;
   job->set_phase(SaveJob::Phase::kWriting);
+  if (job->copy_in_background) {
+    const auto stall = copy_stall_from_environment();
+    if (stall.count() > 0) std::this_thread::sleep_for(stall);
+    const auto copy_start = Clock::now();
+    // The copy runs beside the training loop's forward and backward: on one thread, which
+    // yields the CPU to them, so it takes idle time first; once the loop waits for it (the
+    // optimizer step), the CPU is its own.
+    internal::yield_cpu_to_others(kBackgroundCopyNice);
+    copy_into_staging(*job, every_index(*job), /*alone=*/true);
+    job->copy_s = seconds_since(copy_start);
+    job->set_host_copied();
+  }
   PartWriter writer(*state, *job);
   Status status = job->wait_for_device_copies();
   const auto write_start = Clock::now();
@@ -190,6 +269,7 @@ void run_save(std::shared_ptr<CheckpointerState> state, std::shared_ptr<SaveJob>
   result.step = job->step;
   result.snapshot_s = job->snapshot_s;
   result.device_wait_s = job->device_wait_s;
+  result.copy_s = job->copy_s;
   for (const TensorToSave& t : job->tensors) result.bytes_total += t.nbytes;
   result.bytes_written = writer.bytes_written();
   result.tensors_written = writer.tensors_written();
@@ -395,15 +475,37 @@ Result<std::optional<PendingSave>> Checkpointer::begin_save(SaveRequest request,
   return std::optional<PendingSave>(PendingSave(job));
 }
 
-Result<SaveHandle> PendingSave::start() {
-  if (job_ == nullptr) return invalid_argument("this save was already started");
-  std::shared_ptr<SaveJob> job = std::move(job_);
+namespace {
+
+// Hands `job` to a new writer thread (the previous one was joined by begin_save).
+void start_writer(const std::shared_ptr<SaveJob>& job) {
   auto state = job->owner;
   job->snapshot_s = seconds_since(job->started);
-  for (TensorToSave& t : job->tensors) t.data = nullptr;  // the caller's memory is not used again
   std::lock_guard<std::mutex> lock(state->mutex);
   job->started_writing = true;
   state->writer = std::thread([state, job] { run_save(state, job); });
+}
+
+}  // namespace
+
+Result<SaveHandle> PendingSave::start() {
+  if (job_ == nullptr) return invalid_argument("this save was already started");
+  std::shared_ptr<SaveJob> job = std::move(job_);
+  for (TensorToSave& t : job->tensors) t.data = nullptr;  // the caller's memory is not used again
+  {
+    std::lock_guard<std::mutex> lock(job->mutex);
+    job->host_copied = true;
+    job->copy_verdict = Status::ok();
+  }
+  start_writer(job);
+  return SaveHandle(job);
+}
+
+Result<SaveHandle> PendingSave::start_copying() {
+  if (job_ == nullptr) return invalid_argument("this save was already started");
+  std::shared_ptr<SaveJob> job = std::move(job_);
+  job->copy_in_background = true;
+  start_writer(job);
   return SaveHandle(job);
 }
 

@@ -86,12 +86,17 @@ class SaveJob {
   Clock::time_point started = Clock::now();
   double snapshot_s = 0;
   double device_wait_s = 0;
+  // start_copying(): the writer copies the host tensors with non-null data first.
+  bool copy_in_background = false;
+  double copy_s = 0;
   // Recorded on the caller's copy streams (wait_for_stream): done once staging holds the bytes.
   std::vector<internal::CudaEvent> device_copies;
 
   std::mutex mutex;
   std::condition_variable changed;
   Phase phase = Phase::kStaged;
+  bool host_copied = false;            // the caller's host memory is no longer read
+  std::optional<Status> copy_verdict;  // the caller's confirm_copy()
   Status part_status;
   std::optional<Result<SaveResult>> result;
   RankManifest manifest;  // this rank's part, once durable
@@ -123,6 +128,18 @@ class SaveJob {
                                        "next save allocates a new one)");
     }
     return status;
+  }
+
+  void set_host_copied() {
+    std::lock_guard<std::mutex> lock(mutex);
+    host_copied = true;
+    changed.notify_all();
+  }
+  // The part is published only once the caller has judged the background copy exact.
+  Status wait_for_copy_verdict() {
+    std::unique_lock<std::mutex> lock(mutex);
+    changed.wait(lock, [&] { return copy_verdict.has_value(); });
+    return *copy_verdict;
   }
 
   void set_phase(Phase p) {

@@ -125,6 +125,9 @@ Status PartWriter::write_part() {
   manifest_.files = files;
   for (const auto& [path, file] : referenced_files) manifest_.files.push_back(*file);
 
+  // A snapshot the caller found torn (a tensor changed while the background copy read it) must
+  // not become a part: its error fails the save here, before the part is visible.
+  ZW_RETURN_IF_ERROR(job_.wait_for_copy_verdict());
   // The rank manifest appears whole or not at all: the other ranks' commit looks for it.
   const std::string text = internal::encode_rank_manifest(manifest_);
   ZW_RETURN_IF_ERROR(

@@ -1,40 +1,16 @@
 #include "loader/loader_run.hpp"
 
-#include <pthread.h>
-#include <sched.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <memory>
 #include <tuple>
 #include <vector>
 
 #include "common/thread_pool.hpp"
 #include "host/thread_placement.hpp"
+#include "host/thread_priority.hpp"
 #include "storage/cache/cache_trace.hpp"
 
 namespace zerowait {
-
-namespace {
-
-// Makes the calling worker thread yield to the training loop's thread. SCHED_BATCH: a worker
-// woken by the consumer (an arena came back) does not preempt it, which otherwise costs the
-// consumer a whole scheduler slice (~3 ms) on a busy machine; `nice` steps lower its share
-// when both want a core. Neither needs privileges; failing only costs latency, so it is ignored.
-void yield_to_consumer(int nice) {
-  if (nice <= 0) return;
-  sched_param param{};
-  pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);
-  const auto tid = static_cast<id_t>(syscall(SYS_gettid));
-  errno = 0;
-  const int current = getpriority(PRIO_PROCESS, tid);
-  if (errno == 0) setpriority(PRIO_PROCESS, tid, std::min(19, current + nice));
-}
-
-}  // namespace
 
 LoaderRun::LoaderRun(const Dataset& dataset, const LoaderOptions& options,
                      const std::vector<FieldSpec>& fields, std::shared_ptr<ArenaPool> pool,
@@ -230,7 +206,7 @@ const LoaderRun::Segment& LoaderRun::segment_of(uint64_t seq) const {
 }
 
 void LoaderRun::work(unsigned thread) {
-  yield_to_consumer(options_.worker_nice);
+  internal::yield_cpu_to_others(options_.worker_nice);  // loader.hpp's worker_nice
   BatchBuilder builder(dataset_, options_, fields_, blocks_);
   std::vector<uint64_t> indices;
   std::vector<std::vector<uint64_t>> announced;  // batches' indices, in order

@@ -94,6 +94,7 @@ struct SaveResult {
   uint64_t tensors_written = 0;
   uint64_t tensors_referenced = 0;
   double snapshot_s = 0;     // time the caller was blocked copying
+  double copy_s = 0;         // background: copying host tensors (PendingSave::start_copying)
   double device_wait_s = 0;  // background: waiting for the caller's device copies into staging
   double write_s = 0;        // background: hash, compress, write and fsync the part
   double commit_s = 0;       // background: waiting for ranks and committing
@@ -121,6 +122,17 @@ class SaveHandle {
   Status wait_part() const;
   uint64_t step() const;
 
+  // A save started with PendingSave::start_copying(): whether the background copy has read
+  // every host tensor (their memory is the caller's again from then on). True for other saves.
+  bool copied() const;
+  // Waits until copied() (or the deadline passes: kDeadlineExceeded). The copy is a memcpy and
+  // always finishes.
+  Status wait_copied(Deadline deadline = Deadline::none()) const;
+  // The caller's verdict on the background copy, once copied(): ok lets the part be published;
+  // an error (a tensor changed while it was copied) fails the save with it, so a torn snapshot
+  // is never committed. The first verdict counts. The writer publishes nothing before it.
+  void confirm_copy(const Status& verdict) const;
+
  private:
   friend class Checkpointer;
   friend class PendingSave;
@@ -140,6 +152,9 @@ class PendingSave {
   std::byte* staging(size_t index) const;
   // Copies every tensor with non-null data into staging, on several threads.
   Status copy_host_tensors();
+  // Copies only the tensors `indices` (those with non-null data) now; start_copying() copies the
+  // rest. Errors: kInvalidArgument for an index out of range.
+  Status copy_host_tensors(const std::vector<size_t>& indices);
   // The caller has queued copies into staging on `cuda_stream` (a cudaStream_t of CUDA device
   // `device`): the background writer waits for the work queued on that stream so far before it
   // reads any staging byte, so the caller need not wait for its copies. A PendingSave dropped
@@ -150,6 +165,10 @@ class PendingSave {
   // Checkpointer::wait_all() do not wait for it (dropping it releases the pool).
   // Hands the snapshot to the background writer. Call once.
   Result<SaveHandle> start();
+  // Like start(), but the writer first copies the host tensors not yet copied (on its own
+  // thread, which yields the CPU to the caller's), so this returns at once. Until the handle's copied(), their memory must stay
+  // allocated and unchanged; the part is published only after the caller's confirm_copy().
+  Result<SaveHandle> start_copying();
 
  private:
   friend class Checkpointer;

@@ -211,6 +211,7 @@ class CheckpointIO(_LightningCheckpointIO):
         flight now), and raises the save's error if it failed."""
         publishing, self._publishing = self._publishing, None
         if publishing is not None:
+            publishing.wait_on_saving_thread()
             publishing.join()
         self._retire_unnamed()
         if publishing is not None and publishing.error is not None:
@@ -260,6 +261,16 @@ class _Publication(threading.Thread):
         self._pointer = pointer
         self._directory = directory
         self.error: Optional[BaseException] = None
+
+    def wait_on_saving_thread(self) -> None:
+        """Waits for the save from the thread that started it. The save's background copy is
+        judged (no tensor changed while it ran) only by that thread or an optimizer step's hook,
+        so this thread's wait alone would never end while that thread waits for it in join().
+        Its error is this thread's to report, not raised here."""
+        try:
+            self._handle.wait()
+        except BaseException:  # noqa: BLE001 - run() records the same error for the plugin
+            pass
 
     def names(self, path: str) -> bool:
         return os.path.realpath(path) == os.path.realpath(self._path)

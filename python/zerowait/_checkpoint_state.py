@@ -63,6 +63,12 @@ def _escape(key: Any) -> str:
     return text
 
 
+def _json_pointer(path: Tuple[Any, ...]) -> str:
+    """The RFC 6901 pointer of a key path: "/model/layer.0.weight" (the walk builds the same
+    pointers incrementally; zerowait.dcp names single keys with it)."""
+    return "".join("/" + _escape(k) for k in path)
+
+
 # torch dtype -> (name, safetensors name or None, bytes per grouped element, floating point):
 # what _Snapshot._tensor needs of a dtype, worked out once per dtype (saves of thousands of
 # tensors spend their time in this walk).

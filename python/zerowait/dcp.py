@@ -282,8 +282,7 @@ class Writer(_Location, StorageWriter):
             # Read whole by the one rank that loads it: one stored tensor, one checksum.
             name = f"{pointer}~bytes"
             bytes_items[fqn] = {"nbytes": len(raw), "name": name}
-            snapshot._add((), "U8", [len(raw)], 1, False, tensor.data_ptr(), len(raw), tensor,
-                          name=name)
+            snapshot._add(name, "U8", [len(raw)], 1, False, tensor.data_ptr(), len(raw), tensor)
             return WriteResult(index=item.index, size_in_bytes=len(raw),
                                storage_data=self._rank)
         chunk = item.tensor_data.chunk

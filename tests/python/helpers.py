@@ -58,10 +58,26 @@ def flip_byte(path, offset: int, mask: int = 0xFF) -> None:
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now (for MASTER_PORT)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that nothing listens on now (for MASTER_PORT). Drawn below the
+    kernel's ephemeral range (net.ipv4.ip_local_port_range), where the outgoing connections of
+    tests running beside this one (gloo opens many) take their local ports: a port bound to 0
+    and released came from that range, and another process could take it before the rank
+    listening on it started (EADDRINUSE)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    low = max(1024, min(20000, ephemeral_low - 4096))
+    for _ in range(200):
+        port = random.randrange(low, ephemeral_low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free TCP port in [{low}, {ephemeral_low}) on 127.0.0.1")
 
 
 def start_ranks(script: Path, args: list, world_size: int) -> list:

@@ -40,13 +40,15 @@ import os
 import random
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
 import warnings
 from collections import Counter
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from helpers import free_port  # noqa: E402
 
 WORLD = 4
 # What the ranks would otherwise import in each round (a DTensor's first dispatch imports
@@ -229,12 +231,6 @@ def classify_dcp(directory: Path, step) -> str:
     if held != wanted:
         return DCP_KINDS[3]
     return DCP_KINDS[4]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_round(ctx, backend: str, root: Path, rng: random.Random, kill_one: bool,

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import os
 import random
 import shutil
@@ -422,12 +421,9 @@ def main():
     run.notes.append(f"state: {ntensors} tensors, {run.total / GiB:.2f} GiB; torch "
                      f"{torch.__version__}; page cache dropped with {cache.method}; best of "
                      f"{args.repeat} runs per row")
-    common.print_table(run.rows, run.ratios, run.notes)
-    if args.json:
-        Path(args.json).write_text(json.dumps(
-            {"rows": run.rows, "ratios": run.ratios, "notes": run.notes}, indent=2))
+    status = common.report_results(run.rows, run.ratios, run.notes, args.json)
     shutil.rmtree(out, ignore_errors=True)
-    return 0 if all(r["result"] == "PASS" for r in run.ratios) else 1
+    return status
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ Usage: bench/run checkpoint-blocking [--sizes 0.01,0.1,0.5,2] [--out DIR] [--rep
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -269,13 +268,10 @@ def main():
     run.notes.append(f"torch {torch.__version__}, {os.cpu_count()} CPUs, load average "
                      f"{open('/proc/loadavg').read().split()[0]} at the end; best of "
                      f"{args.repeat} runs per row")
-    common.print_table(run.rows, run.ratios, run.notes)
-    if args.json:
-        Path(args.json).write_text(json.dumps(
-            {"rows": run.rows, "ratios": run.ratios, "notes": run.notes}, indent=2))
+    status = common.report_results(run.rows, run.ratios, run.notes, args.json)
     dist.destroy_process_group()
     shutil.rmtree(out, ignore_errors=True)
-    return 0 if all(r["result"] == "PASS" for r in run.ratios) else 1
+    return status
 
 
 if __name__ == "__main__":

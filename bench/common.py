@@ -222,6 +222,16 @@ def print_table(rows, ratios, notes, judged=True):
     print()
 
 
+def report_results(rows, ratios, notes, json_path=None):
+    """Prints the table, writes rows, ratios and notes to `json_path` if given, and returns the
+    exit status: 0 when every ratio met its goal, else 1."""
+    print_table(rows, ratios, notes)
+    if json_path:
+        Path(json_path).write_text(json.dumps(
+            {"rows": rows, "ratios": ratios, "notes": notes}, indent=2))
+    return 0 if all(r["result"] == "PASS" for r in ratios) else 1
+
+
 def print_ratios(ratios, notes, extras=(), name_width=58):
     """What the loader and remote benchmarks print under their tables: explanatory lines, the
     ratios with their goals and PASS/FAIL, and notes."""

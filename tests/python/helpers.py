@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import socket
@@ -103,3 +104,20 @@ def batches_and_errors(loader, error_type) -> tuple[list, list]:
         if batch is None:
             return batches, errors
         batches.append(batch)
+
+
+def run_rank_reports(script: Path, mode: str, world_size: int, directory: Path,
+                     out: Path) -> list:
+    """Runs `python SCRIPT MODE DIRECTORY OUT` as `world_size` ranks (start_ranks) and returns
+    the report each rank wrote to OUT/rank-R.json (None for a rank that wrote none); every rank
+    must exit 0 unless MODE is "kill"."""
+    out.mkdir(parents=True, exist_ok=True)
+    procs = start_ranks(script, [mode, directory, out], world_size)
+    reports = []
+    for rank, p in enumerate(procs):
+        _, err = p.communicate(timeout=300)
+        report = out / f"rank-{rank}.json"
+        reports.append(json.loads(report.read_text()) if report.exists() else None)
+        if mode != "kill":
+            assert p.returncode == 0, f"rank {rank}:\n{err[-4000:]}"
+    return reports

@@ -21,7 +21,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 import zerowait
 import zerowait.dcp
 from zerowait import _core
-from helpers import flip_byte, start_ranks
+from helpers import flip_byte, run_rank_reports
 
 sys.path.insert(0, str(Path(__file__).parent))
 from dcp_worker import differences, full_state, make_model  # noqa: E402
@@ -30,18 +30,8 @@ HERE = Path(__file__).parent
 
 
 def run_ranks(mode: str, world_size: int, directory: Path, out: Path) -> list:
-    """Runs the worker as `world_size` processes; returns their reports (None for a rank that
-    wrote none)."""
-    out.mkdir(parents=True, exist_ok=True)
-    procs = start_ranks(HERE / "dcp_worker.py", [mode, directory, out], world_size)
-    reports = []
-    for rank, p in enumerate(procs):
-        _, err = p.communicate(timeout=300)
-        report = out / f"rank-{rank}.json"
-        reports.append(json.loads(report.read_text()) if report.exists() else None)
-        if mode != "kill":
-            assert p.returncode == 0, f"rank {rank}:\n{err[-4000:]}"
-    return reports
+    """The worker's reports from `world_size` ranks (helpers.run_rank_reports)."""
+    return run_rank_reports(HERE / "dcp_worker.py", mode, world_size, directory, out)
 
 
 @pytest.fixture(scope="module")

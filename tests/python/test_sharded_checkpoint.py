@@ -3,7 +3,6 @@ sizes and placements bit for bit, damaged pieces named, no step committed withou
 
 The ranks are real processes (sharded_checkpoint_worker.py, gloo on the CPU)."""
 
-import json
 import hashlib
 import os
 import shutil
@@ -16,7 +15,7 @@ import torch
 
 import zerowait
 from zerowait import _core
-from helpers import flip_byte, start_ranks
+from helpers import flip_byte, run_rank_reports
 
 sys.path.insert(0, str(Path(__file__).parent))
 from sharded_checkpoint_worker import PIECE_BYTES, equal_bits, reference  # noqa: E402
@@ -25,19 +24,8 @@ HERE = Path(__file__).parent
 
 
 def run_ranks(mode: str, world_size: int, directory: Path, out: Path) -> list:
-    """Runs the worker as `world_size` processes; returns their reports (None for a rank that
-    wrote none)."""
-    out.mkdir(parents=True, exist_ok=True)
-    procs = start_ranks(HERE / "sharded_checkpoint_worker.py", [mode, directory, out],
-                        world_size)
-    reports = []
-    for rank, p in enumerate(procs):
-        _, err = p.communicate(timeout=300)
-        report = out / f"rank-{rank}.json"
-        reports.append(json.loads(report.read_text()) if report.exists() else None)
-        if mode != "kill":
-            assert p.returncode == 0, f"rank {rank}:\n{err}"
-    return reports
+    """The worker's reports from `world_size` ranks (helpers.run_rank_reports)."""
+    return run_rank_reports(HERE / "sharded_checkpoint_worker.py", mode, world_size, directory, out)
 
 
 @pytest.fixture(scope="module")

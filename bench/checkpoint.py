@@ -128,29 +128,15 @@ def fio_write(path, size):
 
 # ---- the run ---------------------------------------------------------------------------------
 
-class Run:
+class Run(common.Results):
     """What every part of the benchmark uses: torch and zerowait, the state, the work folder,
     the page cache, the repeat count, and the table's rows, ratios and notes as they fill."""
 
     def __init__(self, torch, zerowait, args, out, cache, state):
+        super().__init__(args.repeat)
         self.torch, self.zerowait, self.out, self.cache = torch, zerowait, out, cache
-        self.repeat = args.repeat
         self.state = state
         self.total = state_bytes(state)
-        self.rows, self.ratios, self.notes = [], [], []
-
-    def add_row(self, name, seconds, nbytes, cache_state="-"):
-        self.rows.append(common.table_row(name, cache_state, (seconds, nbytes, None)))
-
-    def judge(self, name, value, goal, higher_is_better):
-        self.ratios.append(common.ratio(name, value, goal, higher_is_better))
-
-    def best(self, fn):
-        """Runs fn() `repeat` times; returns the result with the smallest first element."""
-        best = None
-        for _ in range(self.repeat):
-            best = common.faster(best, fn())
-        return best
 
     def cold(self, fn):
         """fn() after the page cache is dropped: (seconds, fn's value)."""
@@ -421,7 +407,7 @@ def main():
     run.notes.append(f"state: {ntensors} tensors, {run.total / GiB:.2f} GiB; torch "
                      f"{torch.__version__}; page cache dropped with {cache.method}; best of "
                      f"{args.repeat} runs per row")
-    status = common.report_results(run.rows, run.ratios, run.notes, args.json)
+    status = run.report(args.json)
     shutil.rmtree(out, ignore_errors=True)
     return status
 

@@ -220,23 +220,11 @@ def measure_training_loop(run, steps=60, every=20):
                      f"all ({len(saving)} saves; includes the background write's CPU time)")
 
 
-class Run:
+class Run(common.Results):
     def __init__(self, torch, zerowait, args, out):
-        self.torch, self.zerowait, self.out, self.repeat = torch, zerowait, out, args.repeat
+        super().__init__(args.repeat)
+        self.torch, self.zerowait, self.out = torch, zerowait, out
         self.work = StandIn(torch)
-        self.rows, self.ratios, self.notes = [], [], []
-
-    def add_row(self, name, seconds, nbytes):
-        self.rows.append(common.table_row(name, "-", (seconds, nbytes, None)))
-
-    def judge(self, name, value, goal, higher_is_better):
-        self.ratios.append(common.ratio(name, value, goal, higher_is_better))
-
-    def best(self, fn):
-        best = None
-        for _ in range(self.repeat):
-            best = common.faster(best, fn())
-        return best
 
 
 def main():
@@ -268,7 +256,7 @@ def main():
     run.notes.append(f"torch {torch.__version__}, {os.cpu_count()} CPUs, load average "
                      f"{open('/proc/loadavg').read().split()[0]} at the end; best of "
                      f"{args.repeat} runs per row")
-    status = common.report_results(run.rows, run.ratios, run.notes, args.json)
+    status = run.report(args.json)
     dist.destroy_process_group()
     shutil.rmtree(out, ignore_errors=True)
     return status

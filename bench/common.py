@@ -222,6 +222,32 @@ def print_table(rows, ratios, notes, judged=True):
     print()
 
 
+class Results:
+    """A benchmark's table as it fills: rows, judged ratios and notes, and `repeat` runs of each
+    timed row (the fastest kept)."""
+
+    def __init__(self, repeat):
+        self.repeat = repeat
+        self.rows, self.ratios, self.notes = [], [], []
+
+    def add_row(self, name, seconds, nbytes, cache_state="-"):
+        self.rows.append(table_row(name, cache_state, (seconds, nbytes, None)))
+
+    def judge(self, name, value, goal, higher_is_better):
+        self.ratios.append(ratio(name, value, goal, higher_is_better))
+
+    def best(self, fn):
+        """Runs fn() `repeat` times; returns the result with the smallest first element."""
+        best = None
+        for _ in range(self.repeat):
+            best = faster(best, fn())
+        return best
+
+    def report(self, json_path=None):
+        """Prints the table (and writes it to `json_path`); the exit status (report_results)."""
+        return report_results(self.rows, self.ratios, self.notes, json_path)
+
+
 def report_results(rows, ratios, notes, json_path=None):
     """Prints the table, writes rows, ratios and notes to `json_path` if given, and returns the
     exit status: 0 when every ratio met its goal, else 1."""

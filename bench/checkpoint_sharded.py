@@ -109,7 +109,8 @@ class Table:
 def save_rows(table, saved):
     """The blocking and durable rows and their ratios; returns the fastest async form's name."""
     total = saved["state_bytes"]
-    table.row("zerowait save() (blocking)", saved["zerowait"]["blocking_s"], total)
+    table.row("zerowait save() returns", saved["zerowait"]["blocking_s"], total)
+    table.row("zerowait save() + next optimizer step's wait", saved["zerowait"]["held_s"], total)
     forms = {"dcp_async_thread": "thread", "dcp_async_process": "process"}
     forms = {key: label for key, label in forms.items() if key in saved}
     for key, label in forms.items():
@@ -120,8 +121,13 @@ def save_rows(table, saved):
     for key, label in forms.items():
         table.row(f"dcp.async_save {label}: upload done", saved[key]["durable_s"], total)
     fastest = min(forms, key=lambda key: saved[key]["blocking_s"])
-    table.judge("save() blocking / fastest dcp.async_save's",
-                saved["zerowait"]["blocking_s"] / saved[fastest]["blocking_s"], 0.1,
+    # Like for like: each side's call and the wait before the optimizer may change the state,
+    # placed right after the call (the most either can hold a loop).
+    table.judge("save()+step wait / fastest dcp.async_save's",
+                saved["zerowait"]["held_s"] / saved[fastest]["blocking_s"], 0.1,
+                higher_is_better=False)
+    table.judge("save() return / fastest dcp.async_save call",
+                saved["zerowait"]["blocking_s"] / saved[fastest]["returns_s"], 0.1,
                 higher_is_better=False)
     table.judge("durable: dcp.save s / zerowait s",
                 saved["dcp_save"]["durable_s"] / saved["zerowait"]["durable_s"], 1.0,

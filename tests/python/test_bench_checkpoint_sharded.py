@@ -13,7 +13,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-ROWS = ["zerowait save() (blocking)", "dcp.async_save thread: call returns",
+ROWS = ["zerowait save() returns", "zerowait save() + next optimizer step's wait",
+        "dcp.async_save thread: call returns",
         "dcp.async_save thread: + staging wait", "dcp.async_save process: call returns",
         "dcp.async_save process: + staging wait", "dcp.save (blocking, durable)",
         "zerowait save() to committed (durable)", "dcp.async_save thread: upload done",
@@ -22,7 +23,8 @@ ROWS = ["zerowait save() (blocking)", "dcp.async_save thread: call returns",
         "memcpy of the state (4 ranks, copy_)",
         "training step without saves (median)", "zerowait: extra time of a saving step",
         "dcp.async_save: extra time of a saving step"]
-RATIOS = ["save() blocking / fastest dcp.async_save's", "durable: dcp.save s / zerowait s",
+RATIOS = ["save()+step wait / fastest dcp.async_save's",
+          "save() return / fastest dcp.async_save call", "durable: dcp.save s / zerowait s",
           "restore 4->2 cold: dcp.load s / zerowait s",
           "restore 4->2 warm: dcp.load s / zerowait s", "loop: zerowait extra per save / memcpy"]
 

@@ -27,7 +27,45 @@ size_t size_of(Float kind) {
   return 0;
 }
 
-// GCC and Clang's _Float16 converts with IEEE round-to-nearest-even (F16C where the CPU has it).
+uint32_t bits_of(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return bits;
+}
+
+float float_of(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// IEEE binary16 <-> binary32 by hand, round-to-nearest-even, NaN -> 0x7E00 (sign kept): the
+// algorithm of the FP16 library (Maratyszcza/FP16), which torch's c10::Half uses, so results
+// match `tensor.to(torch.float16)` bit for bit. Not _Float16: GCC lowers it to libgcc calls
+// whose GCC_12 symbol versions a manylinux wheel may not need, and clang 14 (the sanitizer
+// build) refuses it on x86-64.
+float f16_bits_to_float(uint16_t h) {
+  const uint32_t w = static_cast<uint32_t>(h) << 16;
+  const uint32_t sign = w & 0x80000000u;
+  const uint32_t two_w = w + w;
+  const float normalized = float_of((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+  const float denormalized = float_of((two_w >> 17) | (126u << 23)) - 0.5f;
+  return float_of(sign | (two_w < (1u << 27) ? bits_of(denormalized) : bits_of(normalized)));
+}
+
+uint16_t float_to_f16_bits(float f) {
+  float base = (std::fabs(f) * 0x1.0p+112f) * 0x1.0p-110f;
+  const uint32_t w = bits_of(f);
+  const uint32_t shl1_w = w + w;
+  const uint32_t sign = w & 0x80000000u;
+  uint32_t bias = shl1_w & 0xFF000000u;
+  if (bias < 0x71000000u) bias = 0x71000000u;
+  base = float_of((bias >> 1) + 0x07800000u) + base;
+  const uint32_t bits = bits_of(base);
+  const uint32_t nonsign = ((bits >> 13) & 0x00007C00u) + (bits & 0x00000FFFu);
+  return static_cast<uint16_t>((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+}
+
 float load(Float kind, const std::byte* p) {
   switch (kind) {
     case Float::kF64: {
@@ -41,9 +79,9 @@ float load(Float kind, const std::byte* p) {
       return f;
     }
     case Float::kF16: {
-      _Float16 h;
+      uint16_t h;
       std::memcpy(&h, p, 2);
-      return static_cast<float>(h);
+      return f16_bits_to_float(h);
     }
     case Float::kBF16: {
       uint16_t b;
@@ -67,7 +105,7 @@ void store(Float kind, float f, std::byte* p) {
     }
     case Float::kF32: std::memcpy(p, &f, 4); return;
     case Float::kF16: {
-      const _Float16 h = static_cast<_Float16>(f);
+      const uint16_t h = float_to_f16_bits(f);
       std::memcpy(p, &h, 2);
       return;
     }

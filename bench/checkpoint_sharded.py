@@ -95,31 +95,20 @@ def loop_extras(loop, name):
     return sum(per_save) / len(per_save), (sum(times) - base * len(times)) / len(saves)
 
 
-class Table:
-    def __init__(self):
-        self.rows, self.ratios, self.notes = [], [], []
-
-    def row(self, name, seconds, nbytes, cache="-"):
-        self.rows.append(common.table_row(name, cache, (seconds, nbytes, None)))
-
-    def judge(self, name, value, goal, higher_is_better):
-        self.ratios.append(common.ratio(name, value, goal, higher_is_better))
-
-
 def save_rows(table, saved):
     """The blocking and durable rows and their ratios; returns the fastest async form's name."""
     total = saved["state_bytes"]
-    table.row("zerowait save() returns", saved["zerowait"]["blocking_s"], total)
-    table.row("zerowait save() + next optimizer step's wait", saved["zerowait"]["held_s"], total)
+    table.add_row("zerowait save() returns", saved["zerowait"]["blocking_s"], total)
+    table.add_row("zerowait save() + next optimizer step's wait", saved["zerowait"]["held_s"], total)
     forms = {"dcp_async_thread": "thread", "dcp_async_process": "process"}
     forms = {key: label for key, label in forms.items() if key in saved}
     for key, label in forms.items():
-        table.row(f"dcp.async_save {label}: call returns", saved[key]["returns_s"], total)
-        table.row(f"dcp.async_save {label}: + staging wait", saved[key]["blocking_s"], total)
-    table.row("dcp.save (blocking, durable)", saved["dcp_save"]["blocking_s"], total)
-    table.row("zerowait save() to committed (durable)", saved["zerowait"]["durable_s"], total)
+        table.add_row(f"dcp.async_save {label}: call returns", saved[key]["returns_s"], total)
+        table.add_row(f"dcp.async_save {label}: + staging wait", saved[key]["blocking_s"], total)
+    table.add_row("dcp.save (blocking, durable)", saved["dcp_save"]["blocking_s"], total)
+    table.add_row("zerowait save() to committed (durable)", saved["zerowait"]["durable_s"], total)
     for key, label in forms.items():
-        table.row(f"dcp.async_save {label}: upload done", saved[key]["durable_s"], total)
+        table.add_row(f"dcp.async_save {label}: upload done", saved[key]["durable_s"], total)
     fastest = min(forms, key=lambda key: saved[key]["blocking_s"])
     # Like for like: each side's call and the wait before the optimizer may change the state,
     # placed right after the call (the most either can hold a loop).
@@ -138,10 +127,10 @@ def save_rows(table, saved):
 def restore_rows(table, restored):
     total, loads = restored["state_bytes"], restored["loads"]
     for cache in ("cold", "warm"):
-        table.row("zerowait load(into=) 4 -> 2 ranks", loads[f"zerowait_{cache}"], total, cache)
-        table.row("  the same, direct_reads=False", loads[f"zerowait_buffered_{cache}"], total,
+        table.add_row("zerowait load(into=) 4 -> 2 ranks", loads[f"zerowait_{cache}"], total, cache)
+        table.add_row("  the same, direct_reads=False", loads[f"zerowait_buffered_{cache}"], total,
                   cache)
-        table.row("dcp.load 4 -> 2 ranks", loads[f"dcp_{cache}"], total, cache)
+        table.add_row("dcp.load 4 -> 2 ranks", loads[f"dcp_{cache}"], total, cache)
     for cache in ("cold", "warm"):
         table.judge(f"restore 4->2 {cache}: dcp.load s / zerowait s",
                     loads[f"dcp_{cache}"] / loads[f"zerowait_{cache}"], 1.0,
@@ -150,11 +139,11 @@ def restore_rows(table, restored):
 
 def loop_rows(table, loop, args):
     total, memcpy = loop["state_bytes"], loop["memcpy_s"]
-    table.row("memcpy of the state (4 ranks, copy_)", memcpy, total)
-    table.row("training step without saves (median)", loop["baseline_step_s"], total)
+    table.add_row("memcpy of the state (4 ranks, copy_)", memcpy, total)
+    table.add_row("training step without saves (median)", loop["baseline_step_s"], total)
     extras = {name: loop_extras(loop, name) for name in ("zerowait", "dcp_async")}
-    table.row("zerowait: extra time of a saving step", extras["zerowait"][0], total)
-    table.row("dcp.async_save: extra time of a saving step", extras["dcp_async"][0], total)
+    table.add_row("zerowait: extra time of a saving step", extras["zerowait"][0], total)
+    table.add_row("dcp.async_save: extra time of a saving step", extras["dcp_async"][0], total)
     table.judge("loop: zerowait extra per save / memcpy", extras["zerowait"][0] / memcpy, 1.2,
                 higher_is_better=False)
     saves = len(loop["runs"]["zerowait"]["save_steps"])
@@ -200,7 +189,7 @@ def main():
     log(f"{RESTORE_RANKS} ranks: resharded restores")
     restored = run_ranks("restore", RESTORE_RANKS, out, options, args.timeout)
 
-    table = Table()
+    table = common.Results(repeat=1)
     fastest = save_rows(table, saved)
     restore_rows(table, restored)
     loop_rows(table, saved["loop"], args)

@@ -8,6 +8,7 @@ import random
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import zerowait
@@ -81,14 +82,88 @@ def free_port() -> int:
     raise RuntimeError(f"no free TCP port in [{low}, {ephemeral_low}) on 127.0.0.1")
 
 
-def start_ranks(script: Path, args: list, world_size: int) -> list:
+def start_ranks(script: Path, args: list, world_size: int, attempts: int = 4) -> list:
     """Starts `python SCRIPT ARGS...` as the ranks of a job on this machine (RANK, WORLD_SIZE,
-    MASTER_ADDR and MASTER_PORT in their environment), stdout and stderr piped as text."""
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               WORLD_SIZE=str(world_size))
-    return [subprocess.Popen([sys.executable, str(script), *map(str, args)],
-                             env=dict(env, RANK=str(rank)), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True) for rank in range(world_size)]
+    MASTER_ADDR and MASTER_PORT in their environment), stdout and stderr piped as text.
+
+    Returns once rank 0's TCPStore listens on MASTER_PORT (or rank 0 has ended). A port free
+    when drawn can be taken before rank 0 binds it (importing torch takes seconds on a loaded
+    machine); rank 0 then dies at init_process_group with EADDRINUSE, before the job did
+    anything, and the ranks are started again on another port."""
+    for attempt in range(attempts):
+        port = free_port()
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   WORLD_SIZE=str(world_size))
+        procs = [subprocess.Popen([sys.executable, str(script), *map(str, args)],
+                                  env=dict(env, RANK=str(rank)), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+                 for rank in range(world_size)]
+        # Workers that coordinate through files never listen: after 120 s they are on their own.
+        deadline = time.monotonic() + 120
+        while procs[0].poll() is None and not _listening(procs[0].pid, port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if procs[0].poll() is None or procs[0].returncode == 0:
+            return procs
+        out, err = procs[0].communicate()
+        if "EADDRINUSE" not in err or attempt == attempts - 1:
+            # Not the port's fault: the caller reads rank 0's output as if it had run alone.
+            procs[0] = _Ended(procs[0].args, procs[0].returncode, out, err)
+            return procs
+        for p in procs[1:]:
+            p.kill()
+            p.communicate()
+    raise AssertionError("unreachable")
+
+
+class _Ended:
+    """A rank that has ended whose output start_ranks already read: communicate() and
+    returncode as a Popen's."""
+
+    def __init__(self, args, returncode: int, out: str, err: str):
+        self.args, self.returncode, self._out, self._err = args, returncode, out, err
+
+    def communicate(self, timeout=None):
+        return self._out, self._err
+
+    def poll(self):
+        return self.returncode
+
+    def wait(self, timeout=None):
+        return self.returncode
+
+    def kill(self):
+        pass
+
+
+def _listening(pid: int, port: int) -> bool:
+    """Whether process `pid` listens on TCP `port` (IPv4 or IPv6): a LISTEN socket on the port
+    in /proc/net/tcp* that is one of its open files. (Connecting to rank 0's store to find out
+    would be a client it does not expect; a socket of another process on the port is what
+    makes rank 0 fail.)"""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    fields = line.split()
+                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(f"socket:[{fields[9]}]")
+        except OSError:
+            continue
+    if not inodes:
+        return False
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def batches_and_errors(loader, error_type) -> tuple[list, list]:

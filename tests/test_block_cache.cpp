@@ -29,6 +29,7 @@
 #include "zerowait/storage/block_cache.hpp"
 #include "zerowait/loader/loader.hpp"
 #include "zerowait/shard/dataset.hpp"
+#include "zerowait/shard/writer.hpp"
 
 namespace zerowait {
 namespace {
@@ -576,6 +577,48 @@ TEST_F(BlockCacheTest, ARemoteDatasetReadsItsShardsThroughTheCache) {
     shard_gets_after += line.find(".zws bytes=") != std::string::npos;
   EXPECT_EQ(shard_gets_after, shard_gets);
   EXPECT_EQ(cache->stats().misses, downloaded);
+}
+
+// Opening a shard over the network costs two round trips, not three, when its index lies in the
+// tail read with the footer (a 64th of the shard, at least 64 KiB); a larger index is read on
+// its own, as before. Either way every sample reads back whole.
+TEST_F(BlockCacheTest, ARemoteShardOpensInOneRoundOfRequestsWhenItsIndexIsInTheTail) {
+  auto write = [&](const std::string& name, int samples, size_t sample_bytes) {
+    auto writer = ShardWriter::create(dir_ / name);
+    ASSERT_TRUE(writer.is_ok()) << writer.status().to_string();
+    for (int i = 0; i < samples; ++i) {
+      const std::string bytes = testing::random_bytes(sample_bytes, static_cast<uint64_t>(i));
+      const FieldData field{"bin", std::as_bytes(std::span(bytes))};
+      ASSERT_TRUE(writer->add_sample("sample-" + std::to_string(i), {&field, 1}).is_ok());
+    }
+    ASSERT_TRUE(writer->finish().is_ok());
+    server_.put("/" + name, testing::read_file(dir_ / name));
+  };
+  write("few.zws", 40, 20'000);   // index of a few KB; 800 KB of samples
+  write("many.zws", 3000, 16);    // index of ~200 KB, beyond the 64 KiB tail
+  auto cache = open_cache();
+  DatasetOptions options;
+  options.cache = cache;
+  for (const auto& [name, round_trips] : {std::pair{"few.zws", 1}, std::pair{"many.zws", 2}}) {
+    const size_t before = server_.log().size();
+    auto remote = Dataset::open(server_.url(std::string("/") + name), options);
+    ASSERT_TRUE(remote.is_ok()) << remote.status().to_string();
+    const std::vector<std::string> log = server_.log();
+    std::vector<std::string> ranges;
+    for (size_t i = before; i < log.size(); ++i) {
+      if (log[i].starts_with("GET /" + std::string(name) + " ")) ranges.push_back(log[i]);
+    }
+    // Header and tail together, then (for a large index) the index: one request each.
+    EXPECT_EQ(ranges.size(), static_cast<size_t>(round_trips + 1)) << name;
+    auto local = Dataset::open(dir_ / name);
+    ASSERT_TRUE(local.is_ok());
+    ASSERT_EQ((*remote)->size(), (*local)->size());
+    for (uint64_t i = 0; i < (*remote)->size(); i += 97) {
+      auto sample = (*remote)->read(i);
+      ASSERT_TRUE(sample.is_ok()) << sample.status().to_string();
+      EXPECT_EQ(sample->buffer, (*local)->read(i)->buffer) << name << " sample " << i;
+    }
+  }
 }
 
 TEST_F(BlockCacheTest, ALoaderReportsItsCacheAndDownloadsEachBlockOnce) {

@@ -120,6 +120,9 @@ cmd_up() {
   if ((s3)); then
     [[ -x $RGW ]] || die "$RGW missing: --s3 starts the test suite's S3 server with it"
   fi
+  # Two clusters coming up at once must not both take the first free subnet.
+  exec 9>/tmp/zw-cluster.lock
+  flock -w 60 9 || die "another scripts/cluster.sh up held /tmp/zw-cluster.lock for 60 s"
   local subnet="${ZW_CLUSTER_SUBNET:-}"
   [[ -n $subnet ]] || subnet=$(free_subnet)
   [[ $subnet =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "ZW_CLUSTER_SUBNET='$subnet': give three octets, e.g. 10.77.0"
@@ -148,6 +151,7 @@ EOF
     mkdir -p "$DIR/node-$i"/{cache,shm,tmp}
     mount -t tmpfs -o "size=$SHM_BYTES,mode=1777" "$ns-shm" "$DIR/node-$i/shm"
   done
+  exec 9>&-  # the bridge holds the subnet now
   if ((s3)); then
     RGW_ADDR="$subnet.1" timeout 300 bash "$RGW" start "$DIR/s3" >/dev/null
   fi

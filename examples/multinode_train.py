@@ -54,7 +54,7 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Dict, Iterable, List, Set
+from typing import Dict, Iterable, List
 
 import numpy as np
 import torch
@@ -219,8 +219,8 @@ def train(args: argparse.Namespace) -> int:
             after = cache_counters(loader)
             spent = {name: after[name] - before[name] for name in CACHE_COUNTERS}
             before = after
-            record = {"attempt": attempt, "restart": restart, "epoch": epoch, "rank": rank, "node": node,
-                      "local_rank": local_rank,
+            record = {"attempt": attempt, "restart": restart, "epoch": epoch, "rank": rank,
+                      "node": node, "local_rank": local_rank,
                       "cluster_node": os.environ.get("ZW_CLUSTER_NODE", socket.gethostname()),
                       "cache_dir": zerowait.default_cache_dir(), "samples": samples,
                       "steps": steps, "loss": float(loss.detach()),

@@ -48,14 +48,15 @@ log() { echo "cluster.sh: $*" >&2; }
 die() { echo "cluster.sh: error: $*" >&2; exit 1; }
 
 usage() {
-  sed -n '8,11p' "${BASH_SOURCE[0]}" | sed 's/^# *//' >&2
+  grep '^#   scripts/cluster.sh' "${BASH_SOURCE[0]}" | sed 's/^# *//' >&2
   exit 2
 }
 
 require_root_and_ip() {
   [[ $(id -u) == 0 ]] || die "run as root: creating network namespaces, a bridge and mounts needs it"
   command -v ip >/dev/null || die "no 'ip' command: install iproute2"
-  [[ $NAME =~ ^[a-z0-9]{1,8}$ ]] || die "ZW_CLUSTER_NAME='$NAME': use 1 to 8 of [a-z0-9] (interface names are at most 15 characters)"
+  [[ $NAME =~ ^[a-z0-9]{1,8}$ ]] \
+    || die "ZW_CLUSTER_NAME='$NAME': use 1 to 8 of [a-z0-9] (interface names are at most 15 characters)"
 }
 
 namespace() { echo "$NAME-$1"; }
@@ -115,7 +116,8 @@ cmd_up() {
   require_root_and_ip
   [[ ! -e $STATE ]] || die "cluster '$NAME' is already up ($STATE): scripts/cluster.sh down first"
   if ip link show "$BRIDGE" >/dev/null 2>&1 || ip netns list | grep -q "^$NAME-[0-9]"; then
-    die "leftovers of cluster '$NAME' exist (bridge $BRIDGE or namespaces $NAME-*): scripts/cluster.sh down removes them"
+    die "leftovers of cluster '$NAME' exist (bridge $BRIDGE or namespaces $NAME-*):" \
+      "scripts/cluster.sh down removes them"
   fi
   if ((s3)); then
     [[ -x $RGW ]] || die "$RGW missing: --s3 starts the test suite's S3 server with it"
@@ -156,7 +158,8 @@ EOF
     RGW_ADDR="$subnet.1" timeout 300 bash "$RGW" start "$DIR/s3" >/dev/null
   fi
   trap - EXIT INT TERM
-  log "up: $nodes nodes $(namespace 0)..$(namespace $((nodes - 1))) at $subnet.11-$subnet.$((10 + nodes)) on bridge $BRIDGE ($subnet.1), state in $DIR"
+  log "up: $nodes nodes $(namespace 0)..$(namespace $((nodes - 1)))" \
+    "at $subnet.11-$subnet.$((10 + nodes)) on bridge $BRIDGE ($subnet.1), state in $DIR"
   if ((s3)); then log "S3: $(sed -n 's/^AWS_ENDPOINT_URL=//p' "$DIR/s3/env")"; fi
 }
 
@@ -236,14 +239,16 @@ cmd_down() {
   require_root_and_ip
   stop_processes
   if [[ -d $DIR/s3 ]]; then
-    timeout 300 bash "$RGW" stop "$DIR/s3" >/dev/null 2>&1 || log "stopping S3 in $DIR/s3 failed: bash $RGW stop $DIR/s3"
+    timeout 300 bash "$RGW" stop "$DIR/s3" >/dev/null 2>&1 \
+      || log "stopping S3 in $DIR/s3 failed; try: bash $RGW stop $DIR/s3"
   fi
   local ns link m removed=0
   for ns in $(ip netns list | awk '{print $1}' | grep "^$NAME-[0-9]*$" || true); do
     ip netns del "$ns"
     removed=$((removed + 1))
   done
-  for link in $(ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E "^(${NAME}br|${NAME}v[0-9]+)$" || true); do
+  for link in $(ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' \
+                 | grep -E "^(${NAME}br|${NAME}v[0-9]+)$" || true); do
     ip link del "$link" 2>/dev/null || true
   done
   for m in "$DIR"/node-*/shm; do

@@ -2,9 +2,7 @@
 a bridge, each with its own address, cache directory and /dev/shm) and its S3 server, brought up
 for one test and always removed after it.
 
-    from cluster import make_cluster  # noqa: F401  (the fixture)
-
-    def test_x(make_cluster):
+    def test_x(make_cluster):                 # conftest.py lends the fixture to every test
         c = make_cluster(3)                   # 3 nodes and S3 on the bridge
         c.run(0, ["python", "-c", "..."])     # on node 0, bounded in time
         p = c.popen(1, [...], stdout=f)       # a long-running command on node 1

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import zerowait
+from cluster import make_cluster  # noqa: F401  (the fixture: N nodes on this host)
 from helpers import create_bucket, write_random_tree
 
 # Remote data is cached by default (docs/cache.md): every process the tests start caches into a

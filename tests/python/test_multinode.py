@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from cluster import make_cluster  # noqa: F401  (the fixture)
 from helpers import create_bucket
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,7 +60,8 @@ def wait_job(jobs: list) -> str:
     outputs = [Path(log.name).read_text() for _, log in jobs]
     if codes != [0] * NODES:
         pytest.fail("the job failed: " + "; ".join(
-            f"node {i}: {code}\n{out[-4000:]}" for i, (code, out) in enumerate(zip(codes, outputs))))
+            f"node {i}: {code}\n{out[-4000:]}"
+            for i, (code, out) in enumerate(zip(codes, outputs))))
     return outputs[0]
 
 

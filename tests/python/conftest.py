@@ -4,7 +4,6 @@ server."""
 from __future__ import annotations
 
 import atexit
-import hashlib
 import os
 import shutil
 import subprocess
@@ -16,7 +15,8 @@ from pathlib import Path
 import pytest
 
 import zerowait
-from helpers import write_random_tree
+from cluster import make_cluster  # noqa: F401  (the fixture: N nodes on this host)
+from helpers import create_bucket, write_random_tree
 
 # Remote data is cached by default (docs/cache.md): every process the tests start caches into a
 # directory of this session's own, never into the user's ~/.cache/zerowait. Tests that set
@@ -118,14 +118,7 @@ def bucket(s3_server, monkeypatch) -> str:
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials")
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/config")
     name = "zw-" + uuid.uuid4().hex[:16]
-    region = s3_server.get("AWS_REGION", "us-east-1")
-    subprocess.run(
-        ["curl", "-sS", "--fail", "-X", "PUT", f"{s3_server['AWS_ENDPOINT_URL']}/{name}",
-         "--aws-sigv4", f"aws:amz:{region}:s3",
-         "--user", f"{s3_server['AWS_ACCESS_KEY_ID']}:{s3_server['AWS_SECRET_ACCESS_KEY']}",
-         # RGW wants the payload's hash, which curl signs but does not add by itself.
-         "-H", f"x-amz-content-sha256: {hashlib.sha256(b'').hexdigest()}"],
-        check=True, timeout=60, stdin=subprocess.DEVNULL, capture_output=True)
+    create_bucket(s3_server, name)
     return name
 
 

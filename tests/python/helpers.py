@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -196,3 +197,15 @@ def run_rank_reports(script: Path, mode: str, world_size: int, directory: Path,
         if mode != "kill":
             assert p.returncode == 0, f"rank {rank}:\n{err[-4000:]}"
     return reports
+
+
+def create_bucket(s3_env: dict, name: str) -> None:
+    """Creates bucket `name` on the S3 server that `s3_env` (its AWS_* settings) describes."""
+    region = s3_env.get("AWS_REGION", "us-east-1")
+    subprocess.run(
+        ["curl", "-sS", "--fail", "--max-time", "30", "-X", "PUT",
+         f"{s3_env['AWS_ENDPOINT_URL']}/{name}", "--aws-sigv4", f"aws:amz:{region}:s3",
+         "--user", f"{s3_env['AWS_ACCESS_KEY_ID']}:{s3_env['AWS_SECRET_ACCESS_KEY']}",
+         # RGW wants the payload's hash, which curl signs but does not add by itself.
+         "-H", f"x-amz-content-sha256: {hashlib.sha256(b'').hexdigest()}"],
+        check=True, timeout=60, stdin=subprocess.DEVNULL, capture_output=True)

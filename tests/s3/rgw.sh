@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Start and stop a throwaway S3 server for tests: Ceph RADOS Gateway (RGW) on
-# 127.0.0.1, backed by a one-monitor, one-OSD Ceph cluster that keeps objects
+# 127.0.0.1 (or RGW_ADDR), backed by a one-monitor, one-OSD Ceph cluster that keeps objects
 # in memory (memstore). Everything the cluster writes (config, data, logs, pid
 # files, admin sockets) lives under DIR, so several instances can coexist and
 # nothing lands in /etc/ceph, /var/lib/ceph, /var/log/ceph or /var/run/ceph.
@@ -15,7 +15,10 @@
 # setting below for why it is there.
 #
 # Tunables (environment): RGW_TIMEOUT (seconds per wait, default 60),
-# RGW_MEMSTORE_BYTES (OSD capacity held in RAM, default 1 GiB).
+# RGW_MEMSTORE_BYTES (OSD capacity held in RAM, default 1 GiB), RGW_ADDR (the IPv4
+# address S3 listens on, default 127.0.0.1; the monitor and OSD stay on loopback).
+# scripts/cluster.sh sets RGW_ADDR to its bridge's address, which network
+# namespaces reach and 127.0.0.1 is not.
 #
 # The caller uses it like:
 #   tests/s3/rgw.sh start /tmp/s3 && set -a && . /tmp/s3/env && set +a
@@ -26,8 +29,9 @@ set -euo pipefail
 
 readonly TIMEOUT="${RGW_TIMEOUT:-60}"
 readonly MEMSTORE_BYTES="${RGW_MEMSTORE_BYTES:-1073741824}"
-# Fixed test credentials: this server only listens on loopback and holds
-# throwaway data, so there is nothing to protect.
+readonly ADDR="${RGW_ADDR:-127.0.0.1}"
+# Fixed test credentials: this server listens on loopback (or a test's own
+# bridge) and holds throwaway data, so there is nothing to protect.
 readonly ACCESS_KEY="TESTACCESSKEY0000001"
 readonly SECRET_KEY="testsecretkey0000000000000000000000000001"
 # RGW does not compare the SigV4 credential-scope region with its zonegroup
@@ -66,26 +70,31 @@ usage() {
 
 # --- helpers -----------------------------------------------------------------
 
-# Two distinct free TCP ports on 127.0.0.1, chosen at random *below* the
+# Two distinct free TCP ports, free on 127.0.0.1 and on $ADDR (the monitor
+# binds the first on loopback, radosgw the second on $ADDR), chosen at random *below* the
 # kernel's ephemeral range: ports from that range (what bind(0) returns) are
 # also handed to outgoing connections, and the cluster makes many while it
 # starts, one of which could take the port before radosgw binds it. Both
 # sockets are held while choosing, so the two differ. A race with some other
 # program remains; start then fails with a message naming the port.
 free_ports() {
-  python3 - <<'EOF'
-import random, socket
+  python3 - "$ADDR" <<'EOF'
+import random, socket, sys
 lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+addresses = sorted({"127.0.0.1", sys.argv[1]})
 ports, socks = [], []
 while len(ports) < 2:
     p = random.randint(10000, lo - 1)   # far from Ceph's OSD ports, 6800-7300
-    s = socket.socket()
+    held = []
     try:
-        s.bind(("127.0.0.1", p))
+        for address in addresses:
+            held.append(socket.socket())
+            held[-1].bind((address, p))
     except OSError:
-        s.close()
+        for s in held:
+            s.close()
         continue
-    socks.append(s)
+    socks += held
     ports.append(p)
 print(*ports)
 EOF
@@ -236,7 +245,7 @@ osd objectstore = memstore
 memstore device bytes = $MEMSTORE_BYTES
 
 [$RGW_NAME]
-rgw frontends = beast endpoint=127.0.0.1:$rgw_port
+rgw frontends = beast endpoint=$ADDR:$rgw_port
 # 32 request threads instead of 512: ~480 fewer threads, ~8 MB less RSS.
 # Beast runs requests as coroutines, so more than 32 can still be in flight.
 rgw thread pool size = 32
@@ -291,17 +300,17 @@ start_osd() {
 
 # Anything that answers HTTP on the port (anonymous GET / gives 200).
 rgw_http_up() {
-  curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$1/"
+  curl -s -o /dev/null --max-time 2 "http://$ADDR:$1/"
 }
 
-# A signed request with the test user's key succeeds (ListBuckets). curl 7.88
+# A signed request with the test user's key to URL $1 succeeds (ListBuckets). curl 7.88
 # does not send x-amz-content-sha256 by itself and RGW then rejects the
 # signature (SignatureDoesNotMatch); given the header, curl signs it and uses
 # its value as the payload hash.
 rgw_signed_ok() {
   curl -sf -o /dev/null --max-time 5 --aws-sigv4 "aws:amz:$REGION:s3" \
     --user "$ACCESS_KEY:$SECRET_KEY" -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" \
-    "http://127.0.0.1:$1/"
+    "$1"
 }
 
 start_rgw() {
@@ -314,7 +323,7 @@ start_rgw() {
     --display-name="tests/s3" --access-key="$ACCESS_KEY" --secret-key="$SECRET_KEY" \
     >"$DIR/log/user-create.json" 2>>"$DIR/log/radosgw-admin.out" \
     || die "radosgw-admin user create failed; read $DIR/log/radosgw-admin.out and $DIR/log/client.admin.log"
-  wait_for "$TIMEOUT" "signed S3 request" "$logf" "$pid" rgw_signed_ok "$rgw_port"
+  wait_for "$TIMEOUT" "signed S3 request" "$logf" "$pid" rgw_signed_ok "http://$ADDR:$rgw_port/"
 }
 
 on_start_failure() {
@@ -329,6 +338,9 @@ on_start_failure() {
 
 cmd_start() {
   [[ $(id -u) == 0 ]] || die "run as root (the Ceph daemons here are started as root)"
+  [[ $ADDR =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "RGW_ADDR='$ADDR' is not an IPv4 address"
+  [[ $ADDR == 127.0.0.1 ]] || ip -4 -o addr show | grep -qF " $ADDR/" \
+    || die "RGW_ADDR=$ADDR is not an address of this host (ip -4 addr lists none such); bring its interface up first (scripts/cluster.sh up does)"
   local t0=$EPOCHREALTIME
   if [[ -e $DIR ]]; then
     [[ -d $DIR && -z $(ls -A "$DIR") ]] || die "$DIR exists and is not empty (stop it first, or pick another DIR)"
@@ -349,13 +361,13 @@ cmd_start() {
   start_rgw "$rgw_port"
 
   cat >"$DIR/env" <<EOF
-AWS_ENDPOINT_URL=http://127.0.0.1:$rgw_port
+AWS_ENDPOINT_URL=http://$ADDR:$rgw_port
 AWS_ACCESS_KEY_ID=$ACCESS_KEY
 AWS_SECRET_ACCESS_KEY=$SECRET_KEY
 AWS_REGION=$REGION
 EOF
   trap - EXIT INT TERM
-  log "started in $(elapsed "$t0")s (monitor 127.0.0.1:$mon_port, S3 http://127.0.0.1:$rgw_port)"
+  log "started in $(elapsed "$t0")s (monitor 127.0.0.1:$mon_port, S3 http://$ADDR:$rgw_port)"
   cat "$DIR/env"
 }
 
@@ -426,7 +438,7 @@ cmd_status() {
   if [[ -f $DIR/env ]]; then
     local endpoint
     endpoint=$(sed -n 's/^AWS_ENDPOINT_URL=//p' "$DIR/env")
-    if rgw_signed_ok "${endpoint##*:}"; then
+    if rgw_signed_ok "$endpoint/"; then
       echo "s3: $endpoint answers signed requests"
     else
       echo "s3: $endpoint does not answer signed requests"

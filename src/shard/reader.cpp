@@ -10,15 +10,33 @@ namespace {
 
 constexpr uint64_t kVerifyChunkBytes = 4 << 20;  // sequential reads of this size in verify()
 
-// The tail read with the footer when a shard is opened over the network: the index lies just
-// before the footer, so it usually comes in the same round trip (at 50 ms a round trip, two
-// instead of three for every shard a job opens). A 64th of the shard covers the index unless
-// samples average under ~6 KB; a larger index costs the third round trip it always did.
-uint64_t tail_read_with_footer(const ByteSource& source) {
-  if (!reads_over_network(source.name())) return format::kFooterSize;
+// What opening a shard reads besides its footer. Locally: the header, then the index, each read
+// exactly. Over the network, where every request is a round trip (and, at a thousand nodes, a
+// GET against the object store's per-prefix limit): only the shard's tail, a 64th of it (64 KiB
+// to 1 MiB), or all of it when that is small. The index lies just before the footer, so it
+// usually comes in the same request; it is a second one when samples average under ~6 KB. The
+// header holds nothing the footer does not (magic, version, flags): verify() checks it.
+struct OpenReads {
+  uint64_t tail_bytes = format::kFooterSize;
+  bool header = true;  // read and checked at open
+};
+
+OpenReads open_reads(const ByteSource& source) {
+  if (!reads_over_network(source.name())) return {};
   constexpr uint64_t kMin = 64 << 10, kMax = 1 << 20;
-  const uint64_t after_header = source.size() - format::kHeaderSize;
-  return std::min(after_header, std::clamp(source.size() / 64, kMin, kMax));
+  const uint64_t tail = std::min(source.size(), std::clamp(source.size() / 64, kMin, kMax));
+  return {tail, /*header=*/tail == source.size()};
+}
+
+Status check_header(std::span<const std::byte> header, uint32_t footer_flags,
+                    const std::string& name) {
+  uint32_t header_flags = 0;
+  ZW_RETURN_IF_ERROR(format::decode_header(header, &header_flags, name));
+  if (footer_flags != header_flags) {
+    return corrupt("shard '" + name + "': header flags " + std::to_string(header_flags) +
+                   " differ from footer flags " + std::to_string(footer_flags));
+  }
+  return Status::ok();
 }
 
 }  // namespace
@@ -46,21 +64,19 @@ Result<std::shared_ptr<ShardReader>> ShardReader::open(std::shared_ptr<ByteSourc
                    " bytes; a shard has at least " +
                    std::to_string(format::kHeaderSize + format::kFooterSize) + "): truncated?");
   }
-  std::byte header[format::header_at::kEnd];
-  std::vector<std::byte> tail(tail_read_with_footer(*source));
+  const OpenReads reads = open_reads(*source);
+  std::vector<std::byte> tail(reads.tail_bytes);
   const uint64_t tail_offset = size - tail.size();
-  ReadRequest requests[2] = {{0, header}, {tail_offset, tail}};
+  std::byte header[format::header_at::kEnd];
+  std::vector<ReadRequest> requests = {{tail_offset, tail}};
+  if (reads.header && tail_offset > 0) requests.push_back({0, header});
   // Header, footer and index are metadata: a cache fetches them without their whole blocks.
   ZW_RETURN_IF_ERROR(source->read_metadata(requests, Deadline::none()));
+  if (reads.header && tail_offset == 0) std::copy_n(tail.begin(), sizeof header, header);
   const std::span<const std::byte> footer_bytes =
       std::span<const std::byte>(tail).last(format::kFooterSize);
-  uint32_t header_flags = 0;
-  ZW_RETURN_IF_ERROR(format::decode_header(header, &header_flags, name));
   ZW_ASSIGN_OR_RETURN(format::Footer footer, format::decode_footer(footer_bytes, size, name));
-  if (footer.flags != header_flags) {
-    return corrupt("shard '" + name + "': header flags " + std::to_string(header_flags) +
-                   " differ from footer flags " + std::to_string(footer.flags));
-  }
+  if (reads.header) ZW_RETURN_IF_ERROR(check_header(header, footer.flags, name));
   std::vector<std::byte> index_bytes(footer.index_size);
   if (footer.index_offset >= tail_offset) {
     // decode_footer checked that the index lies before the footer.
@@ -218,6 +234,13 @@ Status ShardReader::scan(const std::function<Status(std::span<const SampleView>)
 
 Result<uint64_t> ShardReader::verify(const std::function<void(const BadSample&)>& on_bad,
                                      const std::function<void(uint64_t)>& on_progress) const {
+  if (kind_ == ShardKind::kNative) {
+    // A shard opened over the network was opened without reading its header.
+    std::byte header[format::header_at::kEnd];
+    const ReadRequest request{0, header};
+    ZW_RETURN_IF_ERROR(source_->read_metadata({&request, 1}, Deadline::none()));
+    ZW_RETURN_IF_ERROR(check_header(header, flags_, source_->name()));
+  }
   uint64_t bad = 0;
   ScanOptions options;
   options.chunk_bytes = kVerifyChunkBytes;

@@ -132,7 +132,9 @@ def save_and_load_sharded_tensor(ckpt, rank: int, world: int) -> dict:
 def main() -> None:
     mode, directory, out = sys.argv[1], sys.argv[2], sys.argv[3]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=60))
+    # Four ranks on two busy cores can be a minute apart; a dead rank is caught by the
+    # Checkpointer's own commit_timeout, not by this.
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=180))
     report = {"rank": rank}
     ckpt = zerowait.Checkpointer(directory, piece_bytes=PIECE_BYTES, commit_timeout=60)
     if mode in ("save", "save-hsdp", "kill"):

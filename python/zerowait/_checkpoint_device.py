@@ -57,9 +57,11 @@ class DeviceCopies:
         stream then waits for them, and so does the C++ writer (``pending.wait_for_stream``, also
         when a copy fails to be queued: an unstarted save frees its pool only after them).
         Tensors not on a CUDA device (the tests' twin) are copied before this returns."""
+        staged = StagedCopies()
+        if not tensors:
+            return staged  # a state of arrays: no need to import torch (a second or more)
         import torch
 
-        staged = StagedCopies()
         by_device: Dict[int, List[Tuple[int, Any, int]]] = {}
         for index, tensor, nbytes in tensors:
             if nbytes == 0:

@@ -9,6 +9,7 @@ tensors (or numpy arrays): large columns point straight into a native arena, sma
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Union
 
 import numpy as np
@@ -61,6 +62,10 @@ def _placed(transform: ImageTransform, device: str) -> Any:
 
 def _default_rank_world() -> tuple[int, int]:
     """torch.distributed when initialised, else RANK / WORLD_SIZE, else a single process."""
+    # A process that has not imported torch has no process group; importing it only to ask
+    # would cost every Loader() and Checkpointer() of a torch-free job a second or more.
+    if "torch" not in sys.modules:
+        return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     try:
         import torch.distributed as dist
 

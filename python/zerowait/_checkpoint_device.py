@@ -113,6 +113,8 @@ class DeviceCopies:
     def order_after_callers(self, devices: Any) -> None:
         """Makes the copy streams of ``devices`` wait for the work queued so far on the
         caller's current streams there (writes to into= tensors, reuse of freed memory)."""
+        if not devices:
+            return  # nothing on a GPU: no need to import torch
         import torch
 
         for device in devices:

@@ -315,10 +315,10 @@ class ShardedLoad:
 
     def read(self) -> None:
         """Reads every target's overlapping pieces (verified) and puts the overlaps in place."""
+        if not self._wanted:
+            return  # no sharded tensor: no need to import torch
         import torch
 
-        if not self._wanted:
-            return
         where = f"step {self._step} in {self._root}"
         reads: Dict[int, List[Tuple[int, int]]] = {}
         copies = []

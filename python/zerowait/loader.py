@@ -76,6 +76,25 @@ def _default_rank_world() -> tuple[int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
+def _node_and_local_ranks(node: Optional[int], rank: Optional[int],
+                          world_size: Optional[int]) -> tuple[int, int, int]:
+    """For nodes=N above 1: the node and the rank among the node's ranks, as given, else as
+    torchrun sets them (GROUP_RANK, LOCAL_RANK, LOCAL_WORLD_SIZE). The global rank would be
+    wrong here: with nodes=N, rank/world_size count one node's ranks."""
+    given = {"node": node, "rank": rank, "world_size": world_size}
+    env = {"node": "GROUP_RANK", "rank": "LOCAL_RANK", "world_size": "LOCAL_WORLD_SIZE"}
+    for name, value in given.items():
+        if value is None and os.environ.get(env[name], "").isdigit():
+            given[name] = int(os.environ[env[name]])
+    missing = [name for name, value in given.items() if value is None]
+    if missing:
+        raise ValueError(
+            f"nodes above 1 needs {', '.join(f'{m}=' for m in missing)}: this node's number and "
+            "its rank among the node's ranks (torchrun sets GROUP_RANK, LOCAL_RANK and "
+            "LOCAL_WORLD_SIZE, which are used when present)")
+    return given["node"], given["rank"], given["world_size"]
+
+
 def _cuda_pci_bus_id(device: str) -> str:
     """The PCI address ("0000:18:00.0") of the CUDA device batches go to: ``device`` when it
     names one, else torch's current device; "" when torch has no CUDA device."""
@@ -118,6 +137,8 @@ class Loader:
     With ``shuffle="block"``, ``nodes=N, node=i`` deals the blocks to N nodes by a hash that
     changes only every ``redeal_every`` epochs (0: never): node i reads, and its cache holds,
     the same 1/N of the data each epoch; ``rank``/``world_size`` then count the node's ranks.
+    Under torchrun they default to its ``GROUP_RANK`` (the node), ``LOCAL_RANK`` and
+    ``LOCAL_WORLD_SIZE``; elsewhere, with ``nodes`` above 1, pass all three.
     The order is a pure function of (seed, epoch): the same on every run, whatever the number
     of threads. Across ``world_size`` ranks each sample appears once per epoch and every rank
     gets the same number of batches (see docs/loader.md for the rule at the end of an epoch).
@@ -209,7 +230,7 @@ class Loader:
         block_bytes: int = _DEFAULTS["block_bytes"],
         window_bytes: int = _DEFAULTS["window_bytes"],
         nodes: int = 1,
-        node: int = 0,
+        node: Optional[int] = None,
         redeal_every: int = 0,
         autotune: bool = _DEFAULTS["autotune"],
         cache_dir: Union[None, bool, str, "os.PathLike[str]"] = None,
@@ -244,6 +265,10 @@ class Loader:
             shuffle = "random"
         elif shuffle is False or shuffle is None:
             shuffle = "none"
+        if nodes > 1:
+            node, rank, world_size = _node_and_local_ranks(node, rank, world_size)
+        elif node is None:
+            node = 0
         if rank is None or world_size is None:
             default_rank, default_world = _default_rank_world()
             rank = default_rank if rank is None else rank

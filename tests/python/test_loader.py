@@ -312,7 +312,26 @@ def test_block_shuffle_deals_blocks_to_nodes_without_overlap(image_dataset):
     assert not set(shares[0]) & set(shares[1])
     assert node_loader(0).state_dict()["nodes"] == 2
     with pytest.raises(zerowait.InvalidArgumentError, match="needs shuffle"):
-        zerowait.Loader(image_dataset, shuffle="random", nodes=2)
+        zerowait.Loader(image_dataset, shuffle="random", nodes=2, node=0, rank=0, world_size=1)
+
+
+def test_nodes_take_the_node_and_local_ranks_from_torchrun(image_dataset, monkeypatch):
+    """With nodes=N the ranks counted are the node's: under torchrun GROUP_RANK, LOCAL_RANK
+    and LOCAL_WORLD_SIZE, not the global RANK / WORLD_SIZE; elsewhere the call must say."""
+    options = dict(batch_size=4, shuffle="block", seed=3, block_bytes=8 << 10,
+                   window_bytes=32 << 10, nodes=2)
+    explicit = sum(epoch(zerowait.Loader(image_dataset, node=1, rank=1, world_size=2,
+                                         **options)), [])
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(ValueError, match="node=, rank=, world_size="):
+        zerowait.Loader(image_dataset, **options)
+    monkeypatch.setenv("GROUP_RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert sum(epoch(zerowait.Loader(image_dataset, **options)), []) == explicit
+    state = zerowait.Loader(image_dataset, **options).state_dict()
+    assert (state["nodes"], state["world_size"]) == (2, 2)
 
 
 def test_verify_false_delivers_a_damaged_sample_that_verify_true_refuses(image_tree, tmp_path):

@@ -233,8 +233,9 @@ Status wait_for_commit(Store& target, RankManifest& part, bool bound, double tim
       const std::string body = note.is_ok() ? note.value() : std::string();
       const size_t eol = body.find('\n');
       if (eol != std::string::npos && body.substr(0, eol) == part.coordinator) {
-        return Status(ErrorCode::kIo,
-                      "step " + step + " was not committed: rank 0 failed: " + body.substr(eol + 1));
+        return Status(ErrorCode::kIo, "step " + step +
+                                          " was not committed: rank 0 failed: " +
+                                          body.substr(eol + 1));
       }
     }
     ZW_ASSIGN_OR_RETURN(std::string now, read_coordinator(target));

@@ -104,7 +104,10 @@ class Checkpointer:
       state into the same step, which is committed only when every rank's part is durable. With
       torch.distributed the ranks agree over a gloo group of their own (created here, so every
       rank must create its Checkpointer); without it they meet through files in the step's
-      directory. ``commit_timeout`` (seconds) bounds how long a rank waits for the others.
+      directory, and rank 0's Checkpointer starts a job: it commits only parts written for it,
+      never a dead job's (a rank whose rank 0 another process replaced raises
+      ``CancelledError``). ``commit_timeout`` (seconds) bounds how long a rank waits for the
+      others.
     - ``allow_pickle``: pickle values that are none of the above, and unpickle them on load
       (only for checkpoints you trust).
     - ``direct_reads``: ``load()`` reads with O_DIRECT where the filesystem allows it, so a

@@ -193,6 +193,8 @@ std::string encode_rank_manifest(const RankManifest& manifest) {
               {"files", files},
               {"tensors", tensors},
               {"structure", structure}};
+  // Only parts of ranks meeting through files carry one: other manifests stay as they were.
+  if (!manifest.coordinator.empty()) doc["coordinator"] = manifest.coordinator;
   return doc.dump(1) + "\n";
 }
 
@@ -204,6 +206,7 @@ Result<RankManifest> decode_rank_manifest(std::string_view text, const std::stri
     m.run_id = doc.value("run_id", "");
     m.rank = json_integer<uint32_t>(doc.at("rank"));
     m.world_size = json_integer<uint32_t>(doc.at("world_size"));
+    m.coordinator = doc.value("coordinator", "");
     m.structure_json = doc.at("structure").dump();
     for (const json& f : doc.at("files")) {
       StoredFile file;

@@ -20,6 +20,8 @@ namespace zerowait::internal {
 inline constexpr int kCheckpointFormatVersion = 1;
 inline constexpr const char* kCommitRecordName = "manifest.json";
 inline constexpr const char* kLatestPointerName = "latest";
+// Ranks meeting through files: the token of the current job's rank 0 (commit_protocol.hpp).
+inline constexpr const char* kCoordinatorName = "coordinator";
 // The first bytes of a compressed tensor file ("zerowait-zstd" container).
 inline constexpr std::string_view kCompressedFileMagic{"ZWCKPT1\n", 8};
 

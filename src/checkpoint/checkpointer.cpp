@@ -37,10 +37,8 @@
 namespace zerowait {
 
 using internal::align_up;
-using internal::kTempSuffix;
 using internal::publish_small_file;
 using internal::seconds_since;
-using internal::write_small_file;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -50,8 +48,9 @@ constexpr uint64_t kCopyPiece = 32ull << 20;       // snapshot memcpy work unit
 constexpr int kBackgroundCopyNice = 5;
 constexpr uint64_t kStagingAlignment = 64;
 
-// 64 random bits in hex: two runs sharing a tier tell their steps apart by it.
-std::string random_run_id() {
+// 64 random bits in hex: two runs sharing a tier tell their steps apart by it, and two jobs'
+// rank 0s (the coordinator token) alike.
+std::string random_id() {
   std::random_device device;
   const uint64_t bits = (static_cast<uint64_t>(device()) << 32) ^ device();
   return internal::hex64(bits);
@@ -217,7 +216,6 @@ Status PendingSave::wait_for_stream(void* cuda_stream, int device) {
 namespace {
 
 using internal::commit_step;
-using internal::wait_for_ranks;
 
 Status apply_retention(CheckpointerState& state, const std::vector<uint64_t>& spare = {}) {
   const CheckpointOptions& opt = state.options;
@@ -233,8 +231,8 @@ Status apply_retention(CheckpointerState& state, const std::vector<uint64_t>& sp
 // find its files gone). A retention error does not undo the commit: the next wait_all() reports it.
 Status commit_and_tidy(CheckpointerState& state, uint64_t step) {
   std::lock_guard<std::mutex> deciding(state.retention_mutex);
-  ZW_RETURN_IF_ERROR(
-      commit_step(*state.target, step, state.options.world_size, state.options.run_id));
+  ZW_RETURN_IF_ERROR(commit_step(*state.target, step, state.options.world_size,
+                                 state.options.run_id, state.coordinator));
   if (!state.options.mirror) {
     Status retention = apply_retention(state);
     if (!retention.is_ok()) state.remember_error(retention.with_context("retention"));
@@ -243,6 +241,27 @@ Status commit_and_tidy(CheckpointerState& state, uint64_t step) {
   std::lock_guard<std::mutex> lock(state.mutex);
   state.mirror_queue.push_back(step);
   state.changed.notify_all();
+  return Status::ok();
+}
+
+// Ranks meeting through files, once this rank's part is durable: rank 0 waits for every part of
+// its job, another rank until the step is committed with its part. A rank's first commit binds
+// it to that rank 0: its later parts answer to no other.
+Status wait_for_part_or_commit(CheckpointerState& state, SaveJob& job) {
+  const CheckpointOptions& opt = state.options;
+  if (opt.rank == 0) {
+    return internal::wait_for_parts(*state.target, job.step, opt.world_size, state.coordinator,
+                                    opt.commit_timeout_s);
+  }
+  std::string bound;
+  {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    bound = state.coordinator;
+  }
+  ZW_RETURN_IF_ERROR(
+      internal::wait_for_commit(*state.target, job.manifest, !bound.empty(), opt.commit_timeout_s));
+  std::lock_guard<std::mutex> lock(state.mutex);
+  state.coordinator = job.manifest.coordinator;
   return Status::ok();
 }
 
@@ -291,13 +310,12 @@ void run_save(std::shared_ptr<CheckpointerState> state, std::shared_ptr<SaveJob>
       committed = job->caller_outcome->first;
       status = job->caller_outcome->second;
     } else {
-      status =
-          wait_for_ranks(*state->target, job->step, opt.rank, opt.world_size, opt.commit_timeout_s);
+      status = wait_for_part_or_commit(*state, *job);
       if (status.is_ok() && opt.rank == 0) status = commit_and_tidy(*state, job->step);
       if (!status.is_ok() && opt.rank == 0 && opt.world_size > 1) {
         // Tell the other ranks at once instead of letting them time out.
-        (void)write_small_file(*state->target, step_directory(job->step) + kTempSuffix + "/FAILED",
-                               status.message());
+        (void)internal::write_failure_note(*state->target, job->step, state->coordinator,
+                                           status.message());
       }
       committed = status.is_ok();
     }
@@ -389,13 +407,19 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::open(std::shared_ptr<Store> 
   }
   ZW_RETURN_IF_ERROR(target->make_directory("", metadata_deadline()));
   if (options.mirror) ZW_RETURN_IF_ERROR(options.mirror->make_directory("", metadata_deadline()));
-  if (options.run_id.empty()) options.run_id = random_run_id();
+  if (options.run_id.empty()) options.run_id = random_id();
   std::unique_ptr<Checkpointer> cp(new Checkpointer(target, options));
   if (options.rank == 0) {
     // Orphans of a crashed run. With several ranks, another one may already be writing the next
     // step, so only directories at or below the newest committed step are removed.
     ZW_RETURN_IF_ERROR(
         collect_garbage(*target, 0, 0, /*only_settled_tmp=*/options.world_size > 1).status());
+    // A fresh token for this job: parts a dead job left in step-N.tmp carry an older one.
+    if (cp->state_->files_coordinate()) {
+      cp->state_->coordinator = random_id();
+      ZW_RETURN_IF_ERROR(internal::publish_coordinator(*target, cp->state_->coordinator)
+                             .with_context("checkpoint directory"));
+    }
   }
   if (options.incremental) {
     ZW_ASSIGN_OR_RETURN(auto steps, list_steps(*target));

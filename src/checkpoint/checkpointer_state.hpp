@@ -40,6 +40,9 @@ struct CheckpointerState {
   std::thread writer;
   std::optional<RankManifest> base;  // the previous committed step's part, for incremental saves
   Status unreported;                 // a background error nobody has waited for yet
+  // Ranks meeting through files (files_coordinate()): rank 0's own token, published at open;
+  // on another rank, the token of the rank 0 it has committed a step with ("" until then).
+  std::string coordinator;
 
   // Mirror tier: steps waiting to be copied, one thread copying them.
   // Held (before `mutex`) by a commit until its step is queued or retention has run, and by the
@@ -55,6 +58,9 @@ struct CheckpointerState {
       : target(std::move(t)),
         options(std::move(o)),
         pool((options.threads != 0 ? options.threads : internal::available_cpus()) - 1) {}
+
+  // Ranks commit through the checkpoint directory alone (no caller coordination, several ranks).
+  bool files_coordinate() const { return options.world_size > 1 && !options.caller_coordinates; }
 
   void remember_error(const Status& status) {
     std::lock_guard<std::mutex> lock(mutex);

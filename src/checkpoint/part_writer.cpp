@@ -7,6 +7,7 @@
 #include <set>
 
 #include "checkpoint/checkpoint_manifest.hpp"
+#include "checkpoint/commit_protocol.hpp"
 #include "checkpoint/safetensors.hpp"
 #include "checkpoint/tensor_codec.hpp"
 #include "common/align.hpp"
@@ -120,6 +121,17 @@ Status PartWriter::write_part() {
   manifest_.run_id = opt.run_id;
   manifest_.rank = opt.rank;
   manifest_.world_size = opt.world_size;
+  if (state_.files_coordinate()) {
+    // Rank 0's own token, the one of the rank 0 this rank committed with, or else whichever rank
+    // 0 opened the directory last (wait_for_commit() follows a newer one).
+    {
+      std::lock_guard<std::mutex> lock(state_.mutex);
+      manifest_.coordinator = state_.coordinator;
+    }
+    if (manifest_.coordinator.empty()) {
+      ZW_ASSIGN_OR_RETURN(manifest_.coordinator, internal::read_coordinator(target));
+    }
+  }
   manifest_.structure_json = job_.structure_json;
   manifest_.tensors = stored_;
   manifest_.files = files;

@@ -46,7 +46,9 @@ struct CheckpointOptions {
   uint32_t world_size = 1;
   // When the caller coordinates ranks (torch.distributed), a save stops once its part is
   // durable and the caller calls commit(); otherwise ranks meet through files in the step's
-  // directory, waiting at most `commit_timeout_s` for each other.
+  // directory, waiting at most `commit_timeout_s` for each other, and the open of rank 0 starts
+  // a job: its commits count only parts written for it (docs/checkpoint.md, "Which job a part
+  // belongs to").
   bool caller_coordinates = false;
   double commit_timeout_s = 600;
   // How long each write call on a tensor file may take (a chunk, its fsync, its close: an object
@@ -116,7 +118,8 @@ class SaveHandle {
   // `deadline` passes first: kDeadlineExceeded, and the save goes on (wait again later).
   // Errors: kIo naming the file and the OS error (a full disk among them), kDeadlineExceeded when
   // the ranks did not meet within commit_timeout_s, kAlreadyExists when the mirror holds the step
-  // from another run.
+  // from another run, kCancelled when ranks meeting through files find their job's rank 0
+  // replaced by another process opening the directory as rank 0.
   Result<SaveResult> wait(Deadline deadline = Deadline::none()) const;
   // Under caller coordination: waits until this rank's part is durable.
   Status wait_part() const;

@@ -47,6 +47,9 @@ struct RankManifest {
   std::string run_id;  // the run that saved it ("" in checkpoints older than run ids)
   uint32_t rank = 0;
   uint32_t world_size = 1;
+  // Ranks meeting through files: the rank 0 (its token in the directory's `coordinator` file)
+  // this part was written for; rank 0 commits only parts carrying its own. "" otherwise.
+  std::string coordinator;
   std::string structure_json;
   std::vector<StoredTensor> tensors;
   std::vector<StoredFile> files;  // every file the tensors live in, this step's and older ones

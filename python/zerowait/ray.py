@@ -14,6 +14,7 @@ task order. No shard is copied; until the merge, nothing is published at ``OUT``
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from typing import Any, Dict, Iterable, List, Optional, Sequence
@@ -28,6 +29,8 @@ except ImportError as error:  # zerowait itself does not need Ray; only this mod
 
 import zerowait
 from zerowait.writer import KEY, ShardWriter
+
+log = logging.getLogger(__name__)
 
 RUN_PREFIX = "ray-"  # OUT/ray-RUN/task-NNNNNN: one run's parts, to find or delete them together
 
@@ -94,6 +97,7 @@ class ZerowaitDatasink(Datasink):
             "samples": report["samples"],
             "shards": report["shards"],
             "bytes_out": report["bytes_out"],
+            "seconds": report["seconds"],
             "quarantined": report["quarantined"],
             "pid": os.getpid(),
             "node": ray.get_runtime_context().get_node_id(),
@@ -119,11 +123,20 @@ class ZerowaitDatasink(Datasink):
             "manifest_path": merged["manifest_path"],
             "samples": merged["samples"],
             "shards": merged["shards"],
-            "bytes": merged.get("bytes", merged.get("bytes_out")),
+            "bytes": merged["bytes"] if tasks else merged["bytes_out"],
+            "merge_seconds": merged["seconds"],
             "run_dir": self.run_dir if tasks else None,
             "tasks": tasks,
             "quarantined": [q for t in tasks for q in t["quarantined"]],
         }
+
+
+    def on_write_failed(self, error: Exception) -> None:
+        """Says where the parts of the failed write lie: no manifest was published at OUT."""
+        log.warning("writing %s failed, and no dataset was published there; the parts its tasks "
+                    "wrote are below %s/: delete them, or merge them again once the cause "
+                    "is fixed (docs/scale.md, \"Packing beyond one machine\")",
+                    self.out, self.run_dir)
 
 
 def write_dataset(dataset: "ray.data.Dataset", out: Any, *, overwrite: bool = False,
@@ -134,8 +147,9 @@ def write_dataset(dataset: "ray.data.Dataset", out: Any, *, overwrite: bool = Fa
                   concurrency: Optional[int] = None) -> Dict[str, Any]:
     """Writes every row of the Ray dataset ``dataset`` into one zerowait dataset at ``out``
     (``s3://BUCKET/PREFIX``, or a directory that every node of the cluster mounts) and returns a
-    report: manifest_path, samples, shards, bytes, run_dir, quarantined, and tasks (one dict per
-    write task that had rows: task, dir, samples, shards, bytes_out, quarantined, pid, node).
+    report: manifest_path, samples, shards, bytes, merge_seconds, run_dir, quarantined, and tasks
+    (one dict per write task that had rows: task, dir, samples, shards, bytes_out, seconds,
+    quarantined, pid, node).
 
     A row is a sample as :func:`zerowait.write_dataset` takes it: a ``__key__`` column (required
     here: the tasks cannot number the rows globally; keys must be unique across the dataset) and

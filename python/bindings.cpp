@@ -486,7 +486,8 @@ py::dict generate_imagefolder_py(py::handle out_dir, uint64_t files, uint32_t cl
   return out;
 }
 
-py::dict merge_py(py::handle out_dir, py::object parts, bool overwrite, bool sync) {
+py::dict merge_py(py::handle out_dir, py::object parts, bool overwrite, bool sync,
+                  bool whole_datasets) {
   MergeOptions options;
   options.out_dir = fs_path(out_dir);
   if (!parts.is_none()) {
@@ -494,6 +495,7 @@ py::dict merge_py(py::handle out_dir, py::object parts, bool overwrite, bool syn
   }
   options.overwrite = overwrite;
   options.sync = sync;
+  options.whole_datasets = whole_datasets;
   const MergeReport report = value_or_throw(without_gil([&] { return merge_parts(options); }));
   py::list merged_parts;
   for (const MergedPart& p : report.parts) {
@@ -564,12 +566,14 @@ quarantined ([{path, reason}]), manifest_path. Same inputs and options give iden
   const MergeOptions merge_defaults;
   m.def("merge", &merge_py, py::arg("out_dir"), py::arg("parts") = py::none(), py::kw_only(),
         py::arg("overwrite") = merge_defaults.overwrite, py::arg("sync") = merge_defaults.sync,
-        R"doc(
+        py::arg("whole_datasets") = merge_defaults.whole_datasets, R"doc(
 Joins the parts that ``pack(..., part=(I, N))`` wrote into ``out_dir`` (a directory or
 ``s3://BUCKET/PREFIX``) into one dataset, ``out_dir/manifest.json``, without copying a shard,
 like ``zerowait merge``. ``parts``: the part directories (default: every part-IIII-of-NNNN in
 ``out_dir``). Refuses, naming the part and the fix, a missing or duplicated part, parts of
-different inputs or options, a damaged shard and a key in two parts.
+different inputs or options, a damaged shard and a key in two parts. ``whole_datasets=True``
+joins the datasets ``parts`` names (each written on its own, as ``zerowait.ray.write_dataset``'s
+tasks write them) in the order given; they carry no part record, so no fingerprint is compared.
 
 Returns a dict: manifest_path, part_count, samples, shards, bytes, seconds, and parts
 ([{index, dir, samples, shards, bytes}]).

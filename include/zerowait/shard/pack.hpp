@@ -93,6 +93,10 @@ struct MergeOptions {
   std::vector<std::string> parts;
   bool overwrite = false;  // replace an existing out_dir/manifest.json
   bool sync = true;        // fsync the manifest and out_dir
+  // `parts` are whole datasets written on their own (zerowait.ray's write tasks), not the output
+  // of `pack --part I/N`: they are taken in the order listed and need no part record (so no
+  // fingerprint is compared); every other check holds. `parts` must name them.
+  bool whole_datasets = false;
 };
 
 struct MergedPart {

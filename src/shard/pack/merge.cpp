@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -80,8 +81,10 @@ std::string outside_root_message(const std::string& part, const std::string& roo
 }
 
 // The part in directory `rel` (relative to the root), whose manifest was read from
-// `manifest_path`.
-Result<Part> make_part(std::string rel, std::string manifest_path, Manifest manifest) {
+// `manifest_path`. `assigned`: the record of a whole dataset merged as a part, which has none.
+Result<Part> make_part(std::string rel, std::string manifest_path, Manifest manifest,
+                       const std::optional<ManifestPart>& assigned) {
+  if (assigned) manifest.part = assigned;
   if (!manifest.part) {
     return invalid_argument("'" + manifest_path +
                             "' is not the manifest of a part (it records no \"part\"): only the "
@@ -132,7 +135,7 @@ class MergeRoot {
 
   // The part at `path` (a part directory or its manifest.json, as a path or URL), which must lie
   // inside the root since the merged manifest names shards relative to it.
-  Result<Part> load_part(const std::string& path) {
+  Result<Part> load_part(const std::string& path, const std::optional<ManifestPart>& assigned) {
     std::string given = path;  // errors name the part as it was given
     while (given.size() > 1 && given.ends_with('/')) given.pop_back();
     const std::string manifest_tail = std::string("/") + format::kManifestName;
@@ -150,7 +153,7 @@ class MergeRoot {
     }
     ZW_RETURN_IF_ERROR(text.status());
     ZW_ASSIGN_OR_RETURN(Manifest manifest, Manifest::parse(*text, manifest_path));
-    return make_part(std::move(rel), manifest_path, std::move(manifest));
+    return make_part(std::move(rel), manifest_path, std::move(manifest), assigned);
   }
 
   Status write_manifest(const Manifest& manifest, bool sync) {
@@ -261,7 +264,7 @@ Status check_parts_belong_together(const std::vector<Part>& parts) {
 // Opens every shard of every part (footer and index, checked against the part's manifest) and
 // refuses a sample key that two parts hold. Keys are compared by XXH3, 24 bytes per sample held
 // at once; equal hashes are confirmed against the keys themselves.
-Status check_shards_and_keys(const std::vector<Part>& parts) {
+Status check_shards_and_keys(const std::vector<Part>& parts, bool whole_datasets) {
   struct KeyRef {
     uint64_t hash;
     uint32_t part;
@@ -296,9 +299,16 @@ Status check_shards_and_keys(const std::vector<Part>& parts) {
         ZW_ASSIGN_OR_RETURN(std::string key_a, key_of(keys[a]));
         ZW_ASSIGN_OR_RETURN(std::string key_b, key_of(keys[b]));
         if (key_a != key_b) continue;
+        const std::string where = "sample key '" + key_a + "' is in " +
+                                  describe(parts[keys[a].part]) + " and in " +
+                                  describe(parts[keys[b].part]);
+        if (whole_datasets) {
+          return invalid_argument(where +
+                                  ": every sample needs a key of its own; make the keys unique "
+                                  "and write the datasets again");
+        }
         return invalid_argument(
-            "sample key '" + key_a + "' is in " + describe(parts[keys[a].part]) + " and in " +
-            describe(parts[keys[b].part]) +
+            where +
             ": the input holds it twice, in tars packed by different parts (one pack would "
             "quarantine the second); remove or rename one of them and pack those parts again");
       }
@@ -328,19 +338,27 @@ Result<MergeReport> merge_parts(const MergeOptions& options) {
                       "' already exists: pass --overwrite to replace it with the merged one");
   }
   std::vector<std::string> dirs = options.parts;
+  if (dirs.empty() && options.whole_datasets) {
+    return invalid_argument("a merge of whole datasets into '" + options.out_dir +
+                            "' needs them named, in the order the merged dataset takes them");
+  }
   if (dirs.empty()) {
     ZW_ASSIGN_OR_RETURN(dirs, root->find_part_dirs());
   }
 
   std::vector<Part> parts;
-  for (const std::string& dir : dirs) {
-    ZW_ASSIGN_OR_RETURN(Part part, root->load_part(dir));
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    std::optional<ManifestPart> assigned;
+    if (options.whole_datasets) {
+      assigned = ManifestPart{static_cast<uint32_t>(i), static_cast<uint32_t>(dirs.size()), ""};
+    }
+    ZW_ASSIGN_OR_RETURN(Part part, root->load_part(dirs[i], assigned));
     parts.push_back(std::move(part));
   }
   std::stable_sort(parts.begin(), parts.end(),
                    [](const Part& a, const Part& b) { return a.record.index < b.record.index; });
   ZW_RETURN_IF_ERROR(check_parts_belong_together(parts));
-  ZW_RETURN_IF_ERROR(check_shards_and_keys(parts));
+  ZW_RETURN_IF_ERROR(check_shards_and_keys(parts, options.whole_datasets));
 
   Manifest merged;
   merged.aligned = parts.front().manifest.aligned;

@@ -64,7 +64,12 @@ class Job:
     def start(self, node: int) -> None:
         path = self.logs / f"node-{node}-{len(self.log_paths.get(node, []))}.log"
         self.log_paths.setdefault(node, []).append(path)
-        command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", NODES,
+        # A node started again joins the survivors' next round only if every round publishes
+        # the workers' store address: with the agent's store shared (torch's default) the
+        # survivors keep the first round's and never publish it, and the new agent waits for
+        # MASTER_ADDR until the rendezvous times out.
+        command = ["env", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1",
+                   sys.executable, "-m", "torch.distributed.run", "--nnodes", NODES,
                    "--nproc-per-node", RANKS_PER_NODE, "--rdzv-backend", "c10d",
                    "--rdzv-endpoint", f"{self.cluster.address(0)}:29400",
                    "--rdzv-id", self.out.name,

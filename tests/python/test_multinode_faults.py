@@ -219,37 +219,33 @@ def test_a_node_cut_off_fails_the_others_within_the_timeout_naming_what_timed_ou
     subprocess.run(["ip", "link", "set", f"{cluster.name}v2", "down"], check=True, timeout=10)
     cut_at = time.monotonic()
     ended: Dict[int, float] = {}
-
-    def watch(node: int) -> None:
+    for node in (0, 1):  # the two nodes still linked
         try:
-            job.procs[node].wait(timeout=timeout + 120)
+            job.procs[node].wait(timeout=max(0.1, timeout + 60 - (time.monotonic() - cut_at)))
+            ended[node] = time.monotonic() - cut_at
         except subprocess.TimeoutExpired:
-            return
-        ended[node] = time.monotonic() - cut_at
-
-    watchers = [threading.Thread(target=watch, args=(n,)) for n in range(NODES)]
-    for w in watchers:
-        w.start()
-    for w in watchers:
-        w.join()
+            pass
     logged = job.keys()
     last_step = {r: max(line["step"] for line in logged if line["rank"] == r)
                  for r in range(WORLD)}
-    # Never a hang: the two nodes still linked end within the timeout, with margin for a
-    # torchrun to tear its workers down on two busy cores.
+    # Never a hang: every rank, the cut-off node's included, fails within the timeout, with
+    # margin for torchrun to tear its workers down on two busy cores. (Node 2's torchrun agent
+    # itself waits on the unreachable rendezvous store until the link is back.)
+    assert sorted(ended) == [0, 1], f"{ended}\n{job.outputs()}"
+    named = {}
+    for node in range(NODES):
+        errors = [line for line in job.output(node).splitlines()
+                  if "all_reduce of the gradients of step" in line or "not committed" in line]
+        assert errors, f"node {node} named no collective or commit:\n{job.output(node)[-4000:]}"
+        named[node] = errors[-1]
     for node in (0, 1):
-        assert node in ended and ended[node] < timeout + 60, f"{ended}\n{job.outputs()}"
         assert job.procs[node].returncode != 0
-        out = job.output(node)
-        assert ("all_reduce of the gradients of step" in out
-                or "was not committed" in out), out[-4000:]
     print(f"\ncut node 2 after step {min(last_step.values())}; torchrun ended "
           + ", ".join(f"node {n} after {s:.1f} s" for n, s in sorted(ended.items())))
-    for node in (0, 1):
-        errors = [line for line in job.output(node).splitlines()
-                  if "all_reduce of the gradients" in line or "not committed" in line]
-        print(f"node {node}: {errors[-1] if errors else '(none)'}")
+    for node, error in named.items():
+        print(f"node {node}: {error[:400]}")
     subprocess.run(["ip", "link", "set", f"{cluster.name}v2", "up"], check=True, timeout=10)
+    assert job.wait(timeout=60)[2] != 0
     # No step committed without every rank's part: nothing past what every rank trained, and
     # each committed step whole.
     committed = [s["step"] for s in job.committed()]
@@ -364,3 +360,55 @@ def test_a_store_stalled_mid_epoch_for_30_s_delays_the_job_and_every_sample_is_t
           "trained during the stall")
     assert max(gaps) > STALL_S - 10, gaps
     job.cluster.run(0, [cli, "ckpt", "verify", f"s3://{job.bucket}/ckpt"], timeout=120)
+
+
+# --- a rank that loses contact during a commit ----------------------------------------------
+
+# Two ranks save step 1 with a Checkpointer; rank 1 loses contact after every rank's part is
+# durable, in the broadcast that tells the ranks rank 0's outcome (as node 2's ranks did when
+# its link went down in the middle of step 2's commit above). Each rank prints what save() said.
+LOSES_OUTCOME = """
+import json, os, sys
+from datetime import timedelta
+import torch
+import torch.distributed as dist
+import zerowait
+dist.init_process_group("gloo", timeout=timedelta(seconds=10))
+rank = dist.get_rank()
+ckpt = zerowait.Checkpointer(sys.argv[1], commit_timeout=5)
+if rank == 1:
+    def lost(*args, **kwargs):
+        raise RuntimeError("injected: the link went down before rank 0's outcome arrived")
+    dist.broadcast_object_list = lost
+try:
+    ckpt.save(1, {"w": torch.full((4,), float(rank))}, blocking=True)
+    said = "committed"
+except Exception as error:
+    said = f"{type(error).__name__}: {error}"
+print(json.dumps({"rank": rank, "said": said}), flush=True)
+os._exit(0)
+"""
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "Checkpointer's commit coordinator (python/zerowait/checkpoint.py, _RankCoordinator._agree) "
+    "tells a rank that lost contact after the all-gather that the step 'was not committed', "
+    "though rank 0 may have committed it (on the cluster: step 2 committed whole, every rank but "
+    "0 told it was not); the outcome is unknown there, and the message should say so"))
+def test_a_rank_that_loses_contact_after_the_parts_are_in_never_hears_a_false_not_committed(
+        tmp_path):
+    from helpers import start_ranks
+
+    script = tmp_path / "loses_outcome.py"
+    script.write_text(LOSES_OUTCOME)
+    ckpt = tmp_path / "ckpt"
+    procs = start_ranks(script, [ckpt], 2)
+    said = {}
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-3000:]
+        report = json.loads(out.strip().splitlines()[-1])
+        said[report["rank"]] = report["said"]
+    assert said[0] == "committed"
+    assert (ckpt / "step-1" / "manifest.json").exists(), said  # rank 0 committed it whole
+    assert "step 1 was not committed" not in said[1], said[1]

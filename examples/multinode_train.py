@@ -46,8 +46,10 @@ Rank 0 prints the GETs and bytes each node fetched per epoch.
 For fault tests (docs/scale.md, "Faults across nodes"): ``--step-sleep`` paces the steps so
 that a fault lands mid-epoch, ``--timeout`` bounds every collective and commit, and
 ``--read-timeout`` the loader's reads (``--cache-bytes`` and ``--prefetch`` bound how far
-ahead it reads, so that a stalled store meets reads still to come). A gradient all_reduce that fails (a peer gone, or
-silent past ``--timeout``) is raised naming the collective, the step and how long it waited.
+ahead it reads, so that a stalled store meets reads still to come). A gradient all_reduce
+that fails (a peer gone, or silent past ``--timeout``) is raised naming the collective, the
+step and how long it waited. A node started again after a crash joins the restarted group only
+with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` on every node (docs/scale.md says why).
 """
 
 from __future__ import annotations

@@ -30,7 +30,8 @@ What every rank writes under ``--out``:
 
 - ``keys-rank-R.jsonl``: one line a training step: ``attempt`` (when rank 0 started this
   attempt of the job, Unix seconds), ``restart`` (torchrun's restart count), ``epoch``,
-  ``step``, ``rank``, ``node``, ``keys`` (the samples trained). ``trained_keys()`` reads them
+  ``step``, ``rank``, ``node``, ``time`` (when the step ended, Unix seconds), ``keys`` (the
+  samples trained). ``trained_keys()`` reads them
   back as the keys each epoch trained, leaving out what an attempt trained after the step a
   later attempt resumed from (work lost with the attempt, and trained again);
 - ``epochs-rank-R.jsonl``: one line an epoch: the samples and steps, and the node-local
@@ -41,6 +42,14 @@ What every rank writes under ``--out``:
 - ``profile/rank-R/``: the StepProfiler's run directory (``zerowait report`` draws it).
 
 Rank 0 prints the GETs and bytes each node fetched per epoch.
+
+For fault tests (docs/scale.md, "Faults across nodes"): ``--step-sleep`` paces the steps so
+that a fault lands mid-epoch, ``--timeout`` bounds every collective and commit, and
+``--read-timeout`` the loader's reads (``--cache-bytes`` and ``--prefetch`` bound how far
+ahead it reads, so that a stalled store meets reads still to come). A gradient all_reduce
+that fails (a peer gone, or silent past ``--timeout``) is raised naming the collective, the
+step and how long it waited. A node started again after a crash joins the restarted group only
+with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` on every node (docs/scale.md says why).
 """
 
 from __future__ import annotations
@@ -131,6 +140,20 @@ def features(batch: Dict) -> torch.Tensor:
     return batch["x"].float()
 
 
+def average_gradients(model: torch.nn.Module, world: int, step: int) -> None:
+    """All-reduces every gradient over the job; a failure (a rank gone, or silent past the
+    process group's timeout) is raised naming the collective and the step, which gloo's own
+    message does not."""
+    started = time.monotonic()
+    try:
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+            p.grad /= world
+    except RuntimeError as error:
+        raise RuntimeError(f"all_reduce of the gradients of step {step} failed after "
+                           f"{time.monotonic() - started:.1f} s: {error}") from error
+
+
 CACHE_COUNTERS = ("misses", "prefetched", "hits", "waits", "bytes_downloaded", "bytes_hit")
 
 
@@ -162,7 +185,8 @@ def train(args: argparse.Namespace) -> int:
                              block_bytes=args.block_bytes, nodes=nodes, node=node,
                              rank=local_rank, world_size=local_world, seed=args.seed,
                              threads=args.threads, keys=True, fields=["x", "cls"],
-                             decode={"x": "npy", "cls": "int"})
+                             decode={"x": "npy", "cls": "int"}, prefetch=args.prefetch,
+                             read_timeout=args.read_timeout, cache_bytes=args.cache_bytes)
     # One run id for every attempt of the job, so that a restarted attempt's steps and the
     # mirror's copies of the earlier ones are the same run's.
     run_id = hashlib.sha256(os.environ.get("TORCHELASTIC_RUN_ID", "job").encode()).hexdigest()[:16]
@@ -203,18 +227,17 @@ def train(args: argparse.Namespace) -> int:
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     with prof.phase("communication"):
-                        for p in model.parameters():
-                            dist.all_reduce(p.grad)
-                            p.grad /= world
+                        average_gradients(model, world, step + 1)
                     optimizer.step()
                 step += 1
                 steps += 1
                 samples += len(batch["__key__"])
                 append_jsonl(keys_log, {"attempt": attempt, "restart": restart, "epoch": epoch,
                                         "step": step, "rank": rank, "node": node,
-                                        "keys": list(batch["__key__"])})
+                                        "time": time.time(), "keys": list(batch["__key__"])})
                 if args.ckpt_every and step % args.ckpt_every == 0 and loader.remaining():
                     save()
+                time.sleep(args.step_sleep)
             save()  # the loader now stands at the start of the next epoch
             after = cache_counters(loader)
             spent = {name: after[name] - before[name] for name in CACHE_COUNTERS}
@@ -278,6 +301,16 @@ def parse_args(argv: List[str] | None = None) -> argparse.Namespace:
                         "size, so each block is one sample and the nodes' shares are equal)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--threads", type=int, default=1, help="loader threads per rank")
+    t.add_argument("--prefetch", type=int, default=4, help="batches the loader reads ahead")
+    t.add_argument("--read-timeout", type=float, default=30,
+                   help="the loader's deadline for each batch's reads, seconds (S3 requests "
+                        "are retried within it)")
+    t.add_argument("--cache-bytes", type=int, default=0,
+                   help="cap of the node's cache (0: the default); the cache reads ahead at "
+                        "most a quarter of it")
+    t.add_argument("--step-sleep", type=float, default=0,
+                   help="seconds to sleep after every step (fault tests: a fault lands "
+                        "mid-epoch)")
     t.add_argument("--ckpt-every", type=int, default=0,
                    help="also save every N steps (0: at the end of each epoch only)")
     t.add_argument("--keep-last", type=int, default=2)

@@ -50,9 +50,10 @@ class Cluster:
         return done
 
     def popen(self, node: int, args: List[Any], **kwargs: Any) -> subprocess.Popen:
-        """Starts `args` on `node`; the cluster's removal stops it if the test does not."""
-        return subprocess.Popen(self.command(node, args), env=self.env,
-                                stdin=subprocess.DEVNULL, **kwargs)
+        """Starts `args` on `node` (stdin from /dev/null unless given); the cluster's removal
+        stops it if the test does not."""
+        kwargs.setdefault("stdin", subprocess.DEVNULL)
+        return subprocess.Popen(self.command(node, args), env=self.env, **kwargs)
 
     def node_cache(self, node: int) -> Path:
         """The node's cache directory (its ZEROWAIT_CACHE_DIR)."""

@@ -323,7 +323,9 @@ def test_a_stalled_store_fails_a_read_at_its_deadline_naming_object_and_range(
     if cache == "no":
         assert "(bytes=" in said, said  # the GET's range
     else:
-        assert "block " in said, said  # the cache's block of the object
+        # The read's own GET of the cache block (its range), or, when a downloader had that
+        # block under way, the block the read waited for: which one is a matter of timing.
+        assert "(bytes=" in said or "block " in said, said
 
 
 @pytest.mark.slow

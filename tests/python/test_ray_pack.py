@@ -66,7 +66,7 @@ def by_key(ds: zerowait.Dataset) -> dict[str, dict[str, bytes]]:
 
 
 def test_a_ray_dataset_packed_on_two_nodes_equals_a_single_process_pack(
-        ray_cluster, s3_server, tmp_path):
+        ray_cluster, s3_server, cli, tmp_path):
     bucket = "zw-ray-" + os.urandom(6).hex()
     create_bucket(s3_server, bucket)
     rows = make_rows(300)
@@ -95,7 +95,7 @@ def test_a_ray_dataset_packed_on_two_nodes_equals_a_single_process_pack(
 
     env = {**os.environ, "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/credentials",
            "AWS_CONFIG_FILE": "/nonexistent/config"}
-    verify = subprocess.run([os.environ.get("ZEROWAIT_CLI", "zerowait"), "verify", url,
+    verify = subprocess.run([str(cli), "verify", url,
                              "--no-cache"], env=env, capture_output=True, text=True, timeout=300)
     assert verify.returncode == 0, verify.stdout + verify.stderr
 

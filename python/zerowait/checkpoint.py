@@ -541,6 +541,7 @@ class _RankCoordinator:
             mine = (step, False, f"{type(error).__name__}: {error}")
         if self._broken is not None:
             return False, f"step {step} was not committed: {self._broken}"
+        every_part_in = False  # known on this rank: then only rank 0 knows the outcome
         try:
             outcome: List[Any] = [False, ""]
             parts: List[Any] = [None] * self._world
@@ -549,6 +550,7 @@ class _RankCoordinator:
                         if not ok]
             problems += [f"rank {r} saved step {s}, not {step}" for r, (s, _, _) in
                          enumerate(parts) if s != step]
+            every_part_in = not problems
             outcome = [False, "; ".join(problems)]
             if self._rank == 0 and not problems:
                 try:
@@ -562,6 +564,11 @@ class _RankCoordinator:
                             f"this Checkpointer commits no further step: {error}")
             if self._rank == 0 and outcome[0]:
                 return True, ""  # committed before the others could be told: it is on disk
+            if self._rank != 0 and every_part_in:
+                # Rank 0 had what it needed and may have committed before contact was lost.
+                return False, (f"step {step} may or may not be committed: every rank's part was "
+                               f"in, and rank {self._rank} lost contact before rank 0's outcome "
+                               f"came (`zerowait ckpt ls` or load() tells): {self._broken}")
             return False, f"step {step} was not committed: {self._broken}"
         committed, why = outcome
         if not committed:

@@ -471,7 +471,10 @@ TEST_F(BlockCacheTest, WaitingForAnotherFillerEndsAtTheReadsDeadline) {
   Status s = source->read_at(5, std::as_writable_bytes(std::span(dst)), Deadline::after(200ms));
   const auto waited = std::chrono::steady_clock::now() - started;
   EXPECT_EQ(s.code(), ErrorCode::kDeadlineExceeded) << s.to_string();
-  EXPECT_NE(s.message().find("block 0 of '" + server_.url("/obj") + "'"), std::string::npos)
+  // The object and the block's byte range.
+  EXPECT_NE(s.message().find("block 0 (bytes=0-" + std::to_string(kBlock - 1) + ") of '" +
+                             server_.url("/obj") + "'"),
+            std::string::npos)
       << s.message();
   EXPECT_NE(s.message().find("downloading"), std::string::npos) << s.message();
   EXPECT_LT(waited, 2500ms);  // it gave up at its own deadline, not when the filler finished

@@ -90,7 +90,10 @@ Result<std::shared_ptr<const OpenBlock>> BlockCache::Impl::acquire(ByteSource& o
     return remember(name, std::move(found));
   }
 
-  const std::string what = "block " + std::to_string(block) + " of '" + origin.name() +
+  const uint64_t first_byte = block * options_.block_bytes;
+  const std::string what = "block " + std::to_string(block) + " (bytes=" +
+                           std::to_string(first_byte) + "-" +
+                           std::to_string(first_byte + length - 1) + ") of '" + origin.name() +
                            "', which another thread or process is downloading";
   // A background fill leaves a block another thread is filling to it.
   ZW_ASSIGN_OR_RETURN(found, claim_fill(name, announced ? Deadline::after({}) : deadline, what));

@@ -66,6 +66,10 @@ Command add_merge_command(CLI::App& app) {
   cmd->add_option("PART_DIR", o.parts,
                   "Part directories inside OUT_DIR (default: every OUT_DIR/part-IIII-of-NNNN)")
       ->type_name("PATH");
+  cmd->add_flag("--whole-datasets", o.whole_datasets,
+                "The PART_DIRs are datasets written on their own (zerowait.ray's write tasks), "
+                "not parts of `pack --part I/N`: joined in the order given, no part record "
+                "needed; every other check holds");
   cmd->add_flag("--overwrite", o.overwrite, "Replace an existing OUT_DIR/manifest.json");
   cmd->add_flag("--no-sync", args->no_sync, "Skip fsync (faster, not crash-safe)");
   add_json_flag(cmd, &args->json);
@@ -80,7 +84,9 @@ Command add_merge_command(CLI::App& app) {
       "  zerowait merge /shared/train\n"
       "  zerowait merge /shared/train /shared/train/part-0000-of-0002 "
       "/shared/train/part-0001-of-0002 --json\n"
-      "  zerowait merge s3://my-bucket/train      # parts packed with -o s3://my-bucket/train");
+      "  zerowait merge s3://my-bucket/train      # parts packed with -o s3://my-bucket/train\n"
+      "  zerowait merge s3://my-bucket/ds s3://my-bucket/ds/ray-RUN/task-000000 ... "
+      "--whole-datasets   # a failed zerowait.ray merge, again");
   return {cmd, [args] { return run_merge(*args); }};
 }
 

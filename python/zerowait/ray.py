@@ -118,7 +118,8 @@ class ZerowaitDatasink(Datasink):
                     f"{error}\nThe tasks' datasets are in {self.run_dir}/: fix the cause and "
                     f"write again (then delete {self.run_dir}/), or merge them again with "
                     f"zerowait.merge({self.out!r}, [...the task-NNNNNN dirs in order...], "
-                    "whole_datasets=True)") from error
+                    f"whole_datasets=True) or `zerowait merge {self.out} "
+                    f"{self.run_dir}/task-NNNNNN... --whole-datasets`") from error
         self.report = {
             "manifest_path": merged["manifest_path"],
             "samples": merged["samples"],

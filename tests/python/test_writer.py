@@ -148,3 +148,30 @@ def test_a_dataset_written_to_a_bucket_reads_as_the_local_one(tmp_path, bucket):
     ds = zerowait.Dataset(f"s3://{bucket}/written/")
     here = zerowait.Dataset(tmp_path / "local")
     assert [ds[i] for i in range(len(ds))] == [here[i] for i in range(len(here))]
+
+
+def test_datasets_written_on_their_own_merge_on_the_command_line(tmp_path, cli):
+    """`zerowait merge OUT A B --whole-datasets` joins datasets written apart (as zerowait.ray's
+    tasks write them) in the order given; without the flag they are refused (no part record),
+    and a key in both is refused by name."""
+    out = tmp_path / "ds"
+    parts = [out / "task-0", out / "task-1"]
+    for t, part in enumerate(parts):
+        zerowait.write_dataset(({"__key__": f"t{t}-{i}", "txt": f"sample {i} of task {t}"}
+                                for i in range(20)), part)
+    plain = subprocess.run([str(cli), "merge", str(out), *map(str, parts)],
+                           capture_output=True, text=True, timeout=60)
+    assert plain.returncode != 0 and plain.stderr.strip(), plain.stdout
+    merged = subprocess.run([str(cli), "merge", str(out), *map(str, parts), "--whole-datasets",
+                             "--json"], capture_output=True, text=True, timeout=60)
+    assert merged.returncode == 0, merged.stderr
+    assert json.loads(merged.stdout)["samples"] == 40
+    ds = zerowait.Dataset(out)
+    assert [ds.key(i) for i in range(len(ds))] == [f"t{t}-{i}" for t in (0, 1) for i in range(20)]
+    assert ds[25]["txt"] == b"sample 5 of task 1"
+    twice = tmp_path / "twice"
+    for part in ("a", "b"):
+        zerowait.write_dataset(({"__key__": "same", "txt": part} for _ in range(1)), twice / part)
+    clash = subprocess.run([str(cli), "merge", str(twice), str(twice / "a"), str(twice / "b"),
+                            "--whole-datasets"], capture_output=True, text=True, timeout=60)
+    assert clash.returncode != 0 and "same" in clash.stderr, clash.stderr

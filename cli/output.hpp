@@ -63,6 +63,7 @@ std::shared_ptr<Dataset> open_dataset(const std::string& path);
 int write_all(int fd, std::span<const std::byte> bytes);
 
 using internal::format_bytes;  // "57.0 MiB" (common/text.hpp)
+using internal::format_fixed;  // "12.35" (common/text.hpp)
 // Decimal megabytes per second ("123.4 MB/s"); "-" when no time has passed.
 std::string format_rate(uint64_t bytes, double seconds);
 // "0.42 s", "12.3 s", "3:07", "1:02:03".

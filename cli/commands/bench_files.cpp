@@ -27,12 +27,6 @@ struct FilesArgs {
   bool json = false;
 };
 
-std::string fixed(double value, int digits) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.*f", digits, value);
-  return text;
-}
-
 nlohmann::ordered_json pass_json(const ReadPass& pass) {
   return {{"items", pass.items},
           {"bytes", pass.bytes},
@@ -74,7 +68,7 @@ void print_table(const FilesBenchReport& report) {
   const std::optional<PackedFilesBench>& packed = report.packed;
   std::cout << "listed " << report.files_listed << " files under " << report.dir << " in "
             << format_duration(report.list_seconds) << " ("
-            << fixed(double(report.files_listed) / std::max(report.list_seconds, 1e-9), 0)
+            << format_fixed(double(report.files_listed) / std::max(report.list_seconds, 1e-9), 0)
             << " files/s)\n";
   if (packed) {
     std::cout << "opened " << packed->dataset << " (" << packed->dataset_samples
@@ -96,10 +90,12 @@ void print_table(const FilesBenchReport& report) {
   Table table(std::move(columns));
   const auto row = [&](const std::string& name, const ReadPass& files, const ReadPass* samples,
                        double speedup) {
-    std::vector<std::string> cells = {name, fixed(files.items_per_s(), 0), fixed(files.mb_s(), 1)};
+    std::vector<std::string> cells = {name, format_fixed(files.items_per_s(), 0),
+                                      format_fixed(files.mb_s(), 1)};
     if (samples != nullptr) {
-      cells.insert(cells.end(), {fixed(samples->items_per_s(), 0), fixed(samples->mb_s(), 1),
-                                 fixed(speedup, 1) + "x"});
+      cells.insert(cells.end(),
+                   {format_fixed(samples->items_per_s(), 0), format_fixed(samples->mb_s(), 1),
+                    format_fixed(speedup, 1) + "x"});
     }
     table.add_row(std::move(cells));
   };
@@ -118,7 +114,7 @@ void print_table(const FilesBenchReport& report) {
   print_cold_cache(std::cout, kColdByFadvise);
   // What the eviction left: the evidence that "cold" was cold.
   const auto share = [](double resident) {
-    return std::isnan(resident) ? std::string("unknown") : fixed(resident * 100, 1) + " %";
+    return std::isnan(resident) ? std::string("unknown") : format_fixed(resident * 100, 1) + " %";
   };
   std::cout << "  in the page cache when the cold pass began: "
             << share(report.cold.resident_before) << " of the files' bytes"

@@ -13,7 +13,7 @@
 namespace zerowait::cli {
 namespace {
 
-constexpr const char* kModule = "zerowait.bench_net";
+constexpr const char* kBenchNetModule = "zerowait.bench_net";
 
 // Values live in the Python module (its argparse defaults); these hold the parse only.
 struct NetArgs {
@@ -108,7 +108,7 @@ Command add_bench_net_command(CLI::App& bench) {
       "  zerowait bench net --sizes 1M,64M --iters 10\n"
       "  torchrun --nnodes 2 --nproc-per-node 8 ... -m zerowait.bench_net --halving --data /d");
   return {cmd, [cmd]() -> int {
-            exec_python_module(kModule, forwarded_args(*cmd), "zerowait bench net",
+            exec_python_module(kBenchNetModule, forwarded_args(*cmd), "zerowait bench net",
                                "torch.distributed");
           }};
 }

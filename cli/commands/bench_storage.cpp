@@ -57,14 +57,8 @@ class StopOnSignals {
   struct sigaction old_term_ {};
 };
 
-std::string fixed(double value, int digits) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.*f", digits, value);
-  return text;
-}
-
 // Microseconds with the precision that still means something: "12.3", "456", "12345".
-std::string micros(double us) { return fixed(us, us < 100 ? 1 : 0); }
+std::string micros(double us) { return format_fixed(us, us < 100 ? 1 : 0); }
 
 // "seq read 1M", "rand read 4K".
 std::string job_label(const StorageJob& job) {
@@ -115,8 +109,9 @@ void print_json_report(const StorageBenchReport& report) {
 void print_table(const StorageBenchReport& report) {
   const bool fio = !report.fio_version.empty();
   std::cout << "storage under " << report.dir << ": a " << format_bytes(report.size)
-            << " test file, O_DIRECT, " << fixed(report.runtime_s, 1) << " s per job and side"
-            << " after a " << fixed(report.ramp_s, 2) << " s ramp"
+            << " test file, O_DIRECT, " << format_fixed(report.runtime_s, 1)
+            << " s per job and side"
+            << " after a " << format_fixed(report.ramp_s, 2) << " s ramp"
             << (fio ? ", beside " + report.fio_version : std::string()) << "\n\n";
   std::vector<Table::Column> columns = {{"job"}, {"engine"}, {"QD", Align::kRight}};
   // Latencies are "zerowait / fio" per cell to keep the table narrow.
@@ -143,11 +138,12 @@ void print_table(const StorageBenchReport& report) {
     };
     if (fio) {
       const std::optional<double> ratio = r.ratio_mb_s();
-      row.insert(row.end(), {fixed(z.mb_s(), 1), r.fio ? fixed(r.fio->mb_s(), 1) : "-",
-                             ratio ? fixed(*ratio, 2) : "-", fixed(z.iops(), 0),
-                             r.fio ? fixed(r.fio->iops(), 0) : "-"});
+      row.insert(row.end(),
+                 {format_fixed(z.mb_s(), 1), r.fio ? format_fixed(r.fio->mb_s(), 1) : "-",
+                  ratio ? format_fixed(*ratio, 2) : "-", format_fixed(z.iops(), 0),
+                  r.fio ? format_fixed(r.fio->iops(), 0) : "-"});
     } else {
-      row.insert(row.end(), {fixed(z.mb_s(), 1), fixed(z.iops(), 0)});
+      row.insert(row.end(), {format_fixed(z.mb_s(), 1), format_fixed(z.iops(), 0)});
     }
     const JobMeasurement f = r.fio.value_or(JobMeasurement{});
     row.insert(row.end(), {latency(z.p50_us, f.p50_us), latency(z.p99_us, f.p99_us),

@@ -60,14 +60,14 @@ nlohmann::ordered_json residency_json(const Residency& r, bool files) {
   return out;
 }
 
-std::string percent(double share) {
+std::string residency_percent(double share) {
   if (std::isnan(share)) return "unknown";
   return std::to_string(int(share * 100.0 + 0.5)) + " %";
 }
 
 std::string residency_text(const Residency& r) {
   return format_bytes(r.resident_bytes) + " of " + format_bytes(r.bytes) + " resident (" +
-         percent(r.share()) + ") in " + count_noun(r.files.size(), "shard", "shards") +
+         residency_percent(r.share()) + ") in " + count_noun(r.files.size(), "shard", "shards") +
          (r.unmeasured_bytes == 0 ? ""
                                   : "; " + format_bytes(r.unmeasured_bytes) + " " +
                                         kUnmeasuredResidency + " (counted as not resident)");
@@ -82,7 +82,7 @@ int run_status(const CacheArgs& args) {
   if (args.files) {
     for (const FileResidency& f : r.files) {
       std::cout << f.path << ": " << format_bytes(f.resident_bytes) << " of "
-                << format_bytes(f.bytes) << " (" << percent(f.share()) << ")\n";
+                << format_bytes(f.bytes) << " (" << residency_percent(f.share()) << ")\n";
     }
   }
   std::cout << residency_text(r) << '\n';
@@ -113,7 +113,7 @@ int run_warm(const CacheArgs& args) {
   std::cout << "read " << format_bytes(report.bytes_read) << " in "
             << format_duration(report.seconds) << " ("
             << format_rate(report.bytes_read, report.seconds) << "): "
-            << residency_text(report.after) << ", was " << percent(report.before.share())
+            << residency_text(report.after) << ", was " << residency_percent(report.before.share())
             << '\n';
   if (report.capped) {
     std::cout << "note: stopped before " << format_bytes(options.max_bytes)

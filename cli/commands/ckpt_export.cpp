@@ -13,7 +13,7 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-constexpr const char* kDescription =
+constexpr const char* kExportDescription =
     "Writes one safetensors file holding the full tensors of a step: rank R's per-rank\n"
     "tensors (--rank, default 0) and every sharded (DTensor, FSDP) tensor assembled from\n"
     "the chunks all ranks saved. Every tensor and piece is checked against its xxh3 as it\n"
@@ -135,7 +135,7 @@ Command add_ckpt_export_command(CLI::App* ckpt) {
   add_threads_option(command, &args->threads);
   add_json_flag(command, &args->json);
   command->footer(help_footer(
-      kDescription, "a tensor or piece does not match its checksum (it is named)",
+      kExportDescription, "a tensor or piece does not match its checksum (it is named)",
       "zerowait ckpt export /ckpt 1000 --to safetensors -o model.safetensors --dtype bf16 "
       "--prefix /model/"));
   return {command, [args] { return run_export(*args); }};

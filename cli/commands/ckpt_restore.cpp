@@ -19,7 +19,7 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-constexpr const char* kDescription =
+constexpr const char* kRestoreDescription =
     "Restores one rank's part of a step the way load() does: the step's copy in DIR,\n"
     "then its copy in the mirror, then (without --step) older steps, until one reads\n"
     "back whole. Every tensor is read and checked against its xxh3; each copy tried is\n"
@@ -204,7 +204,7 @@ Command add_ckpt_restore_command(CLI::App* ckpt) {
       ->check(quiet(CLI::PositiveNumber));
   add_threads_option(restore, &args->threads);
   add_json_flag(restore, &args->json);
-  restore->footer(help_footer(kDescription, "no copy of the step restores",
+  restore->footer(help_footer(kRestoreDescription, "no copy of the step restores",
                               "zerowait ckpt restore /ckpt --step 1000 --mirror /nfs/ckpt"));
   return {restore, [args] { return run_restore(*args); }};
 }

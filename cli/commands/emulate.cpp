@@ -16,7 +16,7 @@
 namespace zerowait::cli {
 namespace {
 
-constexpr const char* kModule = "zerowait.emulate";
+constexpr const char* kEmulateModule = "zerowait.emulate";
 
 // Values live in the Python module (its argparse defaults); these hold the parse only.
 struct EmulateArgs {
@@ -42,7 +42,7 @@ CLI::Validator scale_range() {
       "");
 }
 
-const char* kFooter =
+const char* kEmulateFooter =
     "The method (MLPerf Storage, run by DLIO): each of N rank processes reads its partition of\n"
     "the data set in batches; the accelerator is replaced by a sleep of the workload's compute\n"
     "time per batch. Each step: t0, next batch, t1, sleep(compute), t2. AU (accelerator\n"
@@ -159,7 +159,7 @@ Command add_emulate_command(CLI::App& app) {
       ->type_name("RUN")
       ->check(local_path("--out"));
   add_json_flag(cmd, &args->json);
-  cmd->footer(kFooter);
+  cmd->footer(kEmulateFooter);
   // Checked at parse time, so that a missing directory is a usage error (exit 2).
   cmd->callback([args]() {
     const bool checkpointing = args->workload.rfind("llama3", 0) == 0;
@@ -183,7 +183,7 @@ Command add_emulate_command(CLI::App& app) {
     }
   });
   return {cmd, [cmd]() -> int {
-            exec_python_module(kModule, forwarded_args(*cmd), "zerowait emulate",
+            exec_python_module(kEmulateModule, forwarded_args(*cmd), "zerowait emulate",
                                "torch DataLoader and torch.save as references");
           }};
 }

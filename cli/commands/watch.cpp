@@ -39,16 +39,10 @@ struct WatchArgs {
   std::vector<std::string> argv;  // zerowait's own, for run.json
 };
 
-std::string fixed(double value, int digits) {
-  char text[64];
-  std::snprintf(text, sizeof(text), "%.*f", digits, value);
-  return text;
-}
-
 // $1,234,567 for large sums, $76.80 below a thousand.
 std::string money(double value) { return observe::format_money(value, 1000); }
 
-std::string percent(double share) { return fixed(share * 100, 1) + "%"; }
+std::string percent(double share) { return format_fixed(share * 100, 1) + "%"; }
 
 void print_summary(const observe::WatchRun& run, const std::string& out_dir, double t0) {
   const observe::Attribution& a = run.attribution;
@@ -65,7 +59,7 @@ void print_summary(const observe::WatchRun& run, const std::string& out_dir, dou
   Table table({{"cause"}, {"share", Align::kRight}, {"seconds", Align::kRight}});
   for (observe::Activity activity : observe::kActivities) {
     const std::string cause = observe::activity_name(activity);
-    table.add_row({cause, percent(a.shares.at(cause)), fixed(a.seconds.at(cause), 2)});
+    table.add_row({cause, percent(a.shares.at(cause)), format_fixed(a.seconds.at(cause), 2)});
   }
   table.print(std::cout);
   if (run.failed) {
@@ -92,8 +86,8 @@ void print_summary(const observe::WatchRun& run, const std::string& out_dir, dou
       std::cout << "drops (" << a.events.size() << ", deepest first):\n";
     }
     for (size_t i = 0; i < top.size() && i < kShown; ++i) {
-      std::cout << "  at " << fixed(top[i].t - t0, 1) << " s: " << top[i].what << "; before: "
-                << top[i].before << '\n';
+      std::cout << "  at " << format_fixed(top[i].t - t0, 1) << " s: " << top[i].what
+                << "; before: " << top[i].before << '\n';
     }
   }
   if (run.cost) {

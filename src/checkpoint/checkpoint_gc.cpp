@@ -13,10 +13,6 @@ namespace zerowait {
 
 namespace {
 
-std::string commit_record_path(uint64_t step) {
-  return step_directory(step) + "/" + internal::kCommitRecordName;
-}
-
 // The bytes of the files directly in `dir` (step directories are flat).
 uint64_t directory_bytes(Store& target, const std::string& dir) {
   uint64_t bytes = 0;
@@ -86,7 +82,7 @@ Result<GcReport> collect_garbage(Store& target, uint32_t keep_last, uint64_t kee
       continue;
     }
     ZW_ASSIGN_OR_RETURN(bool is_committed,
-                        target.exists(commit_record_path(*step), metadata_deadline()));
+                        target.exists(internal::commit_record_path(*step), metadata_deadline()));
     // A retired step keeps the files a committed one references; when a manifest could not be
     // read, nothing is deleted (its references are unknown).
     if (is_committed || !all_known) continue;

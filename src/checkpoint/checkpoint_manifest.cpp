@@ -66,6 +66,10 @@ std::string rank_manifest_name(uint32_t rank) {
   return buffer;
 }
 
+std::string commit_record_path(uint64_t step) {
+  return step_directory(step) + "/" + kCommitRecordName;
+}
+
 std::string data_file_name(uint32_t rank, uint32_t index, bool compressed) {
   char buffer[64];
   std::snprintf(buffer, sizeof(buffer), "rank-%05u-%05u.%s", rank, index,

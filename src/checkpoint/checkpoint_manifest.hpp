@@ -44,6 +44,8 @@ Result<RankManifest> decode_rank_manifest(std::string_view json, const std::stri
 
 std::string hex64(uint64_t value);
 std::string rank_manifest_name(uint32_t rank);
+// "step-N/manifest.json": the file whose presence makes step N committed.
+std::string commit_record_path(uint64_t step);
 std::string data_file_name(uint32_t rank, uint32_t index, bool compressed);
 // "step-12" -> 12 (tmp false); "step-12.tmp" -> 12 (tmp true); anything else nullopt.
 std::optional<uint64_t> parse_step_directory(std::string_view name, bool* tmp);

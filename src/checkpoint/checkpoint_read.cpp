@@ -34,12 +34,8 @@ constexpr uint64_t kReadPiece = 16ull << 20;  // one task's span of a file
 constexpr uint64_t kReadRange = 2ull << 20;   // one io_uring read: 8 in flight per task
 constexpr uint64_t kMergeGap = 64ull << 10;   // small tensors closer than this share a read
 
-std::string commit_record_path(uint64_t step) {
-  return step_directory(step) + "/" + internal::kCommitRecordName;
-}
-
 Result<internal::CommitRecord> read_commit_record(Store& target, uint64_t step, Deadline deadline) {
-  const std::string path = commit_record_path(step);
+  const std::string path = internal::commit_record_path(step);
   auto text = target.read(path, deadline);
   if (!text.is_ok()) {
     if (text.status().code() == ErrorCode::kNotFound) {
@@ -87,7 +83,8 @@ Result<std::vector<uint64_t>> list_steps(Store& target, Deadline deadline) {
     bool tmp = false;
     auto step = internal::parse_step_directory(name, &tmp);
     if (!step || tmp) continue;
-    ZW_ASSIGN_OR_RETURN(bool committed, target.exists(commit_record_path(*step), deadline));
+    ZW_ASSIGN_OR_RETURN(bool committed,
+                        target.exists(internal::commit_record_path(*step), deadline));
     if (committed) steps.push_back(*step);
   }
   std::sort(steps.begin(), steps.end());

@@ -24,6 +24,13 @@ inline std::string printf_string(const char* format, double value) {
   return buffer;
 }
 
+// `value` with `digits` digits after the point ("12.35"), no grouping: table cells and figures.
+inline std::string format_fixed(double value, int digits) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", digits, value);
+  return buffer;
+}
+
 // "0 B", "512 B", "1.50 KiB", "57.0 MiB", "2.00 GiB": binary units (like the CLI's size
 // options), three significant digits. The CLI, the doctor and the report print sizes this way.
 std::string format_bytes(uint64_t bytes);

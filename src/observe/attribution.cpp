@@ -2,14 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <optional>
 
+#include "common/text.hpp"
 #include "zerowait/observe/activity.hpp"
 #include "zerowait/observe/causes.hpp"
 
 namespace zerowait::observe {
 namespace {
+
+using internal::format_fixed;
 
 double median(std::vector<double> values) {
   if (values.empty()) return 0;
@@ -18,14 +20,8 @@ double median(std::vector<double> values) {
   return values.size() % 2 == 1 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
 }
 
-std::string fixed(double value, int digits) {
-  char text[64];
-  std::snprintf(text, sizeof(text), "%.*f", digits, value);
-  return text;
-}
-
 std::string rate_text(double bytes_per_s) {
-  return fixed(bytes_per_s / (1024 * 1024), 1) + " MiB/s";
+  return format_fixed(bytes_per_s / (1024 * 1024), 1) + " MiB/s";
 }
 
 struct Window {
@@ -54,8 +50,10 @@ std::string explain(const std::vector<SystemSample>& samples, double from, doubl
     max_write = std::max(max_write, s.write_bps);
   }
   std::vector<std::string> facts;
-  if (max_queue >= 1) facts.push_back("disk queue " + fixed(max_queue, 1) + " on " + queue_device);
-  if (max_swap_in > 0) facts.push_back("swap-in " + fixed(max_swap_in, 0) + " pages/s");
+  if (max_queue >= 1) {
+    facts.push_back("disk queue " + format_fixed(max_queue, 1) + " on " + queue_device);
+  }
+  if (max_swap_in > 0) facts.push_back("swap-in " + format_fixed(max_swap_in, 0) + " pages/s");
   if (max_blocked > 0) {
     facts.push_back(std::to_string(max_blocked) +
                     (max_blocked == 1 ? " thread" : " threads") + " blocked on I/O");
@@ -151,7 +149,7 @@ std::vector<DropEvent> find_drops(const std::vector<SystemSample>& samples,
     if (w.value >= rules.drop_fraction * typical) continue;
     DropEvent e;
     e.t = w.start;
-    e.what = measure + " fell from " + fixed(typical, 2) + " to " + fixed(w.value, 2);
+    e.what = measure + " fell from " + format_fixed(typical, 2) + " to " + format_fixed(w.value, 2);
     e.before = explain(samples, w.start - rules.lookback_s, w.start + rules.window_s,
                        median_write, rules);
     e.depth = typical - w.value;

@@ -8,7 +8,8 @@
 namespace zerowait {
 namespace {
 
-using json = nlohmann::ordered_json;
+// Ordered: a manifest keeps its keys in the order written.
+using nlohmann::ordered_json;
 
 bool is_hex16(const std::string& s) {
   if (s.size() != 16) return false;
@@ -21,7 +22,7 @@ bool is_hex16(const std::string& s) {
 }  // namespace
 
 std::string Manifest::to_json() const {
-  json j;
+  ordered_json j;
   j["format"] = kFormatName;
   j["version"] = version;
   j["samples"] = samples;
@@ -30,7 +31,7 @@ std::string Manifest::to_json() const {
   j["fields"] = fields;
   j["classes"] = classes;
   if (part) j["part"] = {{"index", part->index}, {"count", part->count}, {"input", part->input}};
-  json shard_list = json::array();
+  ordered_json shard_list = ordered_json::array();
   for (const ManifestShard& s : shards) {
     shard_list.push_back(
         {{"path", s.path}, {"samples", s.samples}, {"bytes", s.bytes}, {"index_xxh3", s.checksum}});
@@ -40,7 +41,7 @@ std::string Manifest::to_json() const {
 }
 
 Result<Manifest> Manifest::parse(const std::string& json_text, const std::string& name) {
-  json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  ordered_json j = ordered_json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return corrupt("manifest '" + name + "' is not valid JSON");
   }
@@ -61,7 +62,7 @@ Result<Manifest> Manifest::parse(const std::string& json_text, const std::string
     m.fields = j.value("fields", std::vector<std::string>{});
     m.classes = j.value("classes", std::vector<std::string>{});
     if (j.contains("part")) {
-      const json& p = j.at("part");
+      const ordered_json& p = j.at("part");
       ManifestPart part{internal::json_integer<uint32_t>(p.at("index")),
                         internal::json_integer<uint32_t>(p.at("count")),
                         p.at("input").get<std::string>()};
@@ -72,7 +73,7 @@ Result<Manifest> Manifest::parse(const std::string& json_text, const std::string
       m.part = std::move(part);
     }
     uint64_t total_samples = 0, total_bytes = 0;
-    for (const json& s : j.at("shards")) {
+    for (const ordered_json& s : j.at("shards")) {
       ManifestShard shard;
       shard.path = s.at("path").get<std::string>();
       shard.samples = internal::json_integer<uint64_t>(s.at("samples"));
@@ -97,7 +98,7 @@ Result<Manifest> Manifest::parse(const std::string& json_text, const std::string
                      ", the totals say " + std::to_string(m.samples) + "/" +
                      std::to_string(m.bytes));
     }
-  } catch (const json::exception& e) {
+  } catch (const ordered_json::exception& e) {
     return corrupt("manifest '" + name + "': " + e.what());
   }
   return m;

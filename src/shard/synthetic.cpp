@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/file.hpp"
+#include "common/random.hpp"
 
 namespace zerowait {
 namespace {
@@ -31,19 +32,15 @@ constexpr int kMaxEncodes = 8;
 constexpr size_t kComHeader = 4;
 constexpr size_t kComMaxSegment = kComHeader + 65533;
 
-// splitmix64: decorrelates (seed, file index) into per-file streams, so a file's bytes depend on
-// nothing but the options and its index, whatever thread makes it.
-uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+using internal::mix64;
 
-class Rng {
+// splitmix64 over a counter: decorrelates (seed, file index) into per-file streams, so a file's
+// bytes depend on nothing but the options and its index, whatever thread makes it. Not
+// common/random.hpp's Rng: the files a seed makes stay the ones it made before.
+class SplitMixStream {
  public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t next() { return mix(state_++); }
+  explicit SplitMixStream(uint64_t seed) : state_(seed) {}
+  uint64_t next() { return mix64(state_++); }
   // Uniform in [lo, hi].
   uint64_t between(uint64_t lo, uint64_t hi) { return hi <= lo ? lo : lo + next() % (hi - lo + 1); }
   double unit() { return double(next() >> 11) * 0x1.0p-53; }
@@ -93,7 +90,7 @@ struct Picture {
   double aspect;  // width / height
 };
 
-Picture draw_picture(Rng& rng) {
+Picture draw_picture(SplitMixStream& rng) {
   static constexpr double kAspects[] = {1.0, 4.0 / 3, 3.0 / 4, 3.0 / 2, 2.0 / 3};
   Picture pic;
   for (int c = 0; c < 3; ++c) {
@@ -127,7 +124,8 @@ std::pair<int, int> dimensions(const Picture& pic, double pixels) {
   return {width, height};
 }
 
-void paint(const Picture& pic, Rng& rng, int width, int height, std::vector<unsigned char>* out) {
+void paint(const Picture& pic, SplitMixStream& rng, int width, int height,
+           std::vector<unsigned char>* out) {
   out->resize(size_t(width) * height * 3);
   const double gx = pic.gx / width, gy = pic.gy / height;
   const double side = std::min(width, height);
@@ -167,7 +165,7 @@ Status encode_floor_image(Encoder& encoder, std::string* out) {
 
 // Inserts COM segments right after SOI so the file is exactly `target` bytes. Needs
 // target == jpeg.size() or target >= jpeg.size() + kComHeader.
-void pad_to(Rng& rng, const std::string& jpeg, uint64_t target, std::string* out) {
+void pad_to(SplitMixStream& rng, const std::string& jpeg, uint64_t target, std::string* out) {
   uint64_t gap = target - jpeg.size();
   out->clear();
   out->reserve(target);
@@ -218,7 +216,7 @@ struct Job {
 
 // Makes file i: an image whose JPEG fits the file's target size, padded to exactly that size.
 Status make_file(Job& job, uint64_t i, Encoder& encoder, std::string* jpeg, std::string* file) {
-  Rng rng(mix(job.options.seed) ^ mix(i + 0x5EED));
+  SplitMixStream rng(mix64(job.options.seed) ^ mix64(i + 0x5EED));
   const uint64_t lo = std::max(job.options.min_bytes, job.floor_bytes + kComHeader);
   const uint64_t target = rng.between(lo, job.options.max_bytes);
   const auto fits = [&](uint64_t size) { return size == target || size + kComHeader <= target; };

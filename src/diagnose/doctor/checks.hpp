@@ -36,6 +36,9 @@ Finding& not_readable(Finding& finding, const std::string& what, const std::stri
 // The words every such finding's summary ends with, for tests and readers of --json.
 inline constexpr const char* kNotReadable = "not readable as this user";
 
+inline constexpr uint64_t kMiB = uint64_t(1) << 20;
+inline constexpr uint64_t kGiB = uint64_t(1) << 30;
+
 // A limit as getrlimit gives it: "unlimited" for UINT64_MAX, else the number.
 std::string limit_text(uint64_t value);
 

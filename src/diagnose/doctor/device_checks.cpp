@@ -17,7 +17,7 @@
 namespace zerowait::doctor {
 namespace {
 
-constexpr const char* kArea = "devices";
+constexpr const char* kDevicesArea = "devices";
 constexpr const char* kNvidiaVersion = "/proc/driver/nvidia/version";
 constexpr const char* kNvidiaGpus = "/proc/driver/nvidia/gpus";
 constexpr const char* kNvidiaFsVersion = "/proc/driver/nvidia-fs/version";
@@ -484,7 +484,7 @@ void check_pcie_links(const System& system, const std::vector<PciAttached>& devi
 }  // namespace
 
 void check_devices(const System& system, std::vector<Finding>& out) {
-  FindingList list(out, kArea);
+  FindingList list(out, kDevicesArea);
   const std::vector<PciAttached> gpus = find_gpus(system);
   const std::vector<PciAttached> nvmes = find_nvme_controllers(system);
   const std::vector<PciAttached> nics = find_pci_nics(system);

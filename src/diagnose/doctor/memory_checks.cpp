@@ -16,9 +16,6 @@
 namespace zerowait::doctor {
 namespace {
 
-constexpr uint64_t kMiB = uint64_t(1) << 20;
-constexpr uint64_t kGiB = uint64_t(1) << 30;
-
 using host::parse_counters;
 
 constexpr const char* kMeminfo = "/proc/meminfo";

@@ -13,7 +13,7 @@
 namespace zerowait::doctor {
 namespace {
 
-constexpr const char* kArea = "network";
+constexpr const char* kNetworkArea = "network";
 constexpr const char* kRdmaClass = "/sys/class/infiniband";
 
 struct Interface {
@@ -461,7 +461,7 @@ void check_debug_variables(const std::map<std::string, std::string>& env, bool r
 }  // namespace
 
 void check_network(const System& system, std::vector<Finding>& out) {
-  FindingList list(out, kArea);
+  FindingList list(out, kNetworkArea);
   const std::vector<Interface> interfaces = read_interfaces(system);
   const std::vector<RdmaPort> ports = read_rdma_ports(system);
   const std::map<std::string, std::string> env = system.environment();

@@ -25,8 +25,6 @@
 namespace zerowait::doctor {
 namespace {
 
-constexpr uint64_t kMiB = uint64_t(1) << 20;
-constexpr uint64_t kGiB = uint64_t(1) << 30;
 constexpr const char* kMountinfo = "/proc/self/mountinfo";
 
 // The findings about one user path: every one names the path as the user gave it.

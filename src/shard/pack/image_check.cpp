@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "common/text.hpp"
+
 namespace zerowait::internal {
 namespace {
 
@@ -18,15 +20,7 @@ enum class ImageType { kNone, kJpeg, kPng };
 // not be able to take gigabytes from a pack running many checks at once.
 constexpr uint64_t kMaxDecodeBytes = 1ull << 30;
 
-char ascii_lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
-
-bool equals_lower(std::string_view a, std::string_view lower) {
-  if (a.size() != lower.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (ascii_lower(a[i]) != lower[i]) return false;
-  }
-  return true;
-}
+bool equals_lower(std::string_view a, std::string_view lower) { return ascii_lower(a) == lower; }
 
 ImageType image_type(std::string_view field) {
   size_t dot = field.rfind('.');

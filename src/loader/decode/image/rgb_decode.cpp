@@ -11,8 +11,6 @@
 namespace zerowait::internal {
 namespace {
 
-constexpr unsigned char kPngSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-
 bool starts_with(std::span<const std::byte> bytes, const void* prefix, size_t n, size_t at = 0) {
   return bytes.size() >= at + n && std::memcmp(bytes.data() + at, prefix, n) == 0;
 }
@@ -88,7 +86,11 @@ struct PngSteps {
 ImageFormat sniff_image_format(std::span<const std::byte> bytes) {
   static constexpr unsigned char kJpeg[3] = {0xff, 0xd8, 0xff};
   if (starts_with(bytes, kJpeg, sizeof kJpeg)) return ImageFormat::kJpeg;
-  if (starts_with(bytes, kPngSignature, sizeof kPngSignature)) return ImageFormat::kPng;
+  constexpr size_t kPngSignatureSize = 8;
+  if (bytes.size() >= kPngSignatureSize &&
+      png_sig_cmp(reinterpret_cast<png_const_bytep>(bytes.data()), 0, kPngSignatureSize) == 0) {
+    return ImageFormat::kPng;
+  }
   if (starts_with(bytes, "RIFF", 4) && starts_with(bytes, "WEBP", 4, 8)) return ImageFormat::kWebp;
   return ImageFormat::kUnknown;
 }

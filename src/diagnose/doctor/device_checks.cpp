@@ -33,7 +33,7 @@ std::string join_and(const std::vector<std::string>& items) {
   return text;
 }
 
-std::string format_number(double value) {
+std::string format_gts(double value) {
   char text[32];
   std::snprintf(text, sizeof(text), "%g", value);
   return text;
@@ -457,8 +457,8 @@ void check_pcie_links(const System& system, const std::vector<PciAttached>& devi
                      "from it (batches, checkpoints, collectives)");
     }
     if (slow) {
-      parts.push_back("at " + format_number(link->speed_gts) + " of " +
-                      format_number(link->max_speed_gts) + " GT/s" +
+      parts.push_back("at " + format_gts(link->speed_gts) + " of " +
+                      format_gts(link->max_speed_gts) + " GT/s" +
                       (gpu ? " (GPUs lower the link speed when idle; check under load)"
                            : ": " + bandwidth_share(link->speed_gts, link->max_speed_gts) +
                                  " per lane"));

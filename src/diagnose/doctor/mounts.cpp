@@ -113,10 +113,4 @@ std::string format_percent(double share) {
   return format_fixed(share * 100, share < 0.1 ? 1 : 0);
 }
 
-std::string format_fixed(double value, int decimals) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.*f", decimals, value);
-  return text;
-}
-
 }  // namespace zerowait::doctor

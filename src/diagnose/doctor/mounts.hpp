@@ -46,10 +46,9 @@ const Mount* find_mount(const std::vector<Mount>& mounts, const std::string& pat
 std::string bracketed_choice(const std::string& choices);
 
 using internal::format_bytes;   // "57.0 MiB" (common/text.hpp)
+using internal::format_fixed;   // "12.5"
 using internal::format_number;  // "34,000"
 // A share as a percentage without the sign: 0.015 -> "1.5", 0.4 -> "40" (a decimal below 10 %).
 std::string format_percent(double share);
-// `value` with `decimals` digits after the point ("12.5").
-std::string format_fixed(double value, int decimals);
 
 }  // namespace zerowait::doctor

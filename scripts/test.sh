@@ -108,8 +108,9 @@ plain_cpp_tests() {
 }
 
 sanitized_cpp_tests_and_fuzzers() {
+  # A unity build: CI builds it once from scratch, 30 % faster than file by file (README).
   CC=clang CXX=clang++ cmake_build build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DZEROWAIT_SANITIZE=ON -DZEROWAIT_FUZZ=ON -DZEROWAIT_BUILD_BENCH=OFF
+    -DZEROWAIT_SANITIZE=ON -DZEROWAIT_FUZZ=ON -DZEROWAIT_BUILD_BENCH=OFF -DZEROWAIT_UNITY_BUILD=ON
   local rc=0
   ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}" \
     UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" \

@@ -8,6 +8,9 @@
 #   scripts/cluster.sh exec I CMD...   run CMD on node I (0-based), in its namespace
 #   scripts/cluster.sh status          the nodes, their addresses and processes, S3
 #   scripts/cluster.sh down            stop every process in the nodes, remove it all
+#   scripts/cluster.sh demo [N]        the multi-node job of docs/scale.md in one command: up N
+#                                      (default 3) --s3, a data set in a bucket, 2 ranks a node
+#                                      under torchrun for 2 epochs, rank 0's table; then down
 #
 # What a node is: network namespace NAME-I, whose eth0 (a veth whose other end is on bridge
 # NAMEbr) has address SUBNET.(11+I)/24; the bridge has SUBNET.1. Namespaces reach each other and
@@ -265,6 +268,48 @@ cmd_down() {
   log "down: cluster '$NAME' removed ($removed namespaces)"
 }
 
+# --- demo --------------------------------------------------------------------
+
+# The job of docs/scale.md ("A multi-node job") from a fresh setup: examples/multinode_train.py
+# on N nodes x 2 ranks, its data set and checkpoints in a bucket of the cluster's S3 server. The
+# cluster is removed at the end, whatever happens; the job's logs stay in DIR_OUT.
+cmd_demo() {
+  local nodes=${1:-3}
+  [[ $nodes =~ ^[1-9][0-9]*$ ]] || die "demo: N must be a number of nodes, not '$nodes'"
+  require_root_and_ip
+  local py="$REPO/.venv/bin/python"
+  [[ -x $py ]] || py=$(command -v python3)
+  local out="${ZW_CLUSTER_DEMO_OUT:-/tmp/zw-cluster-demo}"
+  rm -rf "$out" && mkdir -p "$out"
+  "$0" up "$nodes" --s3
+  trap '"$0" down' EXIT
+  set -a && . "$DIR/s3/env" && set +a
+  # A bucket: one SigV4-signed PUT (RGW wants the payload's hash, which curl signs but omits).
+  curl -sS --fail --max-time 30 -X PUT "$AWS_ENDPOINT_URL/demo" \
+    --aws-sigv4 "aws:amz:${AWS_REGION:-us-east-1}:s3" \
+    --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
+    -H "x-amz-content-sha256: $(printf '' | sha256sum | cut -d' ' -f1)" >/dev/null
+  "$0" exec 0 "$py" "$REPO/examples/multinode_train.py" generate --out s3://demo/ds
+  local i pids=() failed=0
+  for ((i = 0; i < nodes; i++)); do
+    # torchrun's address and the rendezvous host said outright: every namespace has the host's
+    # hostname, which resolves to an address no node reaches (docs/scale.md).
+    "$0" exec "$i" sh -c 'exec "$0" -m torch.distributed.run --nnodes "$ZW_CLUSTER_NODES" \
+        --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint "$ZW_CLUSTER_MASTER_ADDR:29400" \
+        --rdzv-id demo --rdzv-conf "is_host=$((ZW_CLUSTER_NODE == 0))" \
+        --local-addr "$ZW_CLUSTER_ADDR" --max-restarts 1 "$1" train --data s3://demo/ds \
+        --ckpt "$2/ckpt" --mirror s3://demo/ckpt --out "$2/run" --epochs 2' \
+      "$py" "$REPO/examples/multinode_train.py" "$out" >"$out/node-$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || { failed=1; log "demo: node $i failed: $out/node-$i.log"; }
+  done
+  cat "$out/node-0.log"
+  ((failed == 0)) || die "demo: the job failed (logs in $out)"
+  log "demo: done; each rank's keys, cache counters and profile are in $out/run"
+}
+
 (($# >= 1)) || usage
 command=$1
 shift
@@ -273,5 +318,6 @@ case $command in
   exec) cmd_exec "$@" ;;
   status) (($# == 0)) || usage; cmd_status ;;
   down) (($# == 0)) || usage; cmd_down ;;
+  demo) (($# <= 1)) || usage; cmd_demo "$@" ;;
   *) usage ;;
 esac

@@ -64,15 +64,14 @@ def _default_rank_world() -> tuple[int, int]:
     """torch.distributed when initialised, else RANK / WORLD_SIZE, else a single process."""
     # A process that has not imported torch has no process group; importing it only to ask
     # would cost every Loader() and Checkpointer() of a torch-free job a second or more.
-    if "torch" not in sys.modules:
-        return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    try:
-        import torch.distributed as dist
+    if "torch" in sys.modules:
+        try:
+            import torch.distributed as dist
 
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-    except ImportError:
-        pass
+            if dist.is_available() and dist.is_initialized():
+                return dist.get_rank(), dist.get_world_size()
+        except ImportError:
+            pass
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 

@@ -131,7 +131,6 @@ class ZerowaitDatasink(Datasink):
             "quarantined": [q for t in tasks for q in t["quarantined"]],
         }
 
-
     def on_write_failed(self, error: Exception) -> None:
         """Says where the parts of the failed write lie: no manifest was published at OUT."""
         log.warning("writing %s failed, and no dataset was published there; the parts its tasks "

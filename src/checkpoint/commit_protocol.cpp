@@ -167,10 +167,11 @@ Status wait_for_parts(Store& target, uint64_t step, uint32_t world_size,
     for (uint32_t r = 0; r < world_size; ++r) {
       if (counted[r]) continue;
       const std::string path = part_path(step, r);
-      ZW_ASSIGN_OR_RETURN(bool there, target.exists(path, metadata_deadline()));
-      if (!there) continue;
-      bool ours = coordinator.empty();
-      if (!ours) {
+      bool ours = false;
+      if (coordinator.empty()) {
+        ZW_ASSIGN_OR_RETURN(ours, target.exists(path, metadata_deadline()));
+      } else {
+        // Read at once, not after an exists(): one request a rank a poll (a round trip on S3).
         auto text = target.read(path, metadata_deadline());
         if (!text.is_ok() && text.status().code() == ErrorCode::kNotFound) continue;
         ZW_RETURN_IF_ERROR(text.status());

@@ -101,7 +101,8 @@ def start_ranks(script: Path, args: list, world_size: int, attempts: int = 4) ->
                  for rank in range(world_size)]
         # Workers that coordinate through files never listen: after 120 s they are on their own.
         deadline = time.monotonic() + 120
-        while procs[0].poll() is None and not _listening(procs[0].pid, port) and time.monotonic() < deadline:
+        while (procs[0].poll() is None and not _listening(procs[0].pid, port)
+               and time.monotonic() < deadline):
             time.sleep(0.05)
         if procs[0].poll() is None or procs[0].returncode == 0:
             return procs

@@ -5,10 +5,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import array
+import atexit
 import random
+import selectors
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -83,6 +89,125 @@ def free_port() -> int:
     raise RuntimeError(f"no free TCP port in [{low}, {ephemeral_low}) on 127.0.0.1")
 
 
+def python_process(argv: list, env: dict):
+    """`python ARGV...` with `env`, stdout and stderr piped as text: a Popen-like process forked
+    from a zygote that has imported torch already (tests/python/zygote.py: the import costs
+    about 2.5 s of CPU a process), or a plain subprocess.Popen where the zygote cannot be had or
+    $ZEROWAIT_TEST_NO_ZYGOTE is set."""
+    if not os.environ.get("ZEROWAIT_TEST_NO_ZYGOTE"):
+        server = _zygote()
+        if server is not None:
+            return ZygoteProcess(server, argv, env)
+    return subprocess.Popen([sys.executable, *argv], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+_zygote_lock = threading.Lock()
+_zygote_server: list = []  # [socket path, its Popen], once started; [None] if it failed
+
+
+def _zygote():
+    """The socket path of this process's zygote, started on first use; None if it failed."""
+    with _zygote_lock:
+        if not _zygote_server:
+            path = os.path.join(tempfile.mkdtemp(prefix="zw-zygote-"), "socket")
+            server = subprocess.Popen([sys.executable, str(Path(__file__).with_name("zygote.py")),
+                                       path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      text=True)
+            ready = server.stdout.readline().strip() == "ready"
+            _zygote_server[:] = [path, server] if ready else [None]
+            atexit.register(server.stdin.close)  # its stdin closing ends it
+        return _zygote_server[0]
+
+
+class ZygoteProcess:
+    """A child of the zygote with the interface of subprocess.Popen(..., stdout=PIPE,
+    stderr=PIPE, text=True) that the tests use: pid, args, returncode, poll, wait, communicate,
+    kill, terminate. Its exit status comes from the zygote (its parent) over the connection
+    that asked for it."""
+
+    def __init__(self, server: str, argv: list, env: dict):
+        self.args = [sys.executable, *argv]
+        self.returncode = None
+        self._out, self._err = [], []
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._conn.connect(server)
+        request = json.dumps({"argv": list(argv), "env": dict(env), "cwd": os.getcwd()})
+        self._conn.sendmsg([request.encode() + b"\n"], [(
+            socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [out_w, err_w]))])
+        os.close(out_w)
+        os.close(err_w)
+        self._pipes = {out_r: self._out, err_r: self._err}
+        self._received = b""
+        self.pid = int(self._line(None))
+
+    def _line(self, timeout):
+        """The next line from the zygote; None if none came within `timeout` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._received:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self._conn.settimeout(left)
+            try:
+                chunk = self._conn.recv(64)
+            except (TimeoutError, BlockingIOError):  # settimeout(0) makes recv non-blocking
+                return None
+            if not chunk:
+                raise RuntimeError(f"the zygote ended before {self.args[1:]} did")
+            self._received += chunk
+        line, self._received = self._received.split(b"\n", 1)
+        return line.decode()
+
+    def poll(self):
+        return self.wait(timeout=0) if self.returncode is None else self.returncode
+
+    def wait(self, timeout=None):
+        if self.returncode is None:
+            line = self._line(timeout)
+            if line is None:
+                if timeout == 0:
+                    return None
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            self.returncode = int(line)
+            self._conn.close()
+        return self.returncode
+
+    def communicate(self, timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with selectors.DefaultSelector() as selector:
+            for fd in self._pipes:
+                selector.register(fd, selectors.EVENT_READ)
+            while self._pipes:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise subprocess.TimeoutExpired(self.args, timeout)
+                for key, _ in selector.select(left):
+                    chunk = os.read(key.fd, 1 << 16)
+                    if chunk:
+                        self._pipes[key.fd].append(chunk)
+                    else:
+                        selector.unregister(key.fd)
+                        os.close(key.fd)
+                        del self._pipes[key.fd]
+        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return (b"".join(self._out).decode(errors="replace"),
+                b"".join(self._err).decode(errors="replace"))
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+
 def start_ranks(script: Path, args: list, world_size: int, attempts: int = 4) -> list:
     """Starts `python SCRIPT ARGS...` as the ranks of a job on this machine (RANK, WORLD_SIZE,
     MASTER_ADDR and MASTER_PORT in their environment), stdout and stderr piped as text.
@@ -95,9 +220,7 @@ def start_ranks(script: Path, args: list, world_size: int, attempts: int = 4) ->
         port = free_port()
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                    WORLD_SIZE=str(world_size))
-        procs = [subprocess.Popen([sys.executable, str(script), *map(str, args)],
-                                  env=dict(env, RANK=str(rank)), stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
+        procs = [python_process([str(script), *map(str, args)], env=dict(env, RANK=str(rank)))
                  for rank in range(world_size)]
         # Workers that coordinate through files never listen: after 120 s they are on their own.
         deadline = time.monotonic() + 120

@@ -31,7 +31,7 @@ using testing::save_and_wait;
 using testing::TempDir;
 using testing::TrainingState;
 
-bool contains(const std::string& haystack, const std::string& needle) {
+bool mentions(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
@@ -145,8 +145,8 @@ TEST(CheckpointRestore, ReadsThroughStagingInBatchesAndVerifiesThere) {
   options.staging_batch_bytes = 1 << 20;
   Status s = read_tensors(*target, manifest, std::span(&read, 1), options);
   ASSERT_EQ(s.code(), ErrorCode::kCorrupt) << s.to_string();
-  EXPECT_TRUE(contains(s.message(), largest.name)) << s.message();
-  EXPECT_TRUE(contains(s.message(), largest.file)) << s.message();
+  EXPECT_TRUE(mentions(s.message(), largest.name)) << s.message();
+  EXPECT_TRUE(mentions(s.message(), largest.file)) << s.message();
 }
 
 // Without CUDA, a read into device memory is refused by name before anything is copied.
@@ -161,8 +161,8 @@ TEST(CheckpointRestore, AReadIntoDeviceMemoryWithoutCudaNamesTheTensor) {
   TensorRead read{0, reinterpret_cast<std::byte*>(out.data()), false, /*device=*/0};
   Status s = read_tensors(*target, manifest, std::span(&read, 1));
   EXPECT_EQ(s.code(), ErrorCode::kUnsupported) << s.to_string();
-  EXPECT_TRUE(contains(s.message(), manifest.tensors[0].name)) << s.message();
-  EXPECT_TRUE(contains(s.message(), "CUDA device 0")) << s.message();
+  EXPECT_TRUE(mentions(s.message(), manifest.tensors[0].name)) << s.message();
+  EXPECT_TRUE(mentions(s.message(), "CUDA device 0")) << s.message();
 }
 
 // A save whose staging the caller fills on a CUDA stream: without CUDA that is refused, and the
@@ -258,16 +258,16 @@ TEST_P(ReadFaultTest, EveryFaultNamesTheFileAndOffsetWithinItsDeadline) {
     std::cout << "  " << c.name << " (" << (GetParam() ? "direct" : "page cache")
               << "): " << s.to_string() << "\n";
     ASSERT_EQ(s.code(), c.code) << s.to_string();
-    EXPECT_TRUE(contains(s.message(), file)) << s.message();
+    EXPECT_TRUE(mentions(s.message(), file)) << s.message();
     ASSERT_NE(faulted_offset_.load(), ~0ull) << "the rule never matched a read";
     // A corrupt tensor is named with its own offset, a failed read with the read's, a short
     // read with where the bytes ran out (half-way through the read).
     uint64_t offset = faulted_offset_.load();
     if (c.kind == Fault::Kind::kFlipByte) offset = tensor_.offset;
     if (c.kind == Fault::Kind::kShortRead) offset += faulted_length_.load() / 2;
-    EXPECT_TRUE(contains(s.message(), "offset " + std::to_string(offset))) << s.message();
+    EXPECT_TRUE(mentions(s.message(), "offset " + std::to_string(offset))) << s.message();
     if (c.kind == Fault::Kind::kFlipByte) {
-      EXPECT_TRUE(contains(s.message(), tensor_.name)) << s.message();
+      EXPECT_TRUE(mentions(s.message(), tensor_.name)) << s.message();
     }
     // Bounded by the restore's own deadline, not the 60 s default nor forever.
     EXPECT_LT(took, kDefaultReadTimeout / 2);
@@ -282,14 +282,14 @@ TEST_P(ReadFaultTest, VerifyAndTheMirrorCopyReportAFailingRead) {
   auto report = verify_step(*faulty_, 1);
   ASSERT_TRUE(report.is_ok()) << report.status().to_string();
   ASSERT_EQ(report.value().problems.size(), 1u);
-  EXPECT_TRUE(contains(report.value().problems[0], dir_ / tensor_.file))
+  EXPECT_TRUE(mentions(report.value().problems[0], dir_ / tensor_.file))
       << report.value().problems[0];
 
   inject(Fault::Kind::kFlipByte);
   auto mirror = testing::fresh_memory_store("mirror");
   Status mirrored = internal::mirror_step(*faulty_, *mirror, 1, kDefaultWriteTimeout);
   EXPECT_EQ(mirrored.code(), ErrorCode::kCorrupt) << mirrored.to_string();
-  EXPECT_TRUE(contains(mirrored.message(), dir_ / tensor_.file)) << mirrored.message();
+  EXPECT_TRUE(mentions(mirrored.message(), dir_ / tensor_.file)) << mirrored.message();
   EXPECT_TRUE(list_steps(*mirror).value().empty()) << "a damaged copy is not mirrored";
 }
 
@@ -309,7 +309,7 @@ TEST(CheckpointRestore, AStalledReadWithoutADeadlineEndsWhenReleased) {
   Status s = (*source)->read_at(20, buffer);
   release.join();
   EXPECT_EQ(s.code(), ErrorCode::kDeadlineExceeded) << s.to_string();
-  EXPECT_TRUE(contains(s.message(), dir / "f")) << s.message();
+  EXPECT_TRUE(mentions(s.message(), dir / "f")) << s.message();
 }
 
 // Steps 1..3 of a state saved to a local directory with a mirror; step N's tensors hold version
@@ -382,9 +382,9 @@ TEST_F(RestoreNewestTest, ADamagedPrimaryCopyIsReadFromTheMirrorThenAnOlderStep)
   ASSERT_EQ(r.value().skipped.size(), 1u);
   const SkippedCopy& skipped = r.value().skipped[0];
   EXPECT_EQ(skipped.why.code(), ErrorCode::kCorrupt);
-  EXPECT_TRUE(contains(skipped.why.message(), local_dir_ / "step-3/rank-00000-00000.safetensors"))
+  EXPECT_TRUE(mentions(skipped.why.message(), local_dir_ / "step-3/rank-00000-00000.safetensors"))
       << skipped.why.message();
-  EXPECT_TRUE(contains(skipped.why.message(), "/model/layer.1.weight")) << skipped.why.message();
+  EXPECT_TRUE(mentions(skipped.why.message(), "/model/layer.1.weight")) << skipped.why.message();
   EXPECT_EQ(told, std::vector<std::string>{"3 primary -> 3 mirror"});
 
   // Both copies of step 3 damaged: step 2's primary copy, each skip said in order.
@@ -402,7 +402,7 @@ TEST_F(RestoreNewestTest, ADamagedPrimaryCopyIsReadFromTheMirrorThenAnOlderStep)
   exact.step = 3;
   r = restore(*local_, mirror_.get(), exact);
   EXPECT_EQ(r.status().code(), ErrorCode::kCorrupt);
-  EXPECT_TRUE(contains(r.status().message(), mirror_dir_.path())) << r.status().to_string();
+  EXPECT_TRUE(mentions(r.status().message(), mirror_dir_.path())) << r.status().to_string();
   RestoreNewestOptions newest_only;
   newest_only.fallback = false;
   EXPECT_EQ(restore(*local_, mirror_.get(), newest_only).status().code(), ErrorCode::kCorrupt);
@@ -438,7 +438,7 @@ TEST_F(RestoreNewestTest, AStalledPrimaryReadFallsBackToTheMirrorWithinItsDeadli
   EXPECT_EQ(restored_, saved(3));
   ASSERT_EQ(r.value().skipped.size(), 1u);
   EXPECT_EQ(r.value().skipped[0].why.code(), ErrorCode::kDeadlineExceeded);
-  EXPECT_TRUE(contains(r.value().skipped[0].why.message(), local_dir_ / "step-3/"))
+  EXPECT_TRUE(mentions(r.value().skipped[0].why.message(), local_dir_ / "step-3/"))
       << r.value().skipped[0].why.message();
 }
 
@@ -481,7 +481,7 @@ TEST_F(RestoreNewestTest, ACallerErrorIsReturnedAtOnceAndNothingIsFoundInEmptyTi
   auto missing = make_local_store(empty / "no-such-mirror");
   r = restore_newest(*none, missing.get(), {}, [](const StepCopy&) { return Status::ok(); });
   EXPECT_EQ(r.status().code(), ErrorCode::kNotFound);
-  EXPECT_TRUE(contains(r.status().message(), "no committed checkpoint in " + empty.path()))
+  EXPECT_TRUE(mentions(r.status().message(), "no committed checkpoint in " + empty.path()))
       << r.status().message();
 }
 

@@ -15,11 +15,11 @@ using doctor::DoctorOptions;
 using doctor::Finding;
 using doctor::Severity;
 using testing::contains;
+using testing::kGiB;
 using testing::DoctorFixture;
 using testing::findings_of;
 using testing::only_finding;
 
-constexpr uint64_t kGiB = uint64_t(1) << 30;
 
 constexpr const char* kRootMount = "22 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n";
 
@@ -30,7 +30,7 @@ DoctorOptions paths(std::vector<std::string> list) {
 }
 
 // Every problem says why it matters and how to fix it, and names what it read.
-void expect_explained(const Finding& f) {
+void expect_problem_explained(const Finding& f) {
   EXPECT_FALSE(f.evidence.empty()) << f.check;
   if (f.severity == Severity::kWarn || f.severity == Severity::kFail) {
     EXPECT_FALSE(f.why.empty()) << f.check;
@@ -77,7 +77,7 @@ TEST(DoctorStorage, StrictAtimeWarnsAndRelatimeIsFine) {
   EXPECT_EQ(atime[0].severity, Severity::kWarn);
   EXPECT_TRUE(contains(atime[0].evidence, "/data mounted rw"));
   EXPECT_TRUE(contains(atime[0].fix, "mount -o remount,noatime /data"));
-  expect_explained(atime[0]);
+  expect_problem_explained(atime[0]);
   EXPECT_EQ(atime[1].severity, Severity::kOk);
   EXPECT_TRUE(contains(atime[1].summary, "relatime"));
 }
@@ -97,7 +97,7 @@ TEST(DoctorStorage, NfsMountOptionsThatStallTrainingAreFlagged) {
     EXPECT_EQ(f.severity, Severity::kWarn) << check;
     EXPECT_EQ(f.subject, "/data");
     EXPECT_TRUE(contains(f.evidence, "vers=3,rsize=65536")) << check;
-    expect_explained(f);
+    expect_problem_explained(f);
     EXPECT_TRUE(contains(f.fix, "filer:/export /data")) << check;
   }
   EXPECT_EQ(only_finding(report, "storage.nfs_version").summary, "NFS mounted vers=3");
@@ -152,7 +152,7 @@ TEST(DoctorStorage, ReadAheadIsJudgedByFilesystemKind) {
   EXPECT_EQ(read_ahead[0].severity, Severity::kWarn);
   EXPECT_EQ(read_ahead[0].evidence, "/sys/class/bdi/0:53/read_ahead_kb: 128");
   EXPECT_TRUE(contains(read_ahead[0].fix, "echo 4096 > /sys/class/bdi/0:53/read_ahead_kb"));
-  expect_explained(read_ahead[0]);
+  expect_problem_explained(read_ahead[0]);
   EXPECT_EQ(read_ahead[1].severity, Severity::kOk);
   EXPECT_EQ(read_ahead[2].severity, Severity::kOk);
   EXPECT_EQ(read_ahead[3].severity, Severity::kWarn);
@@ -180,7 +180,7 @@ TEST(DoctorStorage, BfqOnAnSsdWarnsAndOtherSchedulersPass) {
   EXPECT_EQ(scheduler[0].severity, Severity::kWarn);
   EXPECT_TRUE(contains(scheduler[0].evidence, "[bfq]"));
   EXPECT_TRUE(contains(scheduler[0].fix, "echo none > /sys/dev/block/259:1/../queue/scheduler"));
-  expect_explained(scheduler[0]);
+  expect_problem_explained(scheduler[0]);
   EXPECT_EQ(scheduler[1].severity, Severity::kOk);
   EXPECT_EQ(scheduler[1].summary, "bfq on a rotational device");
   EXPECT_EQ(scheduler[2].severity, Severity::kInfo);
@@ -209,7 +209,7 @@ TEST(DoctorStorage, FreeSpaceAndInodesAreJudgedAgainstTheirTotals) {
   EXPECT_EQ(space[0].severity, Severity::kFail);  // 1.5 %
   EXPECT_EQ(space[0].summary, "15.0 GiB free of 1000 GiB (1.5 %)");
   EXPECT_TRUE(contains(space[0].fix, "df -h /full"));
-  expect_explained(space[0]);
+  expect_problem_explained(space[0]);
   EXPECT_EQ(space[1].severity, Severity::kWarn);  // 5 %
   EXPECT_EQ(space[2].severity, Severity::kOk);
   const auto inodes = findings_of(report, "storage.free_inodes");
@@ -217,7 +217,7 @@ TEST(DoctorStorage, FreeSpaceAndInodesAreJudgedAgainstTheirTotals) {
   EXPECT_EQ(inodes[0].severity, Severity::kFail);  // 0.5 %
   EXPECT_TRUE(contains(inodes[0].summary, "5,000 inodes free of 1,000,000"));
   EXPECT_TRUE(contains(inodes[0].fix, "find /full -xdev -type f | cut -d/ -f1-4"));
-  expect_explained(inodes[0]);
+  expect_problem_explained(inodes[0]);
   EXPECT_EQ(inodes[1].severity, Severity::kWarn);  // 3 %
 }
 
@@ -235,7 +235,7 @@ TEST(DoctorStorage, ODirectProbeResultIsReported) {
   EXPECT_EQ(probes[0].severity, Severity::kWarn);
   EXPECT_TRUE(contains(probes[0].evidence, "EINVAL"));
   EXPECT_TRUE(contains(probes[0].fix, "io=\"pread\""));
-  expect_explained(probes[0]);
+  expect_problem_explained(probes[0]);
   EXPECT_EQ(probes[1].severity, Severity::kOk);
   EXPECT_EQ(probes[2].severity, Severity::kInfo);
 }
@@ -258,7 +258,7 @@ TEST(DoctorStorage, ATreeOfSmallFilesWarnsWithTheMeasuredGainFromPacking) {
   EXPECT_TRUE(contains(f.evidence, "measured on 200 files"));
   EXPECT_TRUE(contains(f.fix, "zerowait pack /data/train -o /data/train.zw"));
   EXPECT_TRUE(contains(f.fix, "zerowait bench files /data/train --dataset /data/train.zw"));
-  expect_explained(f);
+  expect_problem_explained(f);
 }
 
 TEST(DoctorStorage, TheSampleStopsAtItsBoundAndSaysSo) {

@@ -15,12 +15,12 @@ using doctor::DoctorReport;
 using doctor::Finding;
 using doctor::Severity;
 using testing::contains;
+using testing::kGiB;
+using testing::kMiB;
 using testing::DoctorFixture;
 using testing::findings_of;
 using testing::only_finding;
 
-constexpr uint64_t kMiB = uint64_t(1) << 20;
-constexpr uint64_t kGiB = uint64_t(1) << 30;
 
 // A problem names what it read, why it matters and the fix.
 void expect_explained(const Finding& f) {

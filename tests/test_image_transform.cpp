@@ -114,7 +114,7 @@ std::vector<uint8_t> reference_random_resized_crop(const Bytes& jpeg, const Imag
 
 // ---- Running the decoder ---------------------------------------------------------------------
 
-std::vector<uint8_t> decode_ok(ImageDecoder& decoder, const Bytes& jpeg, const ImageTransform& t,
+std::vector<uint8_t> decode_jpeg_ok(ImageDecoder& decoder, const Bytes& jpeg, const ImageTransform& t,
                                uint64_t seed) {
   std::vector<uint8_t> out(size_t(t.size) * t.size * 3);
   const Status s = decoder.decode(jpeg, t, seed, out);
@@ -122,9 +122,9 @@ std::vector<uint8_t> decode_ok(ImageDecoder& decoder, const Bytes& jpeg, const I
   return out;
 }
 
-std::vector<uint8_t> decode_ok(const Bytes& jpeg, const ImageTransform& t, uint64_t seed) {
+std::vector<uint8_t> decode_jpeg_ok(const Bytes& jpeg, const ImageTransform& t, uint64_t seed) {
   ImageDecoder decoder;
-  return decode_ok(decoder, jpeg, t, seed);
+  return decode_jpeg_ok(decoder, jpeg, t, seed);
 }
 
 double mean_abs_diff(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
@@ -407,9 +407,9 @@ TEST(ImageDecoder, SameSeedSameBytesDifferentSeedsDifferentCrops) {
     ImageDecoder reused;
     std::set<std::vector<uint8_t>> distinct;
     for (uint64_t seed = 0; seed < 20; ++seed) {
-      const std::vector<uint8_t> a = decode_ok(reused, jpeg, t, seed);
-      decode_ok(reused, other, t, seed + 100);  // state from another image must not leak
-      const std::vector<uint8_t> b = decode_ok(jpeg, t, seed);  // a fresh decoder
+      const std::vector<uint8_t> a = decode_jpeg_ok(reused, jpeg, t, seed);
+      decode_jpeg_ok(reused, other, t, seed + 100);  // state from another image must not leak
+      const std::vector<uint8_t> b = decode_jpeg_ok(jpeg, t, seed);  // a fresh decoder
       ASSERT_EQ(a.size(), 96u * 96 * 3);
       EXPECT_EQ(a, b) << "seed " << seed;
       distinct.insert(a);
@@ -428,8 +428,8 @@ TEST(ImageDecoder, FlipIsTheMirrorOfTheUnflippedOutput) {
       ImageTransform flipping = plain;
       flipping.random_flip = true;
       const bool flip = random_resized_crop_box(400, 300, flipping, seed).flip;
-      const std::vector<uint8_t> a = decode_ok(jpeg, plain, seed);
-      const std::vector<uint8_t> b = decode_ok(jpeg, flipping, seed);
+      const std::vector<uint8_t> a = decode_jpeg_ok(jpeg, plain, seed);
+      const std::vector<uint8_t> b = decode_jpeg_ok(jpeg, flipping, seed);
       EXPECT_EQ(b, flip ? mirror(a, 64) : a) << "seed " << seed;
       flipped_seeds += flip;
     }
@@ -447,7 +447,7 @@ TEST(ImageDecoder, PartialDecodeMatchesFullDecode) {
     const Bytes jpeg = smooth_jpeg(523, 397, subsamp);
     const ImageTransform t{.size = 128, .random_flip = true, .dct_downscale = false};
     for (uint64_t seed = 0; seed < 8; ++seed) {
-      const std::vector<uint8_t> ours = decode_ok(jpeg, t, seed);
+      const std::vector<uint8_t> ours = decode_jpeg_ok(jpeg, t, seed);
       const std::vector<uint8_t> ref = reference_random_resized_crop(jpeg, t, seed);
       EXPECT_LE(max_abs_diff(ours, ref), 2) << "subsamp " << subsamp << " seed " << seed;
       EXPECT_LT(mean_abs_diff(ours, ref), 0.05) << "subsamp " << subsamp << " seed " << seed;
@@ -463,7 +463,7 @@ TEST(ImageDecoder, DctScaledDecodeIsCloseToFullDecode) {
     for (const double scale_min : {0.08, 0.5}) {
       const ImageTransform t{.scale_min = scale_min, .random_flip = true};
       for (uint64_t seed = 0; seed < 10; ++seed) {
-        const std::vector<uint8_t> ours = decode_ok(jpeg, t, seed);
+        const std::vector<uint8_t> ours = decode_jpeg_ok(jpeg, t, seed);
         const std::vector<uint8_t> ref = reference_random_resized_crop(jpeg, t, seed);
         EXPECT_LT(mean_abs_diff(ours, ref), 3.0) << "subsamp " << subsamp << " seed " << seed;
       }
@@ -478,7 +478,7 @@ TEST(ImageDecoder, CentreCropEqualsResizeThenCrop) {
        std::vector<std::pair<int, int>>{{500, 375}, {301, 433}, {260, 260}, {1000, 750}}) {
     const Bytes jpeg = smooth_jpeg(w, h, TJSAMP_444);
     const ImageTransform t{.mode = Mode::kResizeCenterCrop, .dct_downscale = false};
-    const std::vector<uint8_t> ours = decode_ok(jpeg, t, 0);
+    const std::vector<uint8_t> ours = decode_jpeg_ok(jpeg, t, 0);
 
     const Decoded d = full_decode(jpeg);
     const int short_side = std::min(w, h), long_side = std::max(w, h);
@@ -498,7 +498,7 @@ TEST(ImageDecoder, CentreCropEqualsResizeThenCrop) {
     // And with DCT scaling (no effect below 2x the output size, near for larger ones).
     ImageTransform fast = t;
     fast.dct_downscale = true;
-    EXPECT_LT(mean_abs_diff(decode_ok(jpeg, fast, 0), ref), 3.0) << w << "x" << h;
+    EXPECT_LT(mean_abs_diff(decode_jpeg_ok(jpeg, fast, 0), ref), 3.0) << w << "x" << h;
   }
 }
 
@@ -509,7 +509,7 @@ TEST(ImageDecoder, SolidColourStaysThatColour) {
   const uint8_t* colour = &d.rgb[(size_t(250) * 700 + 350) * 3];
   for (const Mode mode : {Mode::kResizeCenterCrop, Mode::kRandomResizedCrop}) {
     for (uint64_t seed = 0; seed < 4; ++seed) {
-      const std::vector<uint8_t> out = decode_ok(jpeg, ImageTransform{.mode = mode}, seed);
+      const std::vector<uint8_t> out = decode_jpeg_ok(jpeg, ImageTransform{.mode = mode}, seed);
       for (size_t i = 0; i < out.size(); i += 3) {
         ASSERT_NEAR(out[i + 0], colour[0], 1) << i;
         ASSERT_NEAR(out[i + 1], colour[1], 1) << i;
@@ -527,10 +527,10 @@ TEST(ImageDecoder, GradientKeepsItsOrientation) {
     for (uint64_t seed = 0; seed < 10; ++seed) {
       const ImageTransform t{.mode = mode, .size = n, .random_flip = true};
       const bool flip = random_resized_crop_box(640, 480, t, seed).flip;
-      const std::vector<uint8_t> h = decode_ok(horizontal, t, seed);
+      const std::vector<uint8_t> h = decode_jpeg_ok(horizontal, t, seed);
       const double left = band_mean(h, n, 0, n / 4), right = band_mean(h, n, 3 * n / 4, n);
       EXPECT_GT(flip ? left : right, (flip ? right : left) + 10) << "seed " << seed;
-      const std::vector<uint8_t> v = decode_ok(vertical, t, seed);
+      const std::vector<uint8_t> v = decode_jpeg_ok(vertical, t, seed);
       EXPECT_GT(band_mean(v, n, 3 * n / 4, n, true), band_mean(v, n, 0, n / 4, true) + 10);
     }
   }
@@ -555,7 +555,7 @@ TEST(ImageDecoder, ImagesSmallerThanTheOutputAreUpsampledLikePillow) {
       std::vector<uint8_t> want = pillow_resample(
           crop, c.width, c.height, {0, 0, double(c.width), double(c.height)}, kSize, kSize);
       if (c.flip) want = mirror(want, kSize);
-      const std::vector<uint8_t> got = decode_ok(jpeg, random, seed);
+      const std::vector<uint8_t> got = decode_jpeg_ok(jpeg, random, seed);
       EXPECT_LE(max_abs_diff(got, want), 1) << w << "x" << h << " seed " << seed;
       EXPECT_LT(mean_abs_diff(got, want), 0.02) << w << "x" << h << " seed " << seed;
     }
@@ -573,7 +573,7 @@ TEST(ImageDecoder, ImagesSmallerThanTheOutputAreUpsampledLikePillow) {
       std::memcpy(&want[size_t(y) * kSize * 3], &resized[(size_t(top + y) * rw + left) * 3],
                   size_t(kSize) * 3);
     }
-    const std::vector<uint8_t> got = decode_ok(jpeg, centre, 0);
+    const std::vector<uint8_t> got = decode_jpeg_ok(jpeg, centre, 0);
     EXPECT_LE(max_abs_diff(got, want), 1) << w << "x" << h << " centre crop";
     EXPECT_LT(mean_abs_diff(got, want), 0.02) << w << "x" << h << " centre crop";
   }
@@ -586,7 +586,7 @@ TEST(ImageDecoder, GrayscaleComesOutAsEqualChannels) {
   for (size_t i = 0; i < gray.size(); ++i) gray[i] = uint8_t((i % 320) * 255 / 319);
   const Bytes jpeg = encode(gray, 320, 240, TJPF_GRAY, TJSAMP_GRAY);
   for (uint64_t seed = 0; seed < 5; ++seed) {
-    const std::vector<uint8_t> out = decode_ok(jpeg, ImageTransform{.size = 100}, seed);
+    const std::vector<uint8_t> out = decode_jpeg_ok(jpeg, ImageTransform{.size = 100}, seed);
     for (size_t i = 0; i < out.size(); i += 3) {
       ASSERT_EQ(out[i], out[i + 1]);
       ASSERT_EQ(out[i], out[i + 2]);
@@ -606,7 +606,7 @@ TEST(ImageDecoder, CmykIsConvertedLikePillow) {
     cmyk[i + 3] = 255;
   }
   const Bytes jpeg = encode(cmyk, 256, 256, TJPF_CMYK, TJSAMP_444, 95);
-  const std::vector<uint8_t> out = decode_ok(jpeg, ImageTransform{.size = 32}, 1);
+  const std::vector<uint8_t> out = decode_jpeg_ok(jpeg, ImageTransform{.size = 32}, 1);
   for (size_t i = 0; i < out.size(); i += 3) {
     ASSERT_NEAR(out[i + 0], 255, 3);
     ASSERT_NEAR(out[i + 1], 0, 3);
@@ -620,7 +620,7 @@ TEST(ImageDecoder, ProgressiveJpegDecodes) {
   const Bytes progressive = encode(pixels, 600, 450, TJPF_RGB, TJSAMP_420, 90, TJFLAG_PROGRESSIVE);
   for (uint64_t seed = 0; seed < 4; ++seed) {
     const ImageTransform t{.random_flip = true};
-    EXPECT_LT(mean_abs_diff(decode_ok(progressive, t, seed), decode_ok(baseline, t, seed)), 1.0);
+    EXPECT_LT(mean_abs_diff(decode_jpeg_ok(progressive, t, seed), decode_jpeg_ok(baseline, t, seed)), 1.0);
   }
 }
 
@@ -640,7 +640,7 @@ TEST(ImageDecoder, GarbageAndEmptyInputAreCorrupt) {
   const Bytes png_start = testing::to_bytes(std::string("\x89PNG\r\n\x1a\n", 8));
   EXPECT_EQ(decoder.decode(png_start, ImageTransform{}, 0, out).code(), ErrorCode::kCorrupt);
   // And the decoder still works afterwards.
-  decode_ok(decoder, smooth_jpeg(300, 300), ImageTransform{}, 0);
+  decode_jpeg_ok(decoder, smooth_jpeg(300, 300), ImageTransform{}, 0);
 }
 
 // A JPEG without Huffman tables (an abbreviated file, or a damaged one) decodes with the standard
@@ -668,14 +668,14 @@ TEST(ImageDecoder, AJpegWithoutTablesDecodesAsInANewDecoderWhateverCameBefore) {
   }
   ASSERT_LT(abbreviated.size(), baseline.size());
   const ImageTransform t{.size = 32};
-  const std::vector<uint8_t> alone = decode_ok(abbreviated, t, 1);
-  EXPECT_EQ(alone, decode_ok(baseline, t, 1));
+  const std::vector<uint8_t> alone = decode_jpeg_ok(abbreviated, t, 1);
+  EXPECT_EQ(alone, decode_jpeg_ok(baseline, t, 1));
   // After a progressive JPEG, whose tables are optimised for its own pixels.
   ImageDecoder decoder;
-  decode_ok(decoder, encode(ramp_picture(300, 200), 300, 200, TJPF_RGB, TJSAMP_444, 75,
+  decode_jpeg_ok(decoder, encode(ramp_picture(300, 200), 300, 200, TJPF_RGB, TJSAMP_444, 75,
                             TJFLAG_PROGRESSIVE),
             t, 2);
-  EXPECT_EQ(decode_ok(decoder, abbreviated, t, 1), alone);
+  EXPECT_EQ(decode_jpeg_ok(decoder, abbreviated, t, 1), alone);
 }
 
 TEST(ImageDecoder, TruncatedJpegIsCorruptWhenTheCropNeedsTheMissingRows) {
@@ -740,7 +740,7 @@ TEST(ImageDecoder, DamagedJpegsFailCleanly) {
                   s.code() == ErrorCode::kUnsupported)
           << s.to_string();
     }
-    EXPECT_EQ(decode_ok(decoder, jpeg, t, 0), decode_ok(jpeg, t, 0));
+    EXPECT_EQ(decode_jpeg_ok(decoder, jpeg, t, 0), decode_jpeg_ok(jpeg, t, 0));
   }
 }
 

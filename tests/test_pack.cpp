@@ -19,10 +19,6 @@ namespace {
 namespace fs = std::filesystem;
 using testing::TempDir;
 
-std::string str(std::span<const std::byte> b) {
-  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
-}
-
 // key -> field -> bytes, for every sample of a dataset.
 std::map<std::string, std::map<std::string, std::string>> read_all(const std::string& path) {
   std::map<std::string, std::map<std::string, std::string>> out;
@@ -35,7 +31,7 @@ std::map<std::string, std::map<std::string, std::string>> read_all(const std::st
     if (!s.is_ok()) continue;
     std::string key(s->view.key);
     EXPECT_EQ(out.count(key), 0u) << "sample " << key << " packed twice";
-    for (const auto& f : s->view.fields) out[key][std::string(f.name)] = str(f.bytes);
+    for (const auto& f : s->view.fields) out[key][std::string(f.name)] = testing::to_string(f.bytes);
   }
   return out;
 }

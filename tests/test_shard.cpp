@@ -27,10 +27,6 @@ std::span<const std::byte> bytes_of(const std::string& s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
 }
 
-std::string str(std::span<const std::byte> b) {
-  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
-}
-
 void write_shard(const std::string& path, const std::vector<TestSample>& samples,
                  ShardWriterOptions options = {}) {
   auto writer = ShardWriter::create(path, options);
@@ -56,7 +52,7 @@ void expect_same(const ShardReader& reader, const std::vector<TestSample>& sampl
     for (const auto& [name, value] : samples[i].fields) {
       const FieldView* f = sample->view.field(name);
       ASSERT_NE(f, nullptr) << name;
-      EXPECT_EQ(str(f->bytes), value) << samples[i].key << "." << name;
+      EXPECT_EQ(testing::to_string(f->bytes), value) << samples[i].key << "." << name;
     }
   }
 }
@@ -129,7 +125,7 @@ TEST(Shard, ReadSamplesContiguous) {
   for (size_t i = 0; i < 20; ++i) {
     EXPECT_EQ((*views)[i].key, samples[10 + i].key);
     for (const auto& [name, value] : samples[10 + i].fields) {
-      EXPECT_EQ(str((*views)[i].field(name)->bytes), value);
+      EXPECT_EQ(testing::to_string((*views)[i].field(name)->bytes), value);
     }
   }
   EXPECT_EQ(reader->read_samples(40, 11, buffer).status().code(), ErrorCode::kInvalidArgument);
@@ -569,10 +565,10 @@ TEST(Shard, OffsetsPast4GiBInSparseFile) {
   EXPECT_EQ((*reader)->index().samples[1].size, big);
   auto s2 = (*reader)->read_sample(2, {.verify = true});
   ASSERT_TRUE(s2.is_ok()) << s2.status().to_string();
-  EXPECT_EQ(str(s2->view.field("bin")->bytes), tail);
+  EXPECT_EQ(testing::to_string(s2->view.field("bin")->bytes), tail);
   auto s0 = (*reader)->read_sample(0, {.verify = true});
   ASSERT_TRUE(s0.is_ok());
-  EXPECT_EQ(str(s0->view.fields[0].bytes), "first");
+  EXPECT_EQ(testing::to_string(s0->view.fields[0].bytes), "first");
 }
 
 }  // namespace

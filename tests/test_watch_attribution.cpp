@@ -27,7 +27,7 @@ using observe::SystemSample;
 using testing::contains;
 using testing::DoctorFixture;
 
-constexpr pid_t kPid = 4242;
+constexpr pid_t kJobPid = 4242;
 
 // The job's main thread in `state`, inside `syscall` ("running", or a name from the table with
 // its first argument), with fds planted by the caller.
@@ -35,7 +35,7 @@ class MainThread {
  public:
   explicit MainThread(char state = 'S') { set_state(state); }
   void set_state(char state) {
-    fx_.file(task_ + "/stat", std::to_string(kPid) + " (python3) " + state +
+    fx_.file(task_ + "/stat", std::to_string(kJobPid) + " (python3) " + state +
                                   " 1 1 1 0 -1 0 0 0 0 0 5 6 0 0 20 0 3 0 100 1000 50\n");
   }
   void in_syscall(const std::string& name, uint64_t first_arg = 0) {
@@ -48,19 +48,19 @@ class MainThread {
   }
   void syscall_text(const std::string& text) { fx_.file(task_ + "/syscall", text); }
   void thread_named(pid_t tid, const std::string& name) {
-    fx_.file("/proc/" + std::to_string(kPid) + "/task/" + std::to_string(tid) + "/comm",
+    fx_.file("/proc/" + std::to_string(kJobPid) + "/task/" + std::to_string(tid) + "/comm",
              name + "\n");
   }
   // /proc/PID/net/unix's rows, after its header line.
   void net_unix(const std::string& rows) {
-    fx_.file("/proc/" + std::to_string(kPid) + "/net/unix",
+    fx_.file("/proc/" + std::to_string(kJobPid) + "/net/unix",
              "Num       RefCount Protocol Flags    Type St Inode Path\n" + rows);
   }
   void fd(int number, const std::string& target) {
-    fx_.link("/proc/" + std::to_string(kPid) + "/fd/" + std::to_string(number), target);
+    fx_.link("/proc/" + std::to_string(kJobPid) + "/fd/" + std::to_string(number), target);
   }
   std::optional<observe::ThreadActivity> classify(bool has_children = false) const {
-    return observe::classify_thread(host::System(fx_.root()), kPid, kPid, has_children);
+    return observe::classify_thread(host::System(fx_.root()), kJobPid, kJobPid, has_children);
   }
   // The class, "gone" when there is none.
   std::string activity(bool has_children = false) const {
@@ -70,7 +70,7 @@ class MainThread {
 
  private:
   DoctorFixture fx_;
-  std::string task_ = "/proc/" + std::to_string(kPid) + "/task/" + std::to_string(kPid);
+  std::string task_ = "/proc/" + std::to_string(kJobPid) + "/task/" + std::to_string(kJobPid);
 };
 
 TEST(FdKind, LinkTargetsName) {
@@ -183,7 +183,7 @@ TEST(ThreadActivity, GoneZombieOrUnreadable) {
   EXPECT_EQ(t.activity(), "gone") << "a zombie is not the job any more";
   DoctorFixture empty;
   empty.dir("/proc");
-  EXPECT_FALSE(observe::classify_thread(host::System(empty.root()), kPid, kPid, false));
+  EXPECT_FALSE(observe::classify_thread(host::System(empty.root()), kJobPid, kJobPid, false));
   // No syscall file (no ptrace rights): the state alone says running or not.
   MainThread r('R');
   EXPECT_EQ(r.activity(), "compute");

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -12,6 +13,9 @@
 #include "zerowait/diagnose/doctor.hpp"
 
 namespace zerowait::testing {
+
+inline constexpr uint64_t kMiB = uint64_t(1) << 20;
+inline constexpr uint64_t kGiB = uint64_t(1) << 30;
 
 class DoctorFixture {
  public:

@@ -68,7 +68,7 @@ std::vector<std::byte> to_bytes(const std::string& s) {
   return out;
 }
 
-std::string to_string(const std::vector<std::byte>& b) {
+std::string to_string(std::span<const std::byte> b) {
   return std::string(reinterpret_cast<const char*>(b.data()), b.size());
 }
 

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -33,7 +34,7 @@ std::string read_file(const std::string& path);
 // moment its parent chooses (after something it waits for has happened).
 bool wait_for_file(const std::string& path, std::chrono::milliseconds limit);
 std::vector<std::byte> to_bytes(const std::string& s);
-std::string to_string(const std::vector<std::byte>& b);
+std::string to_string(std::span<const std::byte> b);
 
 // `size` bytes from a generator seeded with `seed`: the same seed, the same bytes.
 std::string random_bytes(size_t size, uint64_t seed);

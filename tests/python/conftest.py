@@ -40,7 +40,7 @@ def _cuda_absent_reason() -> str:
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``gpu`` skip, with the reason, where there is no CUDA device. Under
-    pytest-xdist (``-n 2 --dist loadgroup``, as scripts/test.sh runs), the tests that use the S3
+    pytest-xdist (``-n 3 --dist loadgroup``, as scripts/test.sh runs on 2 cores), the tests that use the S3
     server run on one worker, which starts it once."""
     gpu_tests = [item for item in items if item.get_closest_marker("gpu") is not None]
     reason = _cuda_absent_reason() if gpu_tests else ""

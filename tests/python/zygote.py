@@ -64,7 +64,12 @@ def serve(path: str):
             return None
         if listener in readable:
             conn, _ = listener.accept()
-            request, (out, err) = _receive(conn)
+            try:
+                request, (out, err) = _receive(conn)
+            except (OSError, EOFError, ValueError) as e:  # that client's loss, not the others'
+                print(f"zygote: a request could not be read: {e}", file=sys.stderr, flush=True)
+                conn.close()
+                continue
             sys.stdout.flush()
             sys.stderr.flush()
             pid = os.fork()

@@ -63,7 +63,10 @@ TEST_APT_PACKAGES=(
 )
 # Build requirements (Debian 12's cmake and ninja serve the build) and a CPU build of torch:
 # zerowait needs no torchvision.
-PY_REQUIREMENTS=("scikit-build-core>=0.10" "pybind11>=2.12" numpy pillow)
+# The build requirements are installed first: the C++ build starts once they (and the system
+# packages) are in, while pip goes on with the rest beside it.
+BUILD_REQUIREMENTS=("scikit-build-core>=0.10" "pybind11>=2.12" numpy)
+PY_REQUIREMENTS=(pillow)
 TORCH_REQUIREMENTS=("torch==2.13.0")
 # What only the tests need; torch with the torchvision built against it, a matching pair (the
 # CUDA builds of both, which run on the CPU too: PyPI's torchvision is built against them, and
@@ -137,14 +140,19 @@ python_environment() {
     echo "using .venv ($("$VPY" --version))"
   fi
   # The stamp skips pip entirely when nothing changed.
-  local stamp="$VENV/.zerowait-requirements" wanted="${PY_REQUIREMENTS[*]} ${TORCH_REQUIREMENTS[*]}"
+  local stamp="$VENV/.zerowait-requirements"
+  local wanted="${BUILD_REQUIREMENTS[*]} ${PY_REQUIREMENTS[*]} ${TORCH_REQUIREMENTS[*]}"
   if [[ "$(cat "$stamp" 2>/dev/null || true)" == "$wanted" ]]; then
     echo "Python requirements already installed"
+    touch "$BUILD_READY"
     return 0
   fi
-  echo "installing ${PY_REQUIREMENTS[*]}"
-  pip_install --quiet "${PY_REQUIREMENTS[@]}" ||
+  echo "installing ${BUILD_REQUIREMENTS[*]}"
+  pip_install --quiet "${BUILD_REQUIREMENTS[@]}" ||
     die "pip install of the build requirements failed"
+  touch "$BUILD_READY"
+  echo "installing ${PY_REQUIREMENTS[*]}"
+  pip_install --quiet "${PY_REQUIREMENTS[@]}" || die "pip install ${PY_REQUIREMENTS[*]} failed"
   echo "installing ${TORCH_REQUIREMENTS[*]} (large; a minute or two)"
   pip_install --quiet "${TORCH_REQUIREMENTS[@]}" ||
     die "pip install ${TORCH_REQUIREMENTS[*]} failed"
@@ -157,27 +165,41 @@ command -v "$PYTHON" >/dev/null || apt_install python3
   die "zerowait needs Python >= 3.10; '$PYTHON' is $("$PYTHON" --version 2>&1)"
 "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null || apt_install python3-venv
 
-# The Python environment (pip: torch is large) is made while apt installs the system packages:
-# neither needs the other until the build.
+# The Python environment (pip: torch is large) is made while apt installs the system packages,
+# and the C++ build runs while pip installs what only the tests and users' scripts import: the
+# build needs the system packages and the build requirements, nothing else (on 2 cores the
+# overlap takes about a minute off a first setup).
 step "system packages, and the Python environment in .venv beside them"
 PIP_LOG="$(mktemp)"
+BUILD_READY="$(mktemp -u)"  # python_environment creates it once the build requirements are in
 python_environment >"$PIP_LOG" 2>&1 &
 PIP_PID=$!
+show_pip_log() {
+  sed 's/^/  .venv: /' "$PIP_LOG"
+  rm -f "$PIP_LOG" "$BUILD_READY"
+}
 apt_install "${APT_PACKAGES[@]}" || { kill "$PIP_PID" 2>/dev/null; die "apt-get failed"; }
-pip_status=0
-wait "$PIP_PID" || pip_status=$?
-sed 's/^/  .venv: /' "$PIP_LOG"
-rm -f "$PIP_LOG"
-((pip_status == 0)) || die "the Python environment could not be made (above)"
+while [[ ! -e "$BUILD_READY" ]] && kill -0 "$PIP_PID" 2>/dev/null; do sleep 1; done
+if [[ ! -e "$BUILD_READY" ]]; then
+  wait "$PIP_PID" || true
+  show_pip_log
+  die "the Python environment could not be made (above)"
+fi
 
 # --- the package and the `zerowait` command ----------------------------------------------------
-step "building and installing zerowait into .venv (pip install .)"
+step "building and installing zerowait into .venv (pip install .), pip's other installs beside it"
 # --no-build-isolation: build with the venv's scikit-build-core and pybind11 instead of fetching
 # them again; the fixed build directory (pyproject.toml) makes a re-install incremental.
 if [[ ! -d "$ROOT/build" ]] || ! ls "$ROOT"/build/cp*/CMakeCache.txt >/dev/null 2>&1; then
   echo "first build of the C++ core: a few minutes on 2 cores"
 fi
-pip_install --quiet --no-build-isolation "$ROOT" ||
+build_status=0
+pip_install --quiet --no-build-isolation "$ROOT" || build_status=$?
+pip_status=0
+wait "$PIP_PID" || pip_status=$?
+show_pip_log
+((pip_status == 0)) || die "the Python environment could not be made (above)"
+((build_status == 0)) ||
   die "pip install . failed; rerun with: $VPY -m pip install -v --no-build-isolation ."
 ZW="$VENV/bin/zerowait"
 [[ -x "$ZW" ]] || die "the zerowait command is missing from .venv/bin after pip install"

@@ -171,6 +171,12 @@ TEST(SystemSampler, MainThreadIsClassifiedWhenAskedUntilTheProcessExits) {
   const std::optional<SystemSample> exiting = sampler.take(2.0);
   ASSERT_TRUE(exiting.has_value());
   EXPECT_FALSE(exiting->main.has_value()) << "the process had released its memory";
+  // Gone altogether, reaped between the read of its main thread and the read of the tree: no
+  // sample of the job either (it once gave one with an RSS of 0, under load).
+  std::filesystem::remove(fx.root() + "/proc/100/stat");
+  const std::optional<SystemSample> gone = sampler.take(2.5);
+  ASSERT_TRUE(gone.has_value());
+  EXPECT_FALSE(gone->main.has_value()) << "the process was gone";
 }
 
 TEST(SystemSampler, MissingFilesGiveZerosNotACrash) {

@@ -120,7 +120,12 @@ ProcReading read_proc(const host::System& system, pid_t pid, double t) {
     stats[p] = *stat;
     children.emplace(stat->ppid, p);
   }
-  if (stats.find(pid) == stats.end()) return r;  // gone: no tree
+  if (stats.find(pid) == stats.end()) {
+    // Gone (reaped between the read of its main thread and this one): no tree, and what that
+    // thread was doing was not the job's work.
+    r.exiting = true;
+    return r;
+  }
   r.has_children = children.count(pid) != 0;
   r.root = pid;
   r.children = static_cast<int>(children.count(pid));

@@ -49,8 +49,8 @@ struct ProcReading {
   bool has_children = false;                      // the root pid has child processes
   pid_t root = 0;                                 // the tree's root pid
   int children = 0;                               // its direct children (DataLoader workers)
-  // The root pid holds no resident page: it has released its memory in exit() and is about to
-  // become a zombie. What its main thread does now is not the job's work.
+  // The root pid holds no resident page (it has released its memory in exit() and is about to
+  // become a zombie) or is gone. What its main thread does now is not the job's work.
   bool exiting = false;
 };
 

@@ -107,7 +107,8 @@ EOF
 plain_cpp_tests() {
   cmake_build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
   local rc=0
-  ctest --test-dir build --output-on-failure -j "$CTEST_JOBS" --output-junit ctest-junit.xml || rc=$?
+  ctest --test-dir build --output-on-failure -j "$CTEST_JOBS" --output-junit ctest-junit.xml ||
+    rc=$?
   slowest_of build/ctest-junit.xml ctest
   return $rc
 }
@@ -122,8 +123,8 @@ sanitized_cpp_tests_and_fuzzers() {
   local rc=0
   ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}" \
     UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" \
-    ctest --test-dir build-san --output-on-failure -j "$CTEST_JOBS" --output-junit ctest-junit.xml ||
-    rc=$?
+    ctest --test-dir build-san --output-on-failure -j "$CTEST_JOBS" \
+    --output-junit ctest-junit.xml || rc=$?
   slowest_of build-san/ctest-junit.xml "ctest (ASan+UBSan)"
   run_fuzzers || rc=$?
   return $rc
@@ -186,8 +187,8 @@ python_tests() {
   "$VPY" -m pip install --quiet --force-reinstall --no-deps "$wheel"
   # The tests against the one S3 server share a worker (conftest.py groups them).
   local rc=0
-  ZEROWAIT_WHEEL="$ROOT/$wheel" "$VPY" -m pytest tests/python -q -n "$PYTEST_WORKERS" --dist loadgroup \
-    --junitxml=build/pytest-junit.xml || rc=$?
+  ZEROWAIT_WHEEL="$ROOT/$wheel" "$VPY" -m pytest tests/python -q -n "$PYTEST_WORKERS" \
+    --dist loadgroup --junitxml=build/pytest-junit.xml || rc=$?
   slowest_of build/pytest-junit.xml pytest
   return $rc
 }

@@ -677,7 +677,7 @@ TEST_F(BlockCacheTest, ALoaderReportsItsCacheAndDownloadsEachBlockOnce) {
       const FieldView* field = expected->view.field("jpg");
       ASSERT_NE(field, nullptr);
       EXPECT_EQ(
-          got, std::string(reinterpret_cast<const char*>(field->bytes.data()), field->bytes.size()))
+          got, testing::to_string(field->bytes))
           << "sample " << global;
       ++samples;
     }

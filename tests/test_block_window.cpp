@@ -47,7 +47,7 @@ TEST(BlockWindow, ReusesTheMemoryOfDroppedBlocksAndStaysWithinItsBudget) {
         }
         for (size_t j = 0; j < wants.size(); ++j) {
           const auto got = held[j]->bytes(wants[j].offset, kBlock);
-          ASSERT_EQ(std::string(reinterpret_cast<const char*>(got.data()), got.size()),
+          ASSERT_EQ(testing::to_string(got),
                     bytes.substr(wants[j].offset, kBlock))
               << "block " << wants[j].block;
         }
@@ -82,7 +82,7 @@ TEST(BlockWindow, ABlockHeldPastItsEvictionKeepsItsBytes) {
     ASSERT_TRUE(window.acquire(want, Deadline::none(), &held, &bytes_read).is_ok());
   }
   const auto got = kept[0]->bytes(0, kBlock);
-  EXPECT_EQ(std::string(reinterpret_cast<const char*>(got.data()), got.size()),
+  EXPECT_EQ(testing::to_string(got),
             bytes.substr(0, kBlock));
   EXPECT_EQ(bytes_read, 8 * kBlock);
   const BlockWindow::Memory memory = window.memory();

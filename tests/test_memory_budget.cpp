@@ -23,8 +23,8 @@ using internal::automatic_memory_budget;
 using internal::kMinAutomaticMemoryBudget;
 using testing::DoctorFixture;
 
-constexpr uint64_t kMiB = uint64_t{1} << 20;
-constexpr uint64_t kGiB = uint64_t{1} << 30;
+using testing::kGiB;
+using testing::kMiB;
 
 TEST(AutomaticMemoryBudget, WhatTheArenasNeedBetweenTheFloorAndAQuarterOfTheHeadroom) {
   // Small batches: the floor.

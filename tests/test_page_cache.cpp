@@ -18,7 +18,7 @@
 namespace zerowait {
 namespace {
 
-constexpr uint64_t kMiB = uint64_t{1} << 20;
+using testing::kMiB;
 
 void write_file(const std::string& path, uint64_t bytes) {
   std::ofstream out(path, std::ios::binary);

@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 using testing::run_cli;
 using testing::TempDir;
 
-constexpr uint64_t kMiB = uint64_t{1} << 20;
+using testing::kMiB;
 
 // The bench's test files left in `dir` (there must be none once a run has ended).
 std::vector<std::string> leftovers(const std::string& dir) {

@@ -100,7 +100,7 @@ std::vector<Read> stream_all(const std::string& path, Status* status, bool read 
     internal::ByteBuffer data;
     if (read) *status = (*stream)->read_data(&data);
     if (!status->is_ok()) return out;
-    out.push_back({m, std::string(reinterpret_cast<const char*>(data.data()), data.size())});
+    out.push_back({m, testing::to_string(data)});
   }
 }
 

@@ -59,7 +59,7 @@ Samples read_all(const ShardReader& reader) {
     Fields fields;
     for (const FieldView& f : sample->view.fields) {
       fields.emplace_back(
-          f.name, std::string(reinterpret_cast<const char*>(f.bytes.data()), f.bytes.size()));
+          f.name, testing::to_string(f.bytes));
     }
     out.emplace_back(sample->view.key, std::move(fields));
   }

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import array
+import atexit
 import hashlib
 import json
 import os
-import array
-import atexit
 import random
 import selectors
 import signal

@@ -44,10 +44,6 @@ def _receive(conn: socket.socket):
     return json.loads(data), list(fds)
 
 
-def _status(wait_status: int) -> int:
-    return -os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else os.WEXITSTATUS(wait_status)
-
-
 def serve(path: str):
     """Forks a child for each request until stdin closes. Returns, in a child only, the request
     that child is to run (every descriptor of the server closed but its streams)."""
@@ -94,7 +90,7 @@ def serve(path: str):
             conn = children.pop(pid, None)
             if conn is not None:
                 try:
-                    conn.sendall(f"{_status(wait_status)}\n".encode())
+                    conn.sendall(f"{os.waitstatus_to_exitcode(wait_status)}\n".encode())
                 except OSError:
                     pass  # the client went away first
                 conn.close()

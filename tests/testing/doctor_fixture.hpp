@@ -4,7 +4,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -13,9 +12,6 @@
 #include "zerowait/diagnose/doctor.hpp"
 
 namespace zerowait::testing {
-
-inline constexpr uint64_t kMiB = uint64_t(1) << 20;
-inline constexpr uint64_t kGiB = uint64_t(1) << 30;
 
 class DoctorFixture {
  public:

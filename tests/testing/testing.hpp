@@ -12,6 +12,9 @@
 
 namespace zerowait::testing {
 
+inline constexpr uint64_t kMiB = uint64_t(1) << 20;
+inline constexpr uint64_t kGiB = uint64_t(1) << 30;
+
 // A fresh directory under $TMPDIR (or /tmp), removed with its contents on destruction.
 class TempDir {
  public:

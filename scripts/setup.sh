@@ -123,8 +123,12 @@ apt_install() {
 # --- Python virtual environment ----------------------------------------------------------------
 # pip, minus the warnings this machine's pip configuration prints for every package that one of
 # its configured local indexes does not hold (harmless: the package comes from another index).
+# --no-compile: pip would byte-compile all 13,000 .py files of what it installs (34 s of CPU,
+# most of it in torch, Ray and their dependencies, beside the C++ build); Python compiles the
+# modules a program imports on their first import instead, and keeps them.
 pip_install() {
-  "$VPY" -m pip install "$@" 2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
+  "$VPY" -m pip install --no-compile "$@" \
+    2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
 }
 
 python_environment() {

@@ -18,6 +18,7 @@ listening and exits when its stdin closes (the test process that started it ende
 from __future__ import annotations
 
 import array
+import gc
 import json
 import os
 import runpy
@@ -68,6 +69,11 @@ def serve(path: str):
                 continue
             sys.stdout.flush()
             sys.stderr.flush()
+            # What the server holds (torch's and numpy's objects above all) goes into the
+            # collector's permanent generation, as gc.freeze's documentation advises before a
+            # fork: the child's collections, its final one at exit included, never walk those
+            # objects again (about 0.35 s of CPU a child), nor copy their pages by touching them.
+            gc.freeze()
             pid = os.fork()
             if pid == 0:
                 listener.close()

@@ -76,7 +76,6 @@ TORCH_REQUIREMENTS=("torch==2.13.0")
 TEST_PY_REQUIREMENTS=(pytest pytest-xdist pytest-repeat safetensors fusepy datasets
   prometheus_client "ray[data]==2.60.0")
 if ((TESTS)); then
-  APT_PACKAGES+=("${TEST_APT_PACKAGES[@]}")
   PY_REQUIREMENTS+=("${TEST_PY_REQUIREMENTS[@]}")
   # Lightning (tests/python/test_lightning.py) depends on torch: installed with the pinned pair,
   # or pip would first fetch the newest torch for it.
@@ -123,12 +122,11 @@ apt_install() {
 # --- Python virtual environment ----------------------------------------------------------------
 # pip, minus the warnings this machine's pip configuration prints for every package that one of
 # its configured local indexes does not hold (harmless: the package comes from another index).
-# --no-compile: pip would byte-compile all 13,000 .py files of what it installs (34 s of CPU,
-# most of it in torch, Ray and their dependencies, beside the C++ build); Python compiles the
-# modules a program imports on their first import instead, and keeps them.
+# pip byte-compiles what it installs (34 s of CPU for the tests' 13,000 .py files): not to be
+# left to the first import, which, where PYTHONDONTWRITEBYTECODE is set (CI's environment),
+# would compile torch's modules again in every process (the Python tests took 826 s, not 519).
 pip_install() {
-  "$VPY" -m pip install --no-compile "$@" \
-    2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
+  "$VPY" -m pip install "$@" 2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
 }
 
 python_environment() {
@@ -170,9 +168,10 @@ command -v "$PYTHON" >/dev/null || apt_install python3
 "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null || apt_install python3-venv
 
 # The Python environment (pip: torch is large) is made while apt installs the system packages,
-# and the C++ build runs while pip installs what only the tests and users' scripts import: the
-# build needs the system packages and the build requirements, nothing else (on 2 cores the
-# overlap takes about a minute off a first setup).
+# and the C++ build runs while pip installs what only the tests and users' scripts import and
+# apt what only the tests need (Ceph, Chromium, clang): the build needs the build packages and
+# the build requirements, nothing else (on 2 cores the overlap takes about a minute off a first
+# setup).
 step "system packages, and the Python environment in .venv beside them"
 PIP_LOG="$(mktemp)"
 BUILD_READY="$(mktemp -u)"  # python_environment creates it once the build requirements are in
@@ -183,6 +182,11 @@ show_pip_log() {
   rm -f "$PIP_LOG" "$BUILD_READY"
 }
 apt_install "${APT_PACKAGES[@]}" || { kill "$PIP_PID" 2>/dev/null; die "apt-get failed"; }
+TEST_APT_LOG="$(mktemp)"
+if ((TESTS)); then
+  apt_install "${TEST_APT_PACKAGES[@]}" >"$TEST_APT_LOG" 2>&1 &
+  TEST_APT_PID=$!
+fi
 while [[ ! -e "$BUILD_READY" ]] && kill -0 "$PIP_PID" 2>/dev/null; do sleep 1; done
 if [[ ! -e "$BUILD_READY" ]]; then
   wait "$PIP_PID" || true
@@ -203,6 +207,13 @@ pip_status=0
 wait "$PIP_PID" || pip_status=$?
 show_pip_log
 ((pip_status == 0)) || die "the Python environment could not be made (above)"
+if ((TESTS)); then
+  test_apt_status=0
+  wait "$TEST_APT_PID" || test_apt_status=$?
+  sed 's/^/  apt (tests): /' "$TEST_APT_LOG"
+  ((test_apt_status == 0)) || die "apt-get of the tests' packages failed (above)"
+fi
+rm -f "$TEST_APT_LOG"
 ((build_status == 0)) ||
   die "pip install . failed; rerun with: $VPY -m pip install -v --no-build-isolation ."
 ZW="$VENV/bin/zerowait"

@@ -203,7 +203,7 @@ if ((QUICK)); then
   RESULTS+=("ASan+UBSan and fuzzers: skipped (--quick)")
 else
   run_step "Python tests (pytest)" python_tests
-  run_step "C++ tests under ASan+UBSan and fuzzers, ${FUZZ_SECONDS} s each (build-san/)" \
+  run_step "C++ tests under ASan+UBSan, fuzzers for ${FUZZ_SECONDS} s (build-san/)" \
     sanitized_cpp_tests_and_fuzzers
 fi
 

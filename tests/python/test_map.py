@@ -271,15 +271,17 @@ def test_worker_death_can_raise_and_leave_the_loader_before_the_batch(dataset, t
 
 
 def started_loader(path):
-    """(a loader whose map workers run, their pids, the map folders in /dev/shm it made). Only
-    its own folders are compared afterwards: tests on the other pytest worker make and remove
-    theirs meanwhile."""
-    before = set(glob.glob("/dev/shm/zerowait-map-*"))
+    """(a loader whose map workers run, their pids, the map folder in /dev/shm it made). Only
+    its own folder, as its stats name it, is compared afterwards: tests on the other pytest
+    workers make and remove theirs meanwhile (a folder that appeared while this loader started
+    may be another test's, still there after this one's close)."""
     zl = loader(path, map=augment, map_workers=2)
     zl.next()
-    ours = set(glob.glob("/dev/shm/zerowait-map-*")) - before
-    assert ours, "the loader made no map folder in /dev/shm"
-    return zl, zl.stats()["map"]["worker_pids"], ours
+    stats = zl.stats()["map"]
+    ours = {stats["shared_dir"]}
+    assert ours <= set(glob.glob("/dev/shm/zerowait-map-*")), (
+        f"the loader's map folder {stats['shared_dir']} is not in /dev/shm")
+    return zl, stats["worker_pids"], ours
 
 
 def test_close_stops_the_workers_and_removes_the_shared_memory(dataset):

@@ -122,11 +122,20 @@ apt_install() {
 # --- Python virtual environment ----------------------------------------------------------------
 # pip, minus the warnings this machine's pip configuration prints for every package that one of
 # its configured local indexes does not hold (harmless: the package comes from another index).
-# pip byte-compiles what it installs (34 s of CPU for the tests' 13,000 .py files): not to be
-# left to the first import, which, where PYTHONDONTWRITEBYTECODE is set (CI's environment),
-# would compile torch's modules again in every process (the Python tests took 826 s, not 519).
 pip_install() {
   "$VPY" -m pip install "$@" 2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
+}
+
+# The requirements install --no-compile: pip would byte-compile them file by file on one core
+# (34 s of CPU for the tests' 13,000 .py files, at the end of setup's longest chain). This
+# compiles them on every core once pip is done: not to be left to the first import, which, where
+# PYTHONDONTWRITEBYTECODE is set (CI's environment), would compile torch's modules again in every
+# process (the Python tests took 826 s instead of 519). A file that is not Python 3 (a template,
+# a test fixture) fails to compile and is skipped, as pip skips it.
+compile_environment() {
+  local site
+  site="$("$VPY" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
+  "$VPY" -m compileall -q -j 0 "$site" >/dev/null 2>&1 || true
 }
 
 python_environment() {
@@ -154,10 +163,13 @@ python_environment() {
     die "pip install of the build requirements failed"
   touch "$BUILD_READY"
   echo "installing ${PY_REQUIREMENTS[*]}"
-  pip_install --quiet "${PY_REQUIREMENTS[@]}" || die "pip install ${PY_REQUIREMENTS[*]} failed"
+  pip_install --quiet --no-compile "${PY_REQUIREMENTS[@]}" ||
+    die "pip install ${PY_REQUIREMENTS[*]} failed"
   echo "installing ${TORCH_REQUIREMENTS[*]} (large; a minute or two)"
-  pip_install --quiet "${TORCH_REQUIREMENTS[@]}" ||
+  pip_install --quiet --no-compile "${TORCH_REQUIREMENTS[@]}" ||
     die "pip install ${TORCH_REQUIREMENTS[*]} failed"
+  echo "byte-compiling the installed modules (every core)"
+  compile_environment
   printf '%s' "$wanted" >"$stamp"
 }
 

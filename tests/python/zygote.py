@@ -72,7 +72,8 @@ def serve(path: str):
             # What the server holds (torch's and numpy's objects above all) goes into the
             # collector's permanent generation, as gc.freeze's documentation advises before a
             # fork: the child's collections, its final one at exit included, never walk those
-            # objects again (about 0.35 s of CPU a child), nor copy their pages by touching them.
+            # objects again, nor copy their pages by touching them (a child that uses torch and
+            # exits: 0.51 s -> 0.31 s).
             gc.freeze()
             pid = os.fork()
             if pid == 0:

@@ -189,20 +189,24 @@ PIP_LOG="$(mktemp)"
 BUILD_READY="$(mktemp -u)"  # python_environment creates it once the build requirements are in
 python_environment >"$PIP_LOG" 2>&1 &
 PIP_PID=$!
-show_pip_log() {
-  sed 's/^/  .venv: /' "$PIP_LOG"
-  rm -f "$PIP_LOG" "$BUILD_READY"
+# join_background PID LOG PREFIX WHAT: waits for a job started in the background, shows its
+# output (each line after PREFIX), and dies naming WHAT if the job failed.
+join_background() {
+  local status=0
+  wait "$1" || status=$?
+  sed "s/^/  $3: /" "$2"
+  rm -f "$2"
+  ((status == 0)) || die "$4 (above)"
 }
 apt_install "${APT_PACKAGES[@]}" || { kill "$PIP_PID" 2>/dev/null; die "apt-get failed"; }
-TEST_APT_LOG="$(mktemp)"
 if ((TESTS)); then
+  TEST_APT_LOG="$(mktemp)"
   apt_install "${TEST_APT_PACKAGES[@]}" >"$TEST_APT_LOG" 2>&1 &
   TEST_APT_PID=$!
 fi
 while [[ ! -e "$BUILD_READY" ]] && kill -0 "$PIP_PID" 2>/dev/null; do sleep 1; done
 if [[ ! -e "$BUILD_READY" ]]; then
-  wait "$PIP_PID" || true
-  show_pip_log
+  join_background "$PIP_PID" "$PIP_LOG" .venv "the Python environment could not be made"
   die "the Python environment could not be made (above)"
 fi
 
@@ -215,17 +219,12 @@ if [[ ! -d "$ROOT/build" ]] || ! ls "$ROOT"/build/cp*/CMakeCache.txt >/dev/null 
 fi
 build_status=0
 pip_install --quiet --no-build-isolation "$ROOT" || build_status=$?
-pip_status=0
-wait "$PIP_PID" || pip_status=$?
-show_pip_log
-((pip_status == 0)) || die "the Python environment could not be made (above)"
+join_background "$PIP_PID" "$PIP_LOG" .venv "the Python environment could not be made"
+rm -f "$BUILD_READY"
 if ((TESTS)); then
-  test_apt_status=0
-  wait "$TEST_APT_PID" || test_apt_status=$?
-  sed 's/^/  apt (tests): /' "$TEST_APT_LOG"
-  ((test_apt_status == 0)) || die "apt-get of the tests' packages failed (above)"
+  join_background "$TEST_APT_PID" "$TEST_APT_LOG" "apt (tests)" \
+    "apt-get of the tests' packages failed"
 fi
-rm -f "$TEST_APT_LOG"
 ((build_status == 0)) ||
   die "pip install . failed; rerun with: $VPY -m pip install -v --no-build-isolation ."
 ZW="$VENV/bin/zerowait"

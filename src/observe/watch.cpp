@@ -1,5 +1,6 @@
 #include "zerowait/observe/watch.hpp"
 
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -206,8 +207,20 @@ Result<WatchResult> watch_job(const WatchOptions& options) {
   install_signal_handlers();
   pid_t pid = options.pid;
   if (!by_pid) {
-    ZW_ASSIGN_OR_RETURN(pid, spawn_command(options.command));
-    g_child.store(pid);
+    // A signal that came after the spawn but before g_child names the job would reach watch
+    // alone (seen under load: the job started, printed, and never got the SIGTERM): SIGINT and
+    // SIGTERM wait, blocked, until the handler can forward them. The job starts with an empty
+    // mask (spawn_command), and watch has no other thread yet to take them meanwhile.
+    sigset_t forwarded;
+    sigemptyset(&forwarded);
+    sigaddset(&forwarded, SIGINT);
+    sigaddset(&forwarded, SIGTERM);
+    sigset_t previous;
+    pthread_sigmask(SIG_BLOCK, &forwarded, &previous);
+    Result<pid_t> spawned = spawn_command(options.command);
+    if (spawned.is_ok()) g_child.store(*spawned);
+    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+    ZW_ASSIGN_OR_RETURN(pid, std::move(spawned));
     run.title = join_command(options.command);
   } else {
     run.title = "pid " + std::to_string(pid) + ": " + process_command_line(pid);

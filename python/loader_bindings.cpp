@@ -228,6 +228,9 @@ py::dict stats_to_dict(const LoaderStats& s) {
     c["evictions"] = s.cache->evictions;
     c["damaged"] = s.cache->damaged;
     c["prefetched"] = s.cache->prefetched;
+    c["ranges_downloaded"] = s.cache->ranges_downloaded;
+    c["bytes_ranges"] = s.cache->bytes_ranges;
+    c["range_reads"] = s.cache->range_reads;
     c["bytes_hit"] = s.cache->bytes_hit;
     c["bytes_downloaded"] = s.cache->bytes_downloaded;
     c["bytes_evicted"] = s.cache->bytes_evicted;

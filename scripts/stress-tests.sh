@@ -9,8 +9,9 @@
 # Options: --runs K (default 20), --hogs N (busy loops started first; default: one a core, so the
 # load is about twice the cores), --list FILE, --only REGEX (entries whose line matches),
 # --suite N (whole-suite rounds after the listed tests; default 0), --out DIR (default
-# build/stress). Needs a dev build in build/ (tests/CMakeLists.txt's test programs built), the
-# package installed into .venv, and pytest-repeat (scripts/setup.sh --tests installs it).
+# build/stress), --build DIR (the CMake build whose tests run; default build/, or build-san/ for
+# the sanitizer build the suite runs). Needs that build's test programs built, the package
+# installed into .venv, and pytest-repeat (scripts/setup.sh --tests installs it).
 #
 # Prints a table: entry, runs, failures, 1-minute load average when it ended, seconds. The output
 # of every failed run is kept under DIR. The exit status is 1 if anything failed or an entry
@@ -26,6 +27,7 @@ LIST="tests/timing_sensitive.txt"
 ONLY=""
 SUITE=0
 OUT="build/stress"
+BUILD="build"
 while (($#)); do
   case "$1" in
     --runs) RUNS="$2"; shift 2 ;;
@@ -34,16 +36,17 @@ while (($#)); do
     --only) ONLY="$2"; shift 2 ;;
     --suite) SUITE="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
-    -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --build) BUILD="$2"; shift 2 ;;
+    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "stress-tests.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
 
 VPY="$ROOT/.venv/bin/python"
-BUILD="$ROOT/build"
 [[ -f "$LIST" ]] || { echo "stress-tests.sh: no list at $LIST" >&2; exit 2; }
 [[ -f "$BUILD/CTestTestfile.cmake" ]] || {
-  echo "stress-tests.sh: no dev build in $BUILD; see docs/testing.md" >&2; exit 2; }
+  echo "stress-tests.sh: no CMake build with tests in $BUILD; see docs/testing.md" >&2; exit 2; }
+BUILD="$(cd "$BUILD" && pwd)"
 if grep -q '^pytest ' "$LIST" && ! "$VPY" -c 'import pytest_repeat' 2>/dev/null; then
   echo "stress-tests.sh: pytest-repeat is missing: $VPY -m pip install pytest-repeat" >&2
   exit 2

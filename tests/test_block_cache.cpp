@@ -283,6 +283,84 @@ TEST_F(BlockCacheTest, AnnouncedBlocksAreDownloadedInTheBackground) {
   EXPECT_EQ(cache->stats().misses, 0u);
 }
 
+// A cold cache's first reads: an announced range is downloaded by a request of its own, and the
+// read inside it takes it from there while the block it lies in is still downloading (held 6 s
+// here, past the read's deadline: a read that waited for the block would fail).
+TEST_F(BlockCacheTest, AColdAnnouncedRangeIsReadFromItsOwnRequestWhileItsBlockDownloads) {
+  BlockCacheOptions o = cache_options();
+  o.prefetch_threads = 2;
+  o.prefetch_bytes = 2 * kBlock;
+  o.range_download_bytes = kBlock;
+  auto cache = open_cache(o);
+  auto source = cached_object(*cache);
+  const uint64_t begin = 3 * kBlock + 1000, length = 5000;
+  server_.fail_next({.stall = 6000ms, .range = "bytes=196608-262143"});  // block 3
+  source->prefetch(begin, length);
+  EXPECT_EQ(read(*source, begin, length, Deadline::after(3s)), object_.substr(begin, length));
+  const BlockCacheStats s = cache->stats();
+  EXPECT_EQ(s.ranges_downloaded, 1u);
+  EXPECT_EQ(s.bytes_ranges, length);
+  EXPECT_EQ(s.range_reads, 1u);
+  EXPECT_EQ(s.misses, 0u);
+  EXPECT_EQ(gets()["bytes=197608-202607"], 1);
+}
+
+// Ranges announced in one block before a downloader took the first are one request.
+TEST_F(BlockCacheTest, RangesInOneBlockAnnouncedTogetherAreOneRequest) {
+  BlockCacheOptions o = cache_options();
+  o.prefetch_threads = 1;
+  o.prefetch_bytes = kBlock;
+  auto cache = open_cache(o);
+  auto source = cached_object(*cache);
+  // The one downloader is busy with block 5 (held 1.5 s) while the ranges are announced.
+  server_.fail_next({.stall = 1500ms, .range = "bytes=327680-393215"});
+  source->prefetch(5 * kBlock, kBlock);
+  for (int i = 0; i < 500 && gets().count("bytes=327680-393215") == 0; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  source->prefetch(9000, 2000);
+  source->prefetch(1000, 2000);
+  EXPECT_EQ(read(*source, 9000, 2000), object_.substr(9000, 2000));
+  EXPECT_EQ(read(*source, 1000, 2000), object_.substr(1000, 2000));
+  const BlockCacheStats s = cache->stats();
+  EXPECT_EQ(s.ranges_downloaded, 1u);
+  EXPECT_EQ(s.range_reads, 2u);
+  EXPECT_EQ(gets()["bytes=1000-10999"], 1);
+}
+
+// Ranges are downloaded alone only while that helps and costs little: not when the block is
+// cached already, not past range_download_bytes, not for a range over half a block (the block
+// is then as quick), and never without downloaders. Reads outside a range use the blocks.
+TEST_F(BlockCacheTest, RangesAreDownloadedAloneOnlyWhileColdSmallAndWithinTheirBudget) {
+  BlockCacheOptions o = cache_options();
+  o.prefetch_threads = 1;
+  o.range_download_bytes = 6000;
+  auto cache = open_cache(o);
+  auto source = cached_object(*cache);
+  source->prefetch(1000, 5000);                // block 0: a range of its own
+  source->prefetch(kBlock + 1000, 5000);       // block 1: past the budget
+  source->prefetch(2 * kBlock, kBlock / 2 + 1);  // block 2: over half a block
+  for (int i = 0; i < 500 && cache->stats().prefetched < 3; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(cache->stats().prefetched, 3u);
+  EXPECT_EQ(cache->stats().ranges_downloaded, 1u);
+  EXPECT_EQ(gets()["bytes=1000-5999"], 1);
+  EXPECT_EQ(read(*source, kBlock + 1000, 5000), object_.substr(kBlock + 1000, 5000));
+  EXPECT_EQ(cache->stats().range_reads, 0u);  // block 1 was there by then
+
+  // Another process's cache over the same directory: its blocks are on disk, so it announces
+  // no range; without downloaders nothing is announced at all.
+  auto warm = open_cache(o);
+  auto warm_source = cached_object(*warm);
+  warm_source->prefetch(1000, 5000);
+  o.prefetch_threads = 0;
+  auto idle = open_cache(o);
+  cached_object(*idle)->prefetch(5 * kBlock, 100);
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(warm->stats().ranges_downloaded + idle->stats().ranges_downloaded, 0u);
+  EXPECT_EQ(read(*warm_source, 1000, 5000), object_.substr(1000, 5000));
+  EXPECT_EQ(warm->stats().range_reads, 0u);
+}
+
 // The read-ahead is sized in bytes: prefetch_bytes of blocks in flight, one GET each, however
 // many blocks are announced and however many downloader threads are allowed.
 TEST_F(BlockCacheTest, PrefetchBytesBoundTheDownloadsInFlight) {
@@ -637,6 +715,52 @@ TEST_F(BlockCacheTest, ARemoteShardOpensInOneRoundOfRequestsWhenItsIndexIsInTheT
   ASSERT_FALSE(verified.is_ok());
   EXPECT_NE(verified.status().message().find("bad header magic"), std::string::npos)
       << verified.status().message();
+}
+
+// The first batch of a run on a cold cache: its samples come from ranges downloaded alone, so
+// it arrives while every shard's whole block is still held (4 s) by the server, within a 2 s
+// deadline that a batch built from the blocks would miss. (A downloader for every shard, so
+// that the test ends one stall after it began.)
+TEST_F(BlockCacheTest, ALoadersFirstBatchOnAColdCacheWaitsForItsOwnBytesNotWholeBlocks) {
+  testing::pack_image_dataset(dir_.path(), dir_ / "ds", {.files = 60, .shard_size = 100 << 10});
+  server_.put_directory("/ds/", dir_ / "ds");
+  BlockCacheOptions o = cache_options();
+  o.block_bytes = 1 << 20;  // a shard's bytes lie in its block 0
+  o.prefetch_threads = 16;
+  for (const auto& e : fs::directory_iterator(dir_ / "ds")) {
+    if (e.path().extension() != ".zws") continue;
+    server_.fail_next({.stall = 4000ms, .range = "bytes=0-" + std::to_string(e.file_size() - 1)});
+  }
+  DatasetOptions dataset_options;
+  dataset_options.cache = open_cache(o);
+  auto remote = Dataset::open(server_.url("/ds/"), dataset_options);
+  ASSERT_TRUE(remote.is_ok()) << remote.status().to_string();
+  LoaderOptions options;
+  options.batch_size = 8;
+  options.threads = 1;
+  options.fields = {"jpg"};
+  auto loader = Loader::create(*remote, options);
+  ASSERT_TRUE(loader.is_ok()) << loader.status().to_string();
+  auto first = (*loader)->next(Deadline::after(2s));
+  ASSERT_TRUE(first.is_ok() && *first != nullptr) << first.status().to_string();
+  auto local = Dataset::open(dir_ / "ds");
+  ASSERT_TRUE(local.is_ok());
+  const BatchColumn* index = (*first)->column("__index__");
+  const BatchColumn* jpg = (*first)->column("jpg");
+  const int64_t* at = reinterpret_cast<const int64_t*>((*first)->column("jpg.offsets")->data);
+  for (int64_t i = 0; i < index->shape[0]; ++i) {
+    const int64_t global = reinterpret_cast<const int64_t*>(index->data)[i];
+    auto expected = (*local)->read(static_cast<uint64_t>(global));
+    ASSERT_TRUE(expected.is_ok());
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(jpg->data) + at[i],
+                          static_cast<size_t>(at[i + 1] - at[i])),
+              testing::to_string(expected->view.field("jpg")->bytes));
+  }
+  const LoaderStats stats = (*loader)->stats();
+  ASSERT_TRUE(stats.cache.has_value());
+  EXPECT_GT(stats.cache->range_reads, 0u);
+  EXPECT_LE(stats.cache->bytes_ranges, o.range_download_bytes);
+  EXPECT_EQ(stats.cache->misses, 0u);
 }
 
 TEST_F(BlockCacheTest, ALoaderReportsItsCacheAndDownloadsEachBlockOnce) {

@@ -1,6 +1,5 @@
 #include "testing/http_server.hpp"
 
-
 #include <algorithm>
 #include <filesystem>
 #include <optional>
@@ -92,9 +91,12 @@ void TestHttpServer::serve(int fd) {
         const std::string range = request.header("range");
         log_.push_back(method + " " + path + (range.empty() ? "" : " " + range));
         last_headers_ = request.headers;
-        if (!faults_.empty()) {
-          fault = faults_.front();
-          faults_.pop_front();
+        auto match = std::find_if(faults_.begin(), faults_.end(), [&](const Fault& f) {
+          return f.range.empty() || f.range == range;
+        });
+        if (match != faults_.end()) {
+          fault = *match;
+          faults_.erase(match);
         }
         if (method == "PUT") {
           objects_[path] = std::move(*request_body);

@@ -34,12 +34,14 @@ class TestHttpServer {
   void put_directory(const std::string& prefix, const std::string& dir);
   std::string object(const std::string& path) const;  // "" when absent
 
-  // What the next requests get instead of a normal answer, one fault per request, in order.
+  // What the next requests get instead of a normal answer, one fault per request, in order; a
+  // fault that names a range waits for a request with that Range header.
   struct Fault {
     int status = 0;  // answer with this status (and a short body) instead, e.g. 503
     std::chrono::milliseconds stall{0};  // wait this long before answering
     bool stall_mid_body = false;         // send the headers and half the body, then stall
     bool drop = false;                   // close the connection without answering
+    std::string range;  // only for a request with this Range header (e.g. "bytes=0-65535")
   };
   void fail_next(Fault fault, int times = 1);
 

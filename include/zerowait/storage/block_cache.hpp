@@ -52,6 +52,13 @@ struct BlockCacheOptions {
   // The most downloader threads prefetch_bytes may ask for (0: none; announcements then only
   // order eviction).
   unsigned prefetch_threads = 64;
+  // A range announced by prefetch() while none of its blocks is cached yet (a cold cache's first
+  // batches) is also downloaded alone, into memory, ahead of the blocks, and the reads inside it
+  // take it from there: the first batch waits for its own bytes, not for every whole block they
+  // lie in (docs/remote.md, "The first batch"). Up to this many bytes per process, so those bytes
+  // are downloaded twice only at the start; ranges over half a block are left to the blocks.
+  // Needs downloaders (prefetch_threads > 0). 0: reads always wait for whole blocks.
+  uint64_t range_download_bytes = 64ull << 20;
 };
 
 // Counters of this process's use of the cache (other processes count their own), plus the
@@ -64,6 +71,9 @@ struct BlockCacheStats {
   uint64_t damaged = 0;    // blocks found damaged on disk (size, checksum) and downloaded again
   uint64_t stale_temps_removed = 0;  // temporary files of dead processes removed
   uint64_t prefetched = 0;           // blocks downloaded in the background after an announcement
+  uint64_t ranges_downloaded = 0;    // announced ranges downloaded alone (range_download_bytes)
+  uint64_t bytes_ranges = 0;         // their bytes (counted apart from bytes_downloaded)
+  uint64_t range_reads = 0;          // reads served from those ranges
   uint64_t bytes_hit = 0;            // bytes read from blocks on disk
   uint64_t bytes_downloaded = 0;
   uint64_t bytes_evicted = 0;

@@ -76,6 +76,17 @@ Result<std::shared_ptr<const OpenBlock>> BlockCache::Impl::acquire(ByteSource& o
                                                                    uint64_t block,
                                                                    Deadline deadline,
                                                                    bool announced) {
+  Result<std::shared_ptr<const OpenBlock>> held =
+      acquire_block(origin, object, block, deadline, announced);
+  if (held.is_ok() && range_objects_.load() != 0) drop_ranges_held(object, block);
+  return held;
+}
+
+Result<std::shared_ptr<const OpenBlock>> BlockCache::Impl::acquire_block(ByteSource& origin,
+                                                                         const std::string& object,
+                                                                         uint64_t block,
+                                                                         Deadline deadline,
+                                                                         bool announced) {
   const std::string name = BlockStore::block_name(object, block);
   const uint64_t length = block_length(origin.size(), block);
   if (!announced) forget_announcement(name);
@@ -147,6 +158,52 @@ Result<std::shared_ptr<const OpenBlock>> BlockCache::Impl::acquire(ByteSource& o
   return remember(name, std::move(fresh));
 }
 
+Result<bool> BlockCache::Impl::read_from_range(const std::string& object, uint64_t position,
+                                               std::span<std::byte> dst, Deadline deadline) {
+  if (range_objects_.load() == 0) return false;
+  std::shared_ptr<internal::RangeDownload> range;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    auto it = ranges_.find(object);
+    if (it == ranges_.end()) return false;
+    for (const auto& r : it->second) {
+      if (r->covers(position, dst.size())) range = r;
+    }
+    if (range == nullptr) return false;
+    const auto finished = [&] { return range->done; };
+    if (deadline.at == Clock::time_point::max()) {
+      range_done_.wait(lock, finished);
+    } else if (!range_done_.wait_until(lock, deadline.at, finished)) {
+      return Status(ErrorCode::kDeadlineExceeded,
+                    "deadline passed while waiting for the download of bytes " +
+                        std::to_string(range->offset) + "-" +
+                        std::to_string(range->offset + range->bytes.size() - 1) + " of '" +
+                        object + "'");
+    }
+    if (range->failed) return false;
+  }
+  // Filled before `done` was set, and never written again: read without the lock.
+  std::memcpy(dst.data(), range->bytes.data() + (position - range->offset), dst.size());
+  counters_.range_reads.fetch_add(1);
+  return true;
+}
+
+void BlockCache::Impl::drop_ranges_held(const std::string& object, uint64_t block) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = ranges_.find(object);
+  if (it == ranges_.end()) return;
+  std::erase_if(it->second, [block](const std::shared_ptr<internal::RangeDownload>& r) {
+    if (block < r->first_block || block - r->first_block >= 2) return false;
+    r->blocks_missing &= ~(1u << (block - r->first_block));
+    // One under way stays: a reader may be about to wait for it.
+    return r->blocks_missing == 0 && r->done;
+  });
+  if (it->second.empty()) {
+    ranges_.erase(it);
+    range_objects_.store(ranges_.size());
+  }
+}
+
 bool BlockCache::Impl::holds(const std::string& object, uint64_t block) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -196,6 +253,9 @@ BlockCacheStats BlockCache::Impl::stats() const {
   s.damaged = counters_.damaged;
   s.stale_temps_removed = counters_.stale_temps_removed;
   s.prefetched = counters_.prefetched;
+  s.ranges_downloaded = counters_.ranges_downloaded;
+  s.bytes_ranges = counters_.bytes_ranges;
+  s.range_reads = counters_.range_reads;
   s.bytes_hit = counters_.bytes_hit;
   s.bytes_downloaded = counters_.bytes_downloaded;
   s.bytes_evicted = counters_.bytes_evicted;

@@ -37,9 +37,27 @@ struct OpenBlock {
   }
 };
 
+// An announced range downloaded alone into memory while its blocks are not cached yet
+// (BlockCacheOptions::range_download_bytes): what the reads inside it take meanwhile. It is
+// dropped once each block it lies in (one or two: it is at most half a block) is held.
+struct RangeDownload {
+  uint64_t offset = 0;
+  std::vector<std::byte> bytes;  // sized when announced, filled by a downloader
+  uint64_t first_block = 0;
+  unsigned blocks_missing = 0;  // bit i: block first_block + i not held yet
+  bool started = false;         // these four under BlockCache::Impl's mutex; until a downloader
+  bool done = false;            // takes it, another range of its block may extend it
+  bool failed = false;
+
+  bool covers(uint64_t position, uint64_t length) const {
+    return position >= offset && position + length <= offset + bytes.size();
+  }
+};
+
 struct CacheCounters {
   std::atomic<uint64_t> hits{0}, misses{0}, waits{0}, evictions{0}, damaged{0},
-      stale_temps_removed{0}, prefetched{0}, bytes_hit{0}, bytes_downloaded{0}, bytes_evicted{0};
+      stale_temps_removed{0}, prefetched{0}, bytes_hit{0}, bytes_downloaded{0}, bytes_evicted{0},
+      ranges_downloaded{0}, bytes_ranges{0}, range_reads{0};
 };
 
 }  // namespace internal
@@ -63,6 +81,18 @@ class BlockCache::Impl {
                                                              const std::string& object,
                                                              uint64_t block, Deadline deadline,
                                                              bool announced);
+
+  // Queues the download of bytes [offset, offset + length) of `origin` alone, ahead of the
+  // blocks, when the range is at most half a block, none of the cached blocks it lies in is
+  // held and range_download_bytes has room (BlockCacheOptions::range_download_bytes).
+  void announce_range(const std::shared_ptr<ByteSource>& origin, const std::string& object,
+                      uint64_t offset, uint64_t length);
+
+  // Fills `dst` with bytes `position`.. of `object` from a range download that covers them,
+  // waiting for it within `deadline` while it is under way: false when no range download covers
+  // them or it failed (the read then goes through the blocks).
+  Result<bool> read_from_range(const std::string& object, uint64_t position,
+                               std::span<std::byte> dst, Deadline deadline);
 
   // Marks blocks [first, last] of `origin` as needed soon, in this order, and queues their
   // download.
@@ -97,6 +127,21 @@ class BlockCache::Impl {
     std::string object;
     uint64_t block = 0;
   };
+  struct RangeJob {
+    std::shared_ptr<ByteSource> origin;
+    std::shared_ptr<internal::RangeDownload> range;
+  };
+
+  Result<std::shared_ptr<const internal::OpenBlock>> acquire_block(ByteSource& origin,
+                                                                   const std::string& object,
+                                                                   uint64_t block,
+                                                                   Deadline deadline,
+                                                                   bool announced);
+
+  void download_range(const RangeJob& job);
+
+  // Block `block` of `object` is held now: range downloads that needed it only meanwhile go.
+  void drop_ranges_held(const std::string& object, uint64_t block);
 
   // Waits while another thread of this process fills block `name` (woken when it is done: the
   // block's file lock could only be polled, which adds up to a poll interval to every wait).
@@ -165,6 +210,12 @@ class BlockCache::Impl {
   std::unordered_map<std::string, uint64_t> announced_;  // block name -> announcement order
   uint64_t announce_sequence_ = 0;
   std::deque<PrefetchJob> queue_;
+  std::deque<RangeJob> range_queue_;  // taken before queue_
+  // Range downloads by object, until the blocks they lie in are held; their bytes so far.
+  std::unordered_map<std::string, std::vector<std::shared_ptr<internal::RangeDownload>>> ranges_;
+  std::atomic<size_t> range_objects_{0};  // ranges_.size(), read without the mutex
+  uint64_t range_bytes_announced_ = 0;    // counted against range_download_bytes
+  std::condition_variable range_done_;
   std::condition_variable prefetch_wake_;
   std::unordered_set<std::string> filling_;  // blocks a thread of this process is filling
   std::condition_variable filled_;           // a fill of filling_ ended

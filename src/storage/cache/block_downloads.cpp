@@ -61,11 +61,98 @@ void BlockCache::Impl::fetch_ahead(const std::shared_ptr<ByteSource>& origin,
   wake_downloaders(queued);
 }
 
+void BlockCache::Impl::announce_range(const std::shared_ptr<ByteSource>& origin,
+                                      const std::string& object, uint64_t offset,
+                                      uint64_t length) {
+  if (prefetchers_.empty() || length == 0 || 2 * length > options_.block_bytes) return;
+  auto range = std::make_shared<internal::RangeDownload>();
+  range->offset = offset;
+  range->first_block = offset / options_.block_bytes;
+  const uint64_t last_block = (offset + length - 1) / options_.block_bytes;
+  for (uint64_t b = range->first_block; b <= last_block; ++b) {
+    if (!holds(object, b)) range->blocks_missing |= 1u << (b - range->first_block);
+  }
+  if (range->blocks_missing == 0) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<std::shared_ptr<internal::RangeDownload>>& of_object = ranges_[object];
+    for (const auto& r : of_object) {
+      if (r->covers(offset, length)) return;
+    }
+    // A batch's samples in one block, a few hundred kilobytes apart, are one request rather
+    // than one each: at tens of milliseconds a request, their number would set the pace.
+    for (const auto& r : of_object) {
+      if (r->started || r->first_block != range->first_block) continue;
+      const uint64_t begin = std::min(r->offset, offset);
+      const uint64_t end = std::max(r->offset + r->bytes.size(), offset + length);
+      const uint64_t growth = (end - begin) - r->bytes.size();
+      if (2 * (end - begin) > options_.block_bytes ||
+          range_bytes_announced_ + growth > options_.range_download_bytes) {
+        continue;
+      }
+      range_bytes_announced_ += growth;
+      r->offset = begin;
+      r->bytes.resize(end - begin);  // not started: nothing is in it yet
+      r->blocks_missing |= range->blocks_missing;
+      return;
+    }
+    if (range_bytes_announced_ + length > options_.range_download_bytes) {
+      if (of_object.empty()) ranges_.erase(object);
+      return;
+    }
+    range_bytes_announced_ += length;
+    range->bytes.resize(length);
+    of_object.push_back(range);
+    range_objects_.store(ranges_.size());
+    range_queue_.push_back({origin, range});
+  }
+  if (auto* trace = internal::CacheTrace::get()) trace->event("range", origin->name(), offset);
+  wake_downloaders(1);
+}
+
+void BlockCache::Impl::download_range(const RangeJob& job) {
+  internal::RangeDownload& range = *job.range;
+  const Status got =
+      job.origin->read_at(range.offset, range.bytes, Deadline::after(kPrefetchTimeout));
+  if (auto* trace = internal::CacheTrace::get()) {
+    trace->event("ranged", job.origin->name(), range.offset, got.is_ok() ? "" : "failed");
+  }
+  if (got.is_ok()) {
+    counters_.ranges_downloaded.fetch_add(1);
+    counters_.bytes_ranges.fetch_add(range.bytes.size());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    range.done = true;
+    range.failed = !got.is_ok();  // a hint: its readers go through the blocks
+    // Nobody needs it any more when it failed or its blocks came first.
+    if (range.failed || range.blocks_missing == 0) {
+      for (auto it = ranges_.begin(); it != ranges_.end(); ++it) {
+        if (std::erase(it->second, job.range) == 0) continue;
+        if (it->second.empty()) ranges_.erase(it);
+        break;
+      }
+      range_objects_.store(ranges_.size());
+    }
+  }
+  range_done_.notify_all();
+}
+
 void BlockCache::Impl::prefetch_loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    prefetch_wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    prefetch_wake_.wait(lock,
+                        [&] { return stopping_ || !queue_.empty() || !range_queue_.empty(); });
     if (stopping_) return;
+    if (!range_queue_.empty()) {
+      RangeJob job = std::move(range_queue_.front());
+      range_queue_.pop_front();
+      job.range->started = true;
+      lock.unlock();
+      download_range(job);
+      lock.lock();
+      continue;
+    }
     PrefetchJob job = std::move(queue_.front());
     queue_.pop_front();
     if (announced_.count(BlockStore::block_name(job.object, job.block)) == 0) continue;

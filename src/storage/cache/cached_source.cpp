@@ -38,9 +38,14 @@ class CachedSource final : public ByteSource {
         const uint64_t in_block = position - block * block_bytes_;
         const size_t n = static_cast<size_t>(std::min<uint64_t>(
             r.dst.size() - done, cache_->block_length(size(), block) - in_block));
-        ZW_ASSIGN_OR_RETURN(std::shared_ptr<const OpenBlock> open,
-                            cache_->acquire(*origin_, object_, block, deadline, false));
-        ZW_RETURN_IF_ERROR(open->read(in_block, r.dst.subspan(done, n)));
+        const std::span<std::byte> part = r.dst.subspan(done, n);
+        ZW_ASSIGN_OR_RETURN(const bool from_range,
+                            cache_->read_from_range(object_, position, part, deadline));
+        if (!from_range) {
+          ZW_ASSIGN_OR_RETURN(std::shared_ptr<const OpenBlock> open,
+                              cache_->acquire(*origin_, object_, block, deadline, false));
+          ZW_RETURN_IF_ERROR(open->read(in_block, part));
+        }
         done += n;
       }
     }
@@ -77,6 +82,7 @@ class CachedSource final : public ByteSource {
   void prefetch(uint64_t offset, uint64_t length) override {
     if (length == 0 || offset >= size()) return;
     const uint64_t last = std::min(size() - 1, offset + length - 1);
+    cache_->announce_range(origin_, object_, offset, last + 1 - offset);
     cache_->announce(origin_, object_, offset / block_bytes_, last / block_bytes_);
   }
 

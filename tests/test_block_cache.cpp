@@ -291,6 +291,7 @@ TEST_F(BlockCacheTest, AColdAnnouncedRangeIsReadFromItsOwnRequestWhileItsBlockDo
   o.prefetch_threads = 2;
   o.prefetch_bytes = 2 * kBlock;
   o.range_download_bytes = kBlock;
+  o.range_download_after_ms = 0;  // the test server is near
   auto cache = open_cache(o);
   auto source = cached_object(*cache);
   const uint64_t begin = 3 * kBlock + 1000, length = 5000;
@@ -305,11 +306,41 @@ TEST_F(BlockCacheTest, AColdAnnouncedRangeIsReadFromItsOwnRequestWhileItsBlockDo
   EXPECT_EQ(gets()["bytes=197608-202607"], 1);
 }
 
+// Ranges go alone only to an origin seen to be far (the quickest of the shard opens' requests
+// took range_download_after_ms): not before a request was timed, nor after a quick one.
+TEST_F(BlockCacheTest, RangesAreDownloadedAloneOnlyFromAnOriginSeenToBeFar) {
+  BlockCacheOptions o = cache_options();
+  o.prefetch_threads = 1;
+  o.range_download_after_ms = 500;
+  std::string header(100, '\0');
+  std::vector<ReadRequest> metadata{{5 * kBlock, std::as_writable_bytes(std::span(header))}};
+  auto near = open_cache(o);
+  auto near_source = cached_object(*near);
+  near_source->prefetch(1000, 100);  // no request timed yet
+  ASSERT_TRUE(near_source->read_metadata(metadata, Deadline::after(10s)).is_ok());
+  near_source->prefetch(kBlock + 1000, 100);  // after a quick one
+
+  auto far = open_cache(o);
+  auto far_source = cached_object(*far);
+  server_.fail_next({.stall = 1000ms, .range = "bytes=327680-327779"});
+  ASSERT_TRUE(far_source->read_metadata(metadata, Deadline::after(10s)).is_ok());
+  EXPECT_EQ(header, object_.substr(5 * kBlock, 100));
+  far_source->prefetch(2 * kBlock + 1000, 100);
+  for (int i = 0; i < 500 && far->stats().ranges_downloaded < 1; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(far->stats().ranges_downloaded, 1u);
+  EXPECT_EQ(near->stats().ranges_downloaded, 0u);
+  EXPECT_EQ(gets()["bytes=132072-132171"], 1);
+  EXPECT_EQ(gets().count("bytes=1000-1099") + gets().count("bytes=66536-66635"), 0u);
+}
+
 // Ranges announced in one block before a downloader took the first are one request.
 TEST_F(BlockCacheTest, RangesInOneBlockAnnouncedTogetherAreOneRequest) {
   BlockCacheOptions o = cache_options();
   o.prefetch_threads = 1;
   o.prefetch_bytes = kBlock;
+  o.range_download_after_ms = 0;
   auto cache = open_cache(o);
   auto source = cached_object(*cache);
   // The one downloader is busy with block 5 (held 1.5 s) while the ranges are announced.
@@ -335,6 +366,7 @@ TEST_F(BlockCacheTest, RangesAreDownloadedAloneOnlyWhileColdSmallAndWithinTheirB
   BlockCacheOptions o = cache_options();
   o.prefetch_threads = 1;
   o.range_download_bytes = 6000;
+  o.range_download_after_ms = 0;
   auto cache = open_cache(o);
   auto source = cached_object(*cache);
   source->prefetch(1000, 5000);                // block 0: a range of its own
@@ -727,6 +759,7 @@ TEST_F(BlockCacheTest, ALoadersFirstBatchOnAColdCacheWaitsForItsOwnBytesNotWhole
   BlockCacheOptions o = cache_options();
   o.block_bytes = 1 << 20;  // a shard's bytes lie in its block 0
   o.prefetch_threads = 16;
+  o.range_download_after_ms = 0;  // the test server is near
   for (const auto& e : fs::directory_iterator(dir_ / "ds")) {
     if (e.path().extension() != ".zws") continue;
     server_.fail_next({.stall = 4000ms, .range = "bytes=0-" + std::to_string(e.file_size() - 1)});

@@ -212,29 +212,36 @@ Result<BatchBuilder::Needs> BatchBuilder::plan(const std::vector<uint64_t>& indi
   return Needs{buffer_end, batch_out_bytes(fields_, indices.size(), raw_bytes_)};
 }
 
+BlockReads::Span BlockReads::span(const ShardReader& shard, size_t s, uint64_t local) const {
+  const uint64_t per_block = samples_per_block[s];
+  const auto& samples = shard.index().samples;
+  Span span;
+  span.block = local / per_block;
+  const uint64_t first = span.block * per_block;
+  const uint64_t end = std::min<uint64_t>(first + per_block, samples.size());
+  uint64_t begin_byte = UINT64_MAX, end_byte = 0;
+  for (uint64_t i = first; i < end; ++i) {
+    begin_byte = std::min(begin_byte, samples[i].offset);
+    end_byte = std::max(end_byte, samples[i].offset + samples[i].size);
+  }
+  span.offset = begin_byte;
+  span.length = end_byte - begin_byte;
+  return span;
+}
+
 Status BatchBuilder::plan_blocks() {
   wants_.clear();
   for (Item& item : items_) {
-    const uint64_t per_block = blocks_->samples_per_block[item.shard];
-    const uint64_t block = item.local / per_block;
+    const uint64_t block = item.local / blocks_->samples_per_block[item.shard];
     auto same = [&](const BlockWindow::Want& w) {
       return w.shard == item.shard && w.block == block;
     };
     auto found = std::find_if(wants_.begin(), wants_.end(), same);
     item.block = static_cast<size_t>(found - wants_.begin());
     if (found != wants_.end()) continue;
-    // The block's bytes: from its first sample's start to its last one's end (samples are
-    // stored in index order, but the span is taken over all of them to rely on nothing).
     ShardReader& shard = *shards_[item.shard];
-    const auto& samples = shard.index().samples;
-    const uint64_t first = block * per_block;
-    const uint64_t end = std::min<uint64_t>(first + per_block, samples.size());
-    uint64_t begin_byte = UINT64_MAX, end_byte = 0;
-    for (uint64_t local = first; local < end; ++local) {
-      begin_byte = std::min(begin_byte, samples[local].offset);
-      end_byte = std::max(end_byte, samples[local].offset + samples[local].size);
-    }
-    wants_.push_back({item.shard, block, begin_byte, end_byte - begin_byte, &shard.source()});
+    const BlockReads::Span span = blocks_->span(shard, item.shard, item.local);
+    wants_.push_back({item.shard, block, span.offset, span.length, &shard.source()});
   }
   return Status::ok();
 }

@@ -240,13 +240,18 @@ void LoaderRun::work(unsigned thread) {
     // its eviction spares those blocks. Batches of an epoch not planned yet wait for a later call.
     announced.clear();
     bool announces_own = false;  // announced[0] is the batch being built
+    uint64_t announces_until = 0;
     if (dataset_.cache() != nullptr) {
       const uint64_t end = std::min(seq + cache_look_ahead_ + 1, segments_.back().end());
-      announces_own = announced_ <= seq && seq < end;
-      for (uint64_t next = std::max(announced_, seq); next < end; ++next) {
+      // Its own batch first, unless its hint is out already. Another worker may have taken it
+      // to announce (a run's first claims, at once) and will only once its own batch is built.
+      announces_own = seq >= hinted_;
+      if (announces_own) announced.push_back(indices);
+      for (uint64_t next = std::max(announced_, seq + 1); next < end; ++next) {
         const Segment& holder = segment_of(next);
         holder.partition.batch(next - holder.first, &announced.emplace_back());
       }
+      if (end > announced_) announces_until = end;
       announced_ = std::max(announced_, end);
     }
     lock.unlock();
@@ -278,6 +283,7 @@ void LoaderRun::work(unsigned thread) {
       for (size_t a = before_build; a < announced.size(); ++a) announce_reads(announced[a]);
       lock.lock();
     }
+    hinted_ = std::max(hinted_, announces_until);
   }
 }
 
@@ -310,11 +316,26 @@ void LoaderRun::announce_reads(const std::vector<uint64_t>& indices) const {
     (void)dataset_.open_shards(closed);
     if (trace) trace->event("opened-shards", "loader", closed.size());
   }
+  // The block order reads whole blocks of samples (BlockWindow): those are announced, each
+  // once, so that the hints name what the reads ask for (a cold cache downloads a hint alone
+  // and serves only the reads inside it; docs/cache.md, "Ranges before blocks").
+  std::vector<std::pair<size_t, uint64_t>> window_blocks;  // (shard, block) announced
   for (const SampleLocation& where : places) {
     std::shared_ptr<ShardReader> shard = dataset_.shard_if_open(where.shard);
     if (shard == nullptr) continue;
-    const format::SampleEntry& entry = shard->index().samples[where.local];
-    ranges.push_back({std::move(shard), entry.offset, entry.offset + entry.size});
+    if (blocks_ == nullptr) {
+      const format::SampleEntry& entry = shard->index().samples[where.local];
+      ranges.push_back({std::move(shard), entry.offset, entry.offset + entry.size});
+      continue;
+    }
+    const std::pair<size_t, uint64_t> block{
+        where.shard, where.local / blocks_->samples_per_block[where.shard]};
+    if (std::find(window_blocks.begin(), window_blocks.end(), block) != window_blocks.end()) {
+      continue;
+    }
+    window_blocks.push_back(block);
+    const BlockReads::Span span = blocks_->span(*shard, where.shard, where.local);
+    ranges.push_back({std::move(shard), span.offset, span.offset + span.length});
   }
   std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
     return std::tie(a.shard, a.begin) < std::tie(b.shard, b.begin);

@@ -145,7 +145,10 @@ class LoaderRun {
   bool stopping_ = false;
   unsigned running_workers_ = 0;  // their work() has not returned
   uint64_t claimed_ = 0;    // sequence numbers handed to workers
-  uint64_t announced_ = 0;  // sequence numbers below it were announced to the cache
+  // Sequence numbers below announced_ were taken by a worker to announce to the cache; those
+  // below hinted_ have been (a worker announces the batches ahead only after building its own).
+  uint64_t announced_ = 0;
+  uint64_t hinted_ = 0;
   uint64_t delivered_ = 0;  // sequence numbers handed to the consumer
   uint64_t building_ = 0;
   uint64_t finished_ = 0;

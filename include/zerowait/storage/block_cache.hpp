@@ -59,6 +59,10 @@ struct BlockCacheOptions {
   // are downloaded twice only at the start; ranges over half a block are left to the blocks.
   // Needs downloaders (prefetch_threads > 0). 0: reads always wait for whole blocks.
   uint64_t range_download_bytes = 64ull << 20;
+  // ...and only once the origin is seen to be far: the quickest of its shard opens' requests
+  // (header, footer, index) took at least this long. Near it, the blocks come about as soon
+  // and the bytes downloaded twice cost more than they save (docs/remote.md). 0: not asked.
+  uint32_t range_download_after_ms = 10;
 };
 
 // Counters of this process's use of the cache (other processes count their own), plus the

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <list>
@@ -87,6 +89,14 @@ class BlockCache::Impl {
   // held and range_download_bytes has room (BlockCacheOptions::range_download_bytes).
   void announce_range(const std::shared_ptr<ByteSource>& origin, const std::string& object,
                       uint64_t offset, uint64_t length);
+
+  // A request set of read_metadata took `elapsed`: the origin's round trip, at most.
+  void note_round_trip(std::chrono::nanoseconds elapsed) {
+    int64_t quickest = quickest_round_trip_ns_.load();
+    while (elapsed.count() < quickest &&
+           !quickest_round_trip_ns_.compare_exchange_weak(quickest, elapsed.count())) {
+    }
+  }
 
   // Fills `dst` with bytes `position`.. of `object` from a range download that covers them,
   // waiting for it within `deadline` while it is under way: false when no range download covers
@@ -214,8 +224,14 @@ class BlockCache::Impl {
   // Range downloads by object, until the blocks they lie in are held; their bytes so far.
   std::unordered_map<std::string, std::vector<std::shared_ptr<internal::RangeDownload>>> ranges_;
   std::atomic<size_t> range_objects_{0};  // ranges_.size(), read without the mutex
-  uint64_t range_bytes_announced_ = 0;    // counted against range_download_bytes
+  // Counted against range_download_bytes; written under the mutex, read without it by the
+  // hints that come once it is spent (every hint of the run after its first batches).
+  std::atomic<uint64_t> range_bytes_announced_{0};
   std::condition_variable range_done_;
+  // Range downloads under way: blocks wait for them, which would otherwise share the link (and
+  // this machine's CPUs) with the bytes a first batch waits for.
+  size_t ranges_in_flight_ = 0;
+  std::atomic<int64_t> quickest_round_trip_ns_{INT64_MAX};  // INT64_MAX: none seen yet
   std::condition_variable prefetch_wake_;
   std::unordered_set<std::string> filling_;  // blocks a thread of this process is filling
   std::condition_variable filled_;           // a fill of filling_ ended

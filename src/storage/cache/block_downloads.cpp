@@ -64,7 +64,13 @@ void BlockCache::Impl::fetch_ahead(const std::shared_ptr<ByteSource>& origin,
 void BlockCache::Impl::announce_range(const std::shared_ptr<ByteSource>& origin,
                                       const std::string& object, uint64_t offset,
                                       uint64_t length) {
-  if (prefetchers_.empty() || length == 0 || 2 * length > options_.block_bytes) return;
+  if (prefetchers_.empty() || length == 0 || 2 * length > options_.block_bytes ||
+      range_bytes_announced_.load() + length > options_.range_download_bytes) {
+    return;
+  }
+  const int64_t far_ns = int64_t(options_.range_download_after_ms) * 1000000;
+  const int64_t quickest = quickest_round_trip_ns_.load();
+  if (far_ns > 0 && (quickest == INT64_MAX || quickest < far_ns)) return;
   auto range = std::make_shared<internal::RangeDownload>();
   range->offset = offset;
   range->first_block = offset / options_.block_bytes;
@@ -121,8 +127,10 @@ void BlockCache::Impl::download_range(const RangeJob& job) {
     counters_.ranges_downloaded.fetch_add(1);
     counters_.bytes_ranges.fetch_add(range.bytes.size());
   }
+  bool blocks_may_go = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    blocks_may_go = --ranges_in_flight_ == 0 && !queue_.empty();
     range.done = true;
     range.failed = !got.is_ok();  // a hint: its readers go through the blocks
     // Nobody needs it any more when it failed or its blocks came first.
@@ -136,18 +144,21 @@ void BlockCache::Impl::download_range(const RangeJob& job) {
     }
   }
   range_done_.notify_all();
+  if (blocks_may_go) prefetch_wake_.notify_all();
 }
 
 void BlockCache::Impl::prefetch_loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    prefetch_wake_.wait(lock,
-                        [&] { return stopping_ || !queue_.empty() || !range_queue_.empty(); });
+    prefetch_wake_.wait(lock, [&] {
+      return stopping_ || !range_queue_.empty() || (!queue_.empty() && ranges_in_flight_ == 0);
+    });
     if (stopping_) return;
     if (!range_queue_.empty()) {
       RangeJob job = std::move(range_queue_.front());
       range_queue_.pop_front();
       job.range->started = true;
+      ++ranges_in_flight_;
       lock.unlock();
       download_range(job);
       lock.lock();

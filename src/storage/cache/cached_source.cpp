@@ -1,6 +1,7 @@
 // The ByteSource that reads an origin through the node-local cache, block by block: reads, the
 // metadata reads that skip whole blocks, and the hints that feed the downloaders.
 #include <algorithm>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -67,6 +68,7 @@ class CachedSource final : public ByteSource {
     if (held) return read(requests, deadline);
     internal::CacheTrace* trace = internal::CacheTrace::get();
     if (trace) trace->event("metadata", name(), requests.size());
+    const auto started = std::chrono::steady_clock::now();
     std::vector<Status> results(requests.size(), Status::ok());
     std::vector<std::thread> others;
     for (size_t i = 1; i < requests.size(); ++i) {
@@ -76,6 +78,7 @@ class CachedSource final : public ByteSource {
     for (std::thread& t : others) t.join();
     if (trace) trace->event("metadata-done", name(), requests.size());
     for (const Status& status : results) ZW_RETURN_IF_ERROR(status);
+    cache_->note_round_trip(std::chrono::steady_clock::now() - started);
     return Status::ok();
   }
 

@@ -353,10 +353,11 @@ TEST_F(BlockCacheTest, RangesInOneBlockAnnouncedTogetherAreOneRequest) {
   source->prefetch(1000, 2000);
   EXPECT_EQ(read(*source, 9000, 2000), object_.substr(9000, 2000));
   EXPECT_EQ(read(*source, 1000, 2000), object_.substr(1000, 2000));
-  const BlockCacheStats s = cache->stats();
-  EXPECT_EQ(s.ranges_downloaded, 1u);
-  EXPECT_EQ(s.range_reads, 2u);
+  EXPECT_EQ(cache->stats().ranges_downloaded, 1u);
   EXPECT_EQ(gets()["bytes=1000-10999"], 1);
+  EXPECT_EQ(gets().count("bytes=9000-10999") + gets().count("bytes=1000-2999"), 0u);
+  // The first read took the range; the second may find block 0 landed by then (under load).
+  EXPECT_GE(cache->stats().range_reads, 1u);
 }
 
 // Ranges are downloaded alone only while that helps and costs little: not when the block is

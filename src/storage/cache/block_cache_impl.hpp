@@ -42,13 +42,15 @@ struct OpenBlock {
 // An announced range downloaded alone into memory while its blocks are not cached yet
 // (BlockCacheOptions::range_download_bytes): what the reads inside it take meanwhile. It is
 // dropped once each block it lies in (one or two: it is at most half a block) is held.
+// Everything but `bytes`' contents is read and written under BlockCache::Impl's mutex; until a
+// downloader starts it, another range announced in its block may extend it.
 struct RangeDownload {
   uint64_t offset = 0;
-  std::vector<std::byte> bytes;  // sized when announced, filled by a downloader
+  std::vector<std::byte> bytes;  // sized when announced, filled by a downloader before `done`
   uint64_t first_block = 0;
   unsigned blocks_missing = 0;  // bit i: block first_block + i not held yet
-  bool started = false;         // these four under BlockCache::Impl's mutex; until a downloader
-  bool done = false;            // takes it, another range of its block may extend it
+  bool started = false;
+  bool done = false;
   bool failed = false;
 
   bool covers(uint64_t position, uint64_t length) const {
@@ -221,7 +223,7 @@ class BlockCache::Impl {
   uint64_t announce_sequence_ = 0;
   std::deque<PrefetchJob> queue_;
   std::deque<RangeJob> range_queue_;  // taken before queue_
-  // Range downloads by object, until the blocks they lie in are held; their bytes so far.
+  // Range downloads by object, until the blocks they lie in are held.
   std::unordered_map<std::string, std::vector<std::shared_ptr<internal::RangeDownload>>> ranges_;
   std::atomic<size_t> range_objects_{0};  // ranges_.size(), read without the mutex
   // Counted against range_download_bytes; written under the mutex, read without it by the

@@ -92,6 +92,46 @@ class BlockCacheTest : public ::testing::Test {
     return by_range;
   }
 
+  // A loader of the "jpg" field over the dataset served at /ds/, read through a cache opened
+  // with `o`; null (a test failure recorded) when it cannot be made.
+  std::unique_ptr<Loader> remote_jpg_loader(const BlockCacheOptions& o, LoaderOptions options) {
+    DatasetOptions dataset_options;
+    dataset_options.cache = open_cache(o);
+    auto remote = Dataset::open(server_.url("/ds/"), dataset_options);
+    EXPECT_TRUE(remote.is_ok()) << remote.status().to_string();
+    if (!remote.is_ok()) return nullptr;
+    options.fields = {"jpg"};
+    auto loader = Loader::create(*remote, options);
+    EXPECT_TRUE(loader.is_ok()) << loader.status().to_string();
+    return loader.is_ok() ? std::move(loader).value() : nullptr;
+  }
+
+  // Checks every sample of `batch` against the local copy of the dataset in dir_/ds; returns
+  // how many the batch had.
+  int64_t expect_local_jpgs(const Batch& batch) {
+    auto local = Dataset::open(dir_ / "ds");
+    EXPECT_TRUE(local.is_ok()) << local.status().to_string();
+    const BatchColumn* index = batch.column("__index__");
+    const BatchColumn* jpg = batch.column("jpg");
+    const BatchColumn* offsets = batch.column("jpg.offsets");
+    EXPECT_TRUE(index != nullptr && jpg != nullptr && offsets != nullptr);
+    if (!local.is_ok() || index == nullptr || jpg == nullptr || offsets == nullptr) return 0;
+    const int64_t* at = reinterpret_cast<const int64_t*>(offsets->data);
+    for (int64_t i = 0; i < index->shape[0]; ++i) {
+      const int64_t global = reinterpret_cast<const int64_t*>(index->data)[i];
+      auto expected = (*local)->read(static_cast<uint64_t>(global));
+      EXPECT_TRUE(expected.is_ok()) << expected.status().to_string();
+      const FieldView* field = expected.is_ok() ? expected->view.field("jpg") : nullptr;
+      EXPECT_NE(field, nullptr) << "sample " << global;
+      if (field == nullptr) continue;
+      EXPECT_EQ(std::string(reinterpret_cast<const char*>(jpg->data) + at[i],
+                            static_cast<size_t>(at[i + 1] - at[i])),
+                testing::to_string(field->bytes))
+          << "sample " << global;
+    }
+    return index->shape[0];
+  }
+
   uint64_t files_in(const std::string& dir) const {
     uint64_t n = 0;
     for (const auto& e : fs::recursive_directory_iterator(dir)) n += e.is_regular_file();
@@ -765,32 +805,15 @@ TEST_F(BlockCacheTest, ALoadersFirstBatchOnAColdCacheWaitsForItsOwnBytesNotWhole
     if (e.path().extension() != ".zws") continue;
     server_.fail_next({.stall = 4000ms, .range = "bytes=0-" + std::to_string(e.file_size() - 1)});
   }
-  DatasetOptions dataset_options;
-  dataset_options.cache = open_cache(o);
-  auto remote = Dataset::open(server_.url("/ds/"), dataset_options);
-  ASSERT_TRUE(remote.is_ok()) << remote.status().to_string();
   LoaderOptions options;
   options.batch_size = 8;
   options.threads = 1;
-  options.fields = {"jpg"};
-  auto loader = Loader::create(*remote, options);
-  ASSERT_TRUE(loader.is_ok()) << loader.status().to_string();
-  auto first = (*loader)->next(Deadline::after(2s));
+  std::unique_ptr<Loader> loader = remote_jpg_loader(o, options);
+  ASSERT_NE(loader, nullptr);
+  auto first = loader->next(Deadline::after(2s));
   ASSERT_TRUE(first.is_ok() && *first != nullptr) << first.status().to_string();
-  auto local = Dataset::open(dir_ / "ds");
-  ASSERT_TRUE(local.is_ok());
-  const BatchColumn* index = (*first)->column("__index__");
-  const BatchColumn* jpg = (*first)->column("jpg");
-  const int64_t* at = reinterpret_cast<const int64_t*>((*first)->column("jpg.offsets")->data);
-  for (int64_t i = 0; i < index->shape[0]; ++i) {
-    const int64_t global = reinterpret_cast<const int64_t*>(index->data)[i];
-    auto expected = (*local)->read(static_cast<uint64_t>(global));
-    ASSERT_TRUE(expected.is_ok());
-    EXPECT_EQ(std::string(reinterpret_cast<const char*>(jpg->data) + at[i],
-                          static_cast<size_t>(at[i + 1] - at[i])),
-              testing::to_string(expected->view.field("jpg")->bytes));
-  }
-  const LoaderStats stats = (*loader)->stats();
+  EXPECT_EQ(expect_local_jpgs(**first), 8);
+  const LoaderStats stats = loader->stats();
   ASSERT_TRUE(stats.cache.has_value());
   EXPECT_GT(stats.cache->range_reads, 0u);
   EXPECT_LE(stats.cache->bytes_ranges, o.range_download_bytes);
@@ -803,45 +826,21 @@ TEST_F(BlockCacheTest, ALoaderReportsItsCacheAndDownloadsEachBlockOnce) {
   BlockCacheOptions o = cache_options();
   o.block_bytes = 16 << 10;  // several blocks per shard
   o.prefetch_threads = 2;
-  DatasetOptions dataset_options;
-  dataset_options.cache = open_cache(o);
-  auto remote = Dataset::open(server_.url("/ds/"), dataset_options);
-  ASSERT_TRUE(remote.is_ok()) << remote.status().to_string();
   LoaderOptions options;
   options.batch_size = 8;
   options.threads = 2;
   options.prefetch = 2;
-  options.fields = {"jpg"};
-  auto loader = Loader::create(*remote, options);
-  ASSERT_TRUE(loader.is_ok()) << loader.status().to_string();
-  auto local = Dataset::open(dir_ / "ds");
-  ASSERT_TRUE(local.is_ok());
-  uint64_t samples = 0;
+  std::unique_ptr<Loader> loader = remote_jpg_loader(o, options);
+  ASSERT_NE(loader, nullptr);
+  int64_t samples = 0;
   for (;;) {
-    auto batch = (*loader)->next();
+    auto batch = loader->next();
     ASSERT_TRUE(batch.is_ok()) << batch.status().to_string();
     if (*batch == nullptr) break;
-    const BatchColumn* index = (*batch)->column("__index__");
-    const BatchColumn* jpg = (*batch)->column("jpg");
-    const BatchColumn* offsets = (*batch)->column("jpg.offsets");
-    ASSERT_NE(offsets, nullptr);
-    for (int64_t i = 0; i < index->shape[0]; ++i) {
-      const int64_t global = reinterpret_cast<const int64_t*>(index->data)[i];
-      const int64_t* at = reinterpret_cast<const int64_t*>(offsets->data);
-      const std::string got(reinterpret_cast<const char*>(jpg->data) + at[i],
-                            static_cast<size_t>(at[i + 1] - at[i]));
-      auto expected = (*local)->read(static_cast<uint64_t>(global));
-      ASSERT_TRUE(expected.is_ok());
-      const FieldView* field = expected->view.field("jpg");
-      ASSERT_NE(field, nullptr);
-      EXPECT_EQ(
-          got, testing::to_string(field->bytes))
-          << "sample " << global;
-      ++samples;
-    }
+    samples += expect_local_jpgs(**batch);
   }
-  EXPECT_EQ(samples, 60u);
-  const LoaderStats stats = (*loader)->stats();
+  EXPECT_EQ(samples, 60);
+  const LoaderStats stats = loader->stats();
   ASSERT_TRUE(stats.cache.has_value());
   // Whoever fetched a block (a worker, or the background download of an announced one), it was
   // fetched once: the blocks fetched are exactly the distinct block ranges the server answered.

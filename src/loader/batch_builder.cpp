@@ -215,18 +215,14 @@ Result<BatchBuilder::Needs> BatchBuilder::plan(const std::vector<uint64_t>& indi
 BlockReads::Span BlockReads::span(const ShardReader& shard, size_t s, uint64_t local) const {
   const uint64_t per_block = samples_per_block[s];
   const auto& samples = shard.index().samples;
-  Span span;
-  span.block = local / per_block;
-  const uint64_t first = span.block * per_block;
+  const uint64_t first = local / per_block * per_block;
   const uint64_t end = std::min<uint64_t>(first + per_block, samples.size());
   uint64_t begin_byte = UINT64_MAX, end_byte = 0;
   for (uint64_t i = first; i < end; ++i) {
     begin_byte = std::min(begin_byte, samples[i].offset);
     end_byte = std::max(end_byte, samples[i].offset + samples[i].size);
   }
-  span.offset = begin_byte;
-  span.length = end_byte - begin_byte;
-  return span;
+  return {begin_byte, end_byte - begin_byte};
 }
 
 Status BatchBuilder::plan_blocks() {

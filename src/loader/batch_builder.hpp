@@ -50,11 +50,11 @@ struct BlockReads {
   std::shared_ptr<BlockWindow> window;
   std::vector<uint64_t> samples_per_block;
 
-  // The block of shard `s` (read by `shard`) that sample `local` lies in, and the file bytes
-  // the block spans: from its first sample's start to its last one's end (samples are stored
-  // in index order, but the span is taken over all of them to rely on nothing).
+  // The file bytes of the block of shard `s` (read by `shard`) that sample `local` lies in:
+  // from the block's first sample's start to its last one's end (samples are stored in index
+  // order, but the span is taken over all of them to rely on nothing).
   struct Span {
-    uint64_t block = 0, offset = 0, length = 0;
+    uint64_t offset = 0, length = 0;
   };
   Span span(const ShardReader& shard, size_t s, uint64_t local) const;
 };

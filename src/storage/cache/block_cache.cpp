@@ -190,18 +190,12 @@ Result<bool> BlockCache::Impl::read_from_range(const std::string& object, uint64
 
 void BlockCache::Impl::drop_ranges_held(const std::string& object, uint64_t block) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = ranges_.find(object);
-  if (it == ranges_.end()) return;
-  std::erase_if(it->second, [block](const std::shared_ptr<internal::RangeDownload>& r) {
+  erase_ranges(object, [block](const std::shared_ptr<internal::RangeDownload>& r) {
     if (block < r->first_block || block - r->first_block >= 2) return false;
     r->blocks_missing &= ~(1u << (block - r->first_block));
     // One under way stays: a reader may be about to wait for it.
     return r->blocks_missing == 0 && r->done;
   });
-  if (it->second.empty()) {
-    ranges_.erase(it);
-    range_objects_.store(ranges_.size());
-  }
 }
 
 bool BlockCache::Impl::holds(const std::string& object, uint64_t block) {

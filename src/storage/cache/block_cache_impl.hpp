@@ -141,6 +141,7 @@ class BlockCache::Impl {
   };
   struct RangeJob {
     std::shared_ptr<ByteSource> origin;
+    std::string object;
     std::shared_ptr<internal::RangeDownload> range;
   };
 
@@ -154,6 +155,18 @@ class BlockCache::Impl {
 
   // Block `block` of `object` is held now: range downloads that needed it only meanwhile go.
   void drop_ranges_held(const std::string& object, uint64_t block);
+
+  // Locked by the caller: removes the range downloads of `object` that `drop` picks (the object's
+  // entry too, once it has none).
+  template <typename Predicate>
+  void erase_ranges(const std::string& object, Predicate drop) {
+    auto it = ranges_.find(object);
+    if (it == ranges_.end()) return;
+    std::erase_if(it->second, drop);
+    if (!it->second.empty()) return;
+    ranges_.erase(it);
+    range_objects_.store(ranges_.size());
+  }
 
   // Waits while another thread of this process fills block `name` (woken when it is done: the
   // block's file lock could only be polled, which adds up to a poll interval to every wait).

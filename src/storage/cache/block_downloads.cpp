@@ -81,7 +81,9 @@ void BlockCache::Impl::announce_range(const std::shared_ptr<ByteSource>& origin,
   if (range->blocks_missing == 0) return;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    std::vector<std::shared_ptr<internal::RangeDownload>>& of_object = ranges_[object];
+    static const std::vector<std::shared_ptr<internal::RangeDownload>> kNone;
+    auto known = ranges_.find(object);
+    const auto& of_object = known == ranges_.end() ? kNone : known->second;
     for (const auto& r : of_object) {
       if (r->covers(offset, length)) return;
     }
@@ -102,15 +104,12 @@ void BlockCache::Impl::announce_range(const std::shared_ptr<ByteSource>& origin,
       r->blocks_missing |= range->blocks_missing;
       return;
     }
-    if (range_bytes_announced_ + length > options_.range_download_bytes) {
-      if (of_object.empty()) ranges_.erase(object);
-      return;
-    }
+    if (range_bytes_announced_ + length > options_.range_download_bytes) return;
     range_bytes_announced_ += length;
     range->bytes.resize(length);
-    of_object.push_back(range);
+    ranges_[object].push_back(range);
     range_objects_.store(ranges_.size());
-    range_queue_.push_back({origin, range});
+    range_queue_.push_back({origin, object, range});
   }
   if (auto* trace = internal::CacheTrace::get()) trace->event("range", origin->name(), offset);
   wake_downloaders(1);
@@ -135,12 +134,7 @@ void BlockCache::Impl::download_range(const RangeJob& job) {
     range.failed = !got.is_ok();  // a hint: its readers go through the blocks
     // Nobody needs it any more when it failed or its blocks came first.
     if (range.failed || range.blocks_missing == 0) {
-      for (auto it = ranges_.begin(); it != ranges_.end(); ++it) {
-        if (std::erase(it->second, job.range) == 0) continue;
-        if (it->second.empty()) ranges_.erase(it);
-        break;
-      }
-      range_objects_.store(ranges_.size());
+      erase_ranges(job.object, [&](const auto& r) { return r == job.range; });
     }
   }
   range_done_.notify_all();

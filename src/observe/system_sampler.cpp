@@ -8,6 +8,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -187,9 +188,12 @@ ThreadProgress thread_progress(const host::System& system, const std::string& ta
 
 // Whether the running main thread of `pid` is receiving (or releasing) a batch from its child
 // processes: it reads, or its sockets and /dev/shm files change, or it blocks in a call that is
-// input, within its next kWindowCpu of CPU time. A window the sampler itself overran (it was
-// kept off a core while the thread ran on) decides nothing: what it saw may be the next step's.
-bool receiving_in_window(const host::System& system, pid_t pid) {
+// input, within its next kWindowCpu of CPU time. What a poll sees happened somewhere in the
+// thread's CPU time since the poll before; a poll that came late (the sampler was kept off a core
+// while the thread ran on, as on a loaded machine) may straddle the window's end, and then what it
+// saw counts with the chance that it fell inside. Counting it whole made the window as long as the
+// sampler's lateness, and watch over-counted input on a loaded machine by 5-7 points.
+bool receiving_in_window(const host::System& system, pid_t pid, std::minstd_rand& chance) {
   const std::string task = "/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid);
   clockid_t clock{};
   const std::optional<clockid_t> process_clock =
@@ -198,16 +202,26 @@ bool receiving_in_window(const host::System& system, pid_t pid) {
   if (!before.reads) return false;
   const std::set<std::string> channels = batch_channels(system, pid);
   const auto start = std::chrono::steady_clock::now();
+  // Whether an event seen when the thread had run `ran`, and not yet at `ran_before`, was within
+  // the window.
+  const auto within_window = [&chance](std::chrono::nanoseconds ran_before,
+                                       std::chrono::nanoseconds ran) {
+    if (ran <= kWindowCpu) return true;
+    if (ran_before >= kWindowCpu) return false;
+    const double inside = double((kWindowCpu - ran_before).count()) /
+                          double((ran - ran_before).count());
+    return std::uniform_real_distribution<double>(0, 1)(chance) < inside;
+  };
+  std::chrono::nanoseconds ran_before{0};
+  std::chrono::nanoseconds ran{0};
   while (true) {
     std::this_thread::sleep_for(kWindowPoll);
     const ThreadProgress now = thread_progress(system, task, process_clock);
     const auto elapsed = std::chrono::steady_clock::now() - start;
-    const std::chrono::nanoseconds ran =
-        before.cpu_ns && now.cpu_ns
-            ? std::chrono::nanoseconds(*now.cpu_ns - std::min(*now.cpu_ns, *before.cpu_ns))
-            : std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed);
-    if (ran > 3 * kWindowCpu) return false;
-    if (now.reads && *now.reads > *before.reads) return true;
+    ran = before.cpu_ns && now.cpu_ns
+              ? std::chrono::nanoseconds(*now.cpu_ns - std::min(*now.cpu_ns, *before.cpu_ns))
+              : std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed);
+    if (now.reads && *now.reads > *before.reads) return within_window(ran_before, ran);
     if (now.state != 'R') {
       // It blocked: next() going on to wait for its workers (poll on their pipe, a read on a
       // socket) is input; compute ending in another wait is not, nor waiting for the GIL
@@ -215,13 +229,15 @@ bool receiving_in_window(const host::System& system, pid_t pid) {
       const std::optional<ThreadActivity> blocked = classify_thread(system, pid, pid, true);
       if (blocked && blocked->activity == Activity::kInput &&
           !blocked->detail.starts_with("futex")) {
-        return true;
+        return within_window(ran_before, ran);
       }
       break;
     }
     if (ran >= kWindowCpu || elapsed >= kWindowWall) break;
+    ran_before = ran;
   }
-  return batch_channels(system, pid) != channels;
+  // The files are compared once, at the end: a change happened anywhere in the CPU time it ran.
+  return batch_channels(system, pid) != channels && within_window(std::chrono::nanoseconds{0}, ran);
 }
 
 struct SystemSampler::State {
@@ -240,6 +256,7 @@ struct SystemSampler::State {
   std::thread thread;
   std::vector<SystemSample> samples;
   SocketHistory sockets;  // the main thread's, from sample to sample
+  std::minstd_rand chance{20261206};  // receiving_in_window's draws for late polls
   bool degraded = false;
 };
 
@@ -261,7 +278,7 @@ std::optional<SystemSample> SystemSampler::take(double t) {
     const bool has_children = s.previous->has_children;
     main = classify_thread(s.system, options_.pid, options_.pid, has_children, &s.sockets);
     if (main && main->running && main->activity != Activity::kInput && has_children &&
-        s.system.live() && receiving_in_window(s.system, options_.pid)) {
+        s.system.live() && receiving_in_window(s.system, options_.pid, s.chance)) {
       main = ThreadActivity{Activity::kInput, "running, receiving a batch", false, true};
     }
   }

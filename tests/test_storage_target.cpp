@@ -1,6 +1,9 @@
 // The storage targets: the contract every target keeps (on a real temporary directory, in memory
 // and in a bucket of a real S3 server), what only a local directory does, and the fault-injecting
 // wrapper that the checkpoint tests use to see the order of operations and to fail one of them.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <cerrno>
@@ -11,6 +14,7 @@
 #include "testing/checkpoint_state.hpp"
 #include "testing/s3_server.hpp"
 #include "testing/testing.hpp"
+#include "zerowait/host/page_cache.hpp"
 #include "zerowait/storage/fault_store.hpp"
 #include "zerowait/storage/open.hpp"
 
@@ -229,6 +233,86 @@ TEST_P(StoreContract, ReadsRangesWithDeadlinesAndNamesTheFile) {
       << missing.status().message();
   EXPECT_EQ(target->open("../x", IoBackend::kPread, metadata_deadline()).status().code(),
             ErrorCode::kInvalidArgument);
+}
+
+// Bytes no two positions of which repeat within a buffer: a piece written at a wrong offset, or
+// a tail padded into the data, shows.
+std::string pattern_bytes(size_t n) {
+  std::string s(n, '\0');
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (size_t i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    s[i] = static_cast<char>(x);
+  }
+  return s;
+}
+
+// create_streamed, as a checkpoint writes its tensor files: front to back in pieces that do not
+// fall on the write buffer's bounds (8 MiB), a sync() in the middle (the tail written, then
+// written again once more bytes follow it), sync() and close() at the end.
+TEST_P(StoreContract, AStreamedFileReadsBackByteForByte) {
+  const std::string bytes = pattern_bytes((8u << 20) * 2 + 123457);
+  ASSERT_TRUE(target->make_directory("step_1", metadata_deadline()).is_ok());
+  auto file = target->create_streamed("step_1/t.safetensors", metadata_deadline());
+  ASSERT_TRUE(file.is_ok()) << file.status().to_string();
+  const size_t piece = (3u << 20) + 7;
+  for (size_t off = 0; off < bytes.size(); off += piece) {
+    const std::string_view part = std::string_view(bytes).substr(off, piece);
+    ASSERT_TRUE((*file)->write_at(off, as_bytes(part), write_deadline()).is_ok());
+    if (off == piece) ASSERT_TRUE((*file)->sync(write_deadline()).is_ok());
+  }
+  ASSERT_TRUE((*file)->sync(write_deadline()).is_ok());
+  ASSERT_TRUE((*file)->close(write_deadline()).is_ok());
+  EXPECT_EQ(*target->size("step_1/t.safetensors", metadata_deadline()), bytes.size());
+  EXPECT_TRUE(*target->read("step_1/t.safetensors", metadata_deadline()) == bytes)
+      << "the streamed file differs from what was written";
+
+  // Small and empty files too (a rank manifest's size; a tensor file of empty tensors).
+  for (const std::string& small : {std::string("x"), std::string()}) {
+    auto f = target->create_streamed("step_1/small", metadata_deadline());
+    ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+    if (!small.empty()) ASSERT_TRUE((*f)->write_at(0, as_bytes(small), write_deadline()).is_ok());
+    ASSERT_TRUE((*f)->close(write_deadline()).is_ok()) << "close() writes what sync() has not";
+    EXPECT_EQ(*target->read("step_1/small", metadata_deadline()), small);
+  }
+}
+
+// A local streamed file goes to the disk with O_DIRECT: none of it is left in the page cache
+// (the CPU a buffered write spends copying into fresh pages, and the training data it would
+// evict). It is written front to back, and says so to a caller that does otherwise.
+TEST(LocalDirectoryTarget, AStreamedFileBypassesThePageCacheAndIsWrittenInOrder) {
+  TempDir dir;
+  {
+    const int probe = ::open((dir / "probe").c_str(), O_WRONLY | O_CREAT | O_DIRECT, 0644);
+    if (probe < 0) GTEST_SKIP() << "the file system of " << dir.path() << " refuses O_DIRECT";
+    ::close(probe);
+  }
+  auto target = make_local_store(dir.path());
+  const std::string bytes = pattern_bytes((8u << 20) + 5000);
+  auto file = target->create_streamed("t.safetensors", metadata_deadline());
+  ASSERT_TRUE(file.is_ok()) << file.status().to_string();
+  ASSERT_TRUE((*file)->write_at(0, as_bytes(bytes), write_deadline()).is_ok());
+  const Status out_of_order = (*file)->write_at(3, as_bytes("x"), write_deadline());
+  EXPECT_EQ(out_of_order.code(), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(contains(out_of_order.message(), (dir / "t.safetensors")) &&
+              contains(out_of_order.message(), "front to back"))
+      << out_of_order.message();
+  ASSERT_TRUE((*file)->sync(write_deadline()).is_ok());
+  ASSERT_TRUE((*file)->close(write_deadline()).is_ok());
+  auto resident = file_residency(dir / "t.safetensors");
+  ASSERT_TRUE(resident.is_ok()) << resident.status().to_string();
+  EXPECT_EQ(resident->bytes, bytes.size());
+  EXPECT_EQ(resident->resident_bytes, 0u) << "a streamed file's pages stayed in the page cache";
+  EXPECT_TRUE(testing::read_file(dir / "t.safetensors") == bytes);
+
+  // The same bytes written with create() stay in the page cache: what the test above tells
+  // apart is real.
+  write_through(*target, "buffered", bytes);
+  auto buffered = file_residency(dir / "buffered");
+  ASSERT_TRUE(buffered.is_ok()) << buffered.status().to_string();
+  EXPECT_GT(buffered->resident_bytes, 0u);
 }
 
 TEST(LocalDirectoryTarget, RejectsPathsThatLeaveTheRoot) {

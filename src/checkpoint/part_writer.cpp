@@ -209,7 +209,7 @@ Status PartWriter::write_safetensors(const FilePlan& plan, StoredFile& out) {
   ZW_ASSIGN_OR_RETURN(std::string header,
                       internal::safetensors::encode_header(entries, {{"format", "pt"}}));
   ZW_ASSIGN_OR_RETURN(auto file,
-                      state_.target->create(tmp_path_of(plan.path), metadata_deadline()));
+                      state_.target->create_streamed(tmp_path_of(plan.path), metadata_deadline()));
   FileStream stream(*file, state_.options.write_timeout);
   ZW_RETURN_IF_ERROR(stream.append(std::span<const std::byte>(
       reinterpret_cast<const std::byte*>(header.data()), header.size())));
@@ -256,7 +256,7 @@ Status PartWriter::write_compressed(const FilePlan& plan, StoredFile& out) {
   });
 
   ZW_ASSIGN_OR_RETURN(auto file,
-                      state_.target->create(tmp_path_of(plan.path), metadata_deadline()));
+                      state_.target->create_streamed(tmp_path_of(plan.path), metadata_deadline()));
   FileStream stream(*file, state_.options.write_timeout);
   ZW_RETURN_IF_ERROR(stream.append(std::span<const std::byte>(
       reinterpret_cast<const std::byte*>(internal::kCompressedFileMagic.data()),

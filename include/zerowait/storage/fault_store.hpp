@@ -85,6 +85,8 @@ class FaultStore final : public Store {
   std::string describe() const override;
   Status make_directory(const std::string& path, Deadline deadline) override;
   Result<std::unique_ptr<WritableFile>> create(const std::string& path, Deadline deadline) override;
+  Result<std::unique_ptr<WritableFile>> create_streamed(const std::string& path,
+                                                        Deadline deadline) override;
   Status sync_directory(const std::string& path, Deadline deadline) override;
   Status publish(const std::string& from, const std::string& to, Deadline deadline,
                  std::string_view commit_record = {}) override;

@@ -79,6 +79,14 @@ class Store {
   // Creates (or truncates) object `path` for a streamed write.
   virtual Result<std::unique_ptr<WritableFile>> create(const std::string& path,
                                                        Deadline deadline) = 0;
+  // create() for a large object written once, front to back from one thread, that this process
+  // will not read back soon (a checkpoint's tensor files): a store that can keeps it out of its
+  // cache. A local file is written with O_DIRECT through an aligned buffer (its bytes reach the
+  // file as the buffer fills, the rest at sync() and close()); other stores create() it.
+  virtual Result<std::unique_ptr<WritableFile>> create_streamed(const std::string& path,
+                                                                Deadline deadline) {
+    return create(path, deadline);
+  }
   // Makes the entries of directory `path` durable (fsync of the directory; "" is the root).
   virtual Status sync_directory(const std::string& path, Deadline deadline) = 0;
   // Atomically makes `from` (an object or a directory) appear as `to`: a rename(2) on a local

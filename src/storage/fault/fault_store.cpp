@@ -240,6 +240,15 @@ Result<std::unique_ptr<WritableFile>> FaultStore::create(const std::string& path
   return std::unique_ptr<WritableFile>(new FaultFile(std::move(file), *this, path));
 }
 
+// The same faults as create(): a test of a checkpoint fails its tensor files' calls by the names
+// create() uses.
+Result<std::unique_ptr<WritableFile>> FaultStore::create_streamed(const std::string& path,
+                                                                  Deadline deadline) {
+  ZW_RETURN_IF_ERROR(apply({"create", path}, deadline));
+  ZW_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, inner_->create_streamed(path, deadline));
+  return std::unique_ptr<WritableFile>(new FaultFile(std::move(file), *this, path));
+}
+
 Status FaultStore::sync_directory(const std::string& path, Deadline deadline) {
   ZW_RETURN_IF_ERROR(apply({"fsync-dir", path}, deadline));
   return inner_->sync_directory(path, deadline);

@@ -170,12 +170,16 @@ class LocalStreamedFile : public WritableFile {
                       std::to_string(offset) + " of",
         [file = file_, buffer = buffer_, direct = direct_, bytes, offset]() -> Status {
           const auto data = std::span<const std::byte>(buffer.get(), bytes);
-          if (*direct) {
-            const ssize_t n = ::pwrite(file->fd(), data.data(), data.size(),
-                                       static_cast<off_t>(offset));
-            if (n == static_cast<ssize_t>(bytes)) return Status::ok();
-            if (n < 0 && errno != EINVAL) return errno_status(errno, "cannot write", file->path());
-            if (n < 0) {  // alignment this file system does not take: buffered from here on
+          size_t done = 0;
+          while (*direct && done < bytes) {
+            const ssize_t n = ::pwrite(file->fd(), data.data() + done, bytes - done,
+                                       static_cast<off_t>(offset + done));
+            if (n > 0) {
+              done += size_t(n);
+            } else if (n < 0 && errno == EINTR) {
+              continue;
+            } else if (n < 0 && errno == EINVAL && done == 0) {
+              // An alignment this file system does not take: buffered from here on.
               const int flags = ::fcntl(file->fd(), F_GETFL);
               if (flags < 0 || ::fcntl(file->fd(), F_SETFL, flags & ~O_DIRECT) != 0) {
                 return errno_status(errno, "cannot write", file->path());
@@ -185,11 +189,12 @@ class LocalStreamedFile : public WritableFile {
                                       "the file system of " + file->path() +
                                           " refuses O_DIRECT writes; writing through the page "
                                           "cache");
+            } else {
+              return errno_status(n == 0 ? EIO : errno, "cannot write", file->path(),
+                                  static_cast<long long>(offset + done));
             }
-            const size_t done = n > 0 ? size_t(n) : 0;
-            return file->pwrite_all(offset + done, data.subspan(done));
           }
-          return file->pwrite_all(offset, data);
+          return file->pwrite_all(offset + done, data.subspan(done));
         });
   }
 
@@ -267,7 +272,7 @@ class LocalStore final : public Store {
           constexpr int kFlags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
           int fd = ::open(full.c_str(), kFlags | O_DIRECT, 0644);
           const bool direct = fd >= 0;
-          if (!direct && errno == EINVAL) {  // tmpfs, some FUSE file systems
+          if (!direct && errno == EINVAL) {  // tmpfs before Linux 6.6, some FUSE file systems
             internal::note_fallback("checkpoint-direct-write",
                                     "the file system of " + full +
                                         " refuses O_DIRECT; writing through the page cache");

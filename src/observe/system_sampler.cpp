@@ -157,11 +157,11 @@ double monotonic_seconds() {
 // each tensor, well under a millisecond of its own CPU time apart; freeing the batch before
 // closes one file per tensor. Compute does neither. The window is counted in the thread's CPU
 // time, not the clock's, so that a thread waiting for a core on a loaded machine is watched
-// until it has run. Each end of a compute phase is read as input for at most kWindowCpu, the
-// watch's error per step.
+// until it has run. Each half of the window (receiving_in_window) is kWindowCpu.
 constexpr std::chrono::nanoseconds kWindowCpu{1000000};
 constexpr std::chrono::microseconds kWindowPoll{250};
-// A window whose thread blocked, or did not get kWindowCpu of a core in this long, ends.
+// A half whose thread did not get kWindowCpu of a core in this long ends; a thread that
+// blocked ends the window.
 constexpr std::chrono::milliseconds kWindowWall{10};
 
 struct ThreadProgress {
@@ -187,41 +187,45 @@ ThreadProgress thread_progress(const host::System& system, const std::string& ta
 }
 
 // Whether the running main thread of `pid` is receiving (or releasing) a batch from its child
-// processes: it reads, or its sockets and /dev/shm files change, or it blocks in a call that is
-// input, within its next kWindowCpu of CPU time. What a poll sees happened somewhere in the
-// thread's CPU time since the poll before; a poll that came late (the sampler was kept off a core
-// while the thread ran on, as on a loaded machine) may straddle the window's end, and then what it
-// saw counts with the chance that it fell inside. Counting it whole made the window as long as the
-// sampler's lateness, and watch over-counted input on a loaded machine by 5-7 points.
+// processes. What it does is watched over its next 2 x kWindowCpu of CPU time, in two halves: it
+// reads, its sockets and /dev/shm files change, or it blocks in a call that is input. The sample
+// stands for the middle: input when both halves saw such an event (it is inside a stretch of
+// receiving) or when it blocked waiting for its workers in the first. Watching ahead only (an
+// event in the next kWindowCpu) read the last kWindowCpu of every compute phase as input: on a
+// loaded machine, where that CPU time is more of the phase's wall time, watch over-counted
+// input by 3-7 points. What a poll sees happened somewhere in the CPU time since the poll
+// before; a poll that came late (the sampler kept off a core while the thread ran on) may
+// straddle a half's end, and then what it saw is placed by a draw in proportion.
 bool receiving_in_window(const host::System& system, pid_t pid, std::minstd_rand& chance) {
   const std::string task = "/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid);
   clockid_t clock{};
   const std::optional<clockid_t> process_clock =
       clock_getcpuclockid(pid, &clock) == 0 ? std::optional<clockid_t>(clock) : std::nullopt;
-  const ThreadProgress before = thread_progress(system, task, process_clock);
-  if (!before.reads) return false;
-  const std::set<std::string> channels = batch_channels(system, pid);
+  ThreadProgress last = thread_progress(system, task, process_clock);
+  if (!last.reads) return false;
+  const std::optional<uint64_t> cpu_start = last.cpu_ns;
+  std::set<std::string> channels = batch_channels(system, pid);
   const auto start = std::chrono::steady_clock::now();
-  // Whether an event seen when the thread had run `ran`, and not yet at `ran_before`, was within
-  // the window.
-  const auto within_window = [&chance](std::chrono::nanoseconds ran_before,
-                                       std::chrono::nanoseconds ran) {
-    if (ran <= kWindowCpu) return true;
-    if (ran_before >= kWindowCpu) return false;
-    const double inside = double((kWindowCpu - ran_before).count()) /
+  // The half (1, 2; 0: past the window) of an event seen at `ran` and not yet at `ran_before`.
+  const auto half_of = [&chance](std::chrono::nanoseconds ran_before,
+                                 std::chrono::nanoseconds ran) {
+    const double at = double(ran_before.count()) +
+                      std::uniform_real_distribution<double>(0, 1)(chance) *
                           double((ran - ran_before).count());
-    return std::uniform_real_distribution<double>(0, 1)(chance) < inside;
+    return at <= double(kWindowCpu.count()) ? 1 : at <= 2.0 * double(kWindowCpu.count()) ? 2 : 0;
   };
+  bool seen[3] = {false, false, false};
+  bool middle = false;  // the first half is over: `channels` are the middle's
   std::chrono::nanoseconds ran_before{0};
   std::chrono::nanoseconds ran{0};
   while (true) {
     std::this_thread::sleep_for(kWindowPoll);
     const ThreadProgress now = thread_progress(system, task, process_clock);
     const auto elapsed = std::chrono::steady_clock::now() - start;
-    ran = before.cpu_ns && now.cpu_ns
-              ? std::chrono::nanoseconds(*now.cpu_ns - std::min(*now.cpu_ns, *before.cpu_ns))
+    ran = cpu_start && now.cpu_ns
+              ? std::chrono::nanoseconds(*now.cpu_ns - std::min(*now.cpu_ns, *cpu_start))
               : std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed);
-    if (now.reads && *now.reads > *before.reads) return within_window(ran_before, ran);
+    if (now.reads && *now.reads > *last.reads) seen[half_of(ran_before, ran)] = true;
     if (now.state != 'R') {
       // It blocked: next() going on to wait for its workers (poll on their pipe, a read on a
       // socket) is input; compute ending in another wait is not, nor waiting for the GIL
@@ -229,15 +233,26 @@ bool receiving_in_window(const host::System& system, pid_t pid, std::minstd_rand
       const std::optional<ThreadActivity> blocked = classify_thread(system, pid, pid, true);
       if (blocked && blocked->activity == Activity::kInput &&
           !blocked->detail.starts_with("futex")) {
-        return within_window(ran_before, ran);
+        const int half = half_of(ran_before, ran);
+        if (half == 1) return true;  // waiting for its workers at the middle
+        seen[half] = true;
       }
       break;
     }
-    if (ran >= kWindowCpu || elapsed >= kWindowWall) break;
+    const bool first_over = ran >= kWindowCpu || elapsed >= kWindowWall;
+    if (first_over && !middle) {
+      std::set<std::string> now_channels = batch_channels(system, pid);
+      seen[1] = seen[1] || now_channels != channels;
+      channels = std::move(now_channels);
+      middle = true;
+    }
+    if (ran >= 2 * kWindowCpu || elapsed >= 2 * kWindowWall) break;
+    if (middle && !seen[1]) return false;  // compute at the middle: nothing in the first half
     ran_before = ran;
+    last = now;
   }
-  // The files are compared once, at the end: a change happened anywhere in the CPU time it ran.
-  return batch_channels(system, pid) != channels && within_window(std::chrono::nanoseconds{0}, ran);
+  if (!seen[1]) return false;
+  return seen[2] || (middle && batch_channels(system, pid) != channels);
 }
 
 struct SystemSampler::State {

@@ -279,8 +279,8 @@ TEST_P(StoreContract, AStreamedFileReadsBackByteForByte) {
   }
 }
 
-// A local streamed file goes to the disk with O_DIRECT: none of it is left in the page cache
-// (the CPU a buffered write spends copying into fresh pages, and the training data it would
+// A local streamed file goes to the disk with O_DIRECT: none of it but its tail is left in the
+// page cache (the CPU a buffered write spends copying into fresh pages, and the training data it would
 // evict). It is written front to back, and says so to a caller that does otherwise.
 TEST(LocalDirectoryTarget, AStreamedFileBypassesThePageCacheAndIsWrittenInOrder) {
   TempDir dir;
@@ -304,7 +304,8 @@ TEST(LocalDirectoryTarget, AStreamedFileBypassesThePageCacheAndIsWrittenInOrder)
   auto resident = file_residency(dir / "t.safetensors");
   ASSERT_TRUE(resident.is_ok()) << resident.status().to_string();
   EXPECT_EQ(resident->bytes, bytes.size());
-  EXPECT_EQ(resident->resident_bytes, 0u) << "a streamed file's pages stayed in the page cache";
+  // The tail past the last full 8 MiB buffer (5,000 bytes) is written through the page cache.
+  EXPECT_LE(resident->resident_bytes, 8192u) << "a streamed file's pages stayed in the page cache";
   EXPECT_TRUE(testing::read_file(dir / "t.safetensors") == bytes);
 
   // The same bytes written with create() stay in the page cache: what the test above tells

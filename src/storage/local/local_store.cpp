@@ -37,6 +37,14 @@ namespace {
 
 using internal::call_within;
 
+// close() of a file one of whose calls is still stuck past its deadline.
+Status close_abandoned_status(const std::string& path) {
+  return Status(ErrorCode::kDeadlineExceeded,
+                "closing '" + path +
+                    "': an earlier call on it did not finish within its deadline (the file is "
+                    "closed once that call returns)");
+}
+
 // Each call runs on the file's CallRunner, which keeps its deadline without a thread per call.
 // The File is shared with the runner's calls: one stuck past its deadline may still use it after
 // the caller has dropped this object.
@@ -69,12 +77,7 @@ class LocalWritableFile : public WritableFile {
     // A write still stuck may go on to pwrite the rest of its bytes: closing the descriptor under
     // it could send them into whichever file reuses the number. The last owner of the File (the
     // stuck call, once it returns) closes it instead.
-    if (calls_.abandoned()) {
-      return Status(ErrorCode::kDeadlineExceeded,
-                    "closing '" + file_->path() +
-                        "': an earlier call on it did not finish within its deadline (the file "
-                        "is closed once that call returns)");
-    }
+    if (calls_.abandoned()) return close_abandoned_status(file_->path());
     return calls_.run(deadline, "closing", [file = file_] { return file->close(); });
   }
 
@@ -117,7 +120,6 @@ class LocalStreamedFile : public WritableFile {
       bytes = bytes.subspan(take);
       if (fill_ == kBufferBytes) {
         ZW_RETURN_IF_ERROR(write_buffer(kBufferBytes, deadline));
-        buffer_start_ += kBufferBytes;
         fill_ = 0;
       }
     }
@@ -132,12 +134,7 @@ class LocalStreamedFile : public WritableFile {
   }
 
   Status close(Deadline deadline) override {
-    if (calls_.abandoned()) {  // as LocalWritableFile::close
-      return Status(ErrorCode::kDeadlineExceeded,
-                    "closing '" + file_->path() +
-                        "': an earlier call on it did not finish within its deadline (the file "
-                        "is closed once that call returns)");
-    }
+    if (calls_.abandoned()) return close_abandoned_status(file_->path());
     ZW_RETURN_IF_ERROR(write_tail(deadline));
     return calls_.run(deadline, "closing", [file = file_] { return file->close(); });
   }
@@ -150,7 +147,7 @@ class LocalStreamedFile : public WritableFile {
   Status write_tail(Deadline deadline) {
     if (tail_written_ == end_) return Status::ok();
     if (fill_ > 0) {
-      const uint64_t offset = buffer_start_;
+      const uint64_t offset = end_ - fill_;
       ZW_RETURN_IF_ERROR(calls_.run(
           deadline, "writing " + std::to_string(fill_) + " bytes at offset " +
                         std::to_string(offset) + " of",
@@ -171,10 +168,10 @@ class LocalStreamedFile : public WritableFile {
     return Status::ok();
   }
 
-  // The first `bytes` of the buffer at buffer_start_. The call holds the buffer: one stuck past
+  // The first `bytes` of the buffer at its file offset (end_ - fill_). The call holds the buffer: one stuck past
   // its deadline may still read it after the caller dropped this object.
   Status write_buffer(size_t bytes, Deadline deadline) {
-    const uint64_t offset = buffer_start_;
+    const uint64_t offset = end_ - fill_;
     return calls_.run(
         deadline, "writing " + std::to_string(bytes) + " bytes at offset " +
                       std::to_string(offset) + " of",
@@ -211,8 +208,7 @@ class LocalStreamedFile : public WritableFile {
   std::shared_ptr<internal::File> file_;
   std::shared_ptr<std::byte> buffer_;
   std::shared_ptr<bool> direct_;  // cleared by the first write O_DIRECT refuses
-  uint64_t buffer_start_ = 0;     // the file offset of buffer_[0]: a multiple of kBufferBytes
-  size_t fill_ = 0;
+  size_t fill_ = 0;               // bytes in the buffer; buffer_[0] is at offset end_ - fill_
   uint64_t end_ = 0;              // bytes written so far
   uint64_t tail_written_ = 0;     // end_ when the tail was last written
   internal::CallRunner calls_;    // last: its threads end before this object lets go of the rest

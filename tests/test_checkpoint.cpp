@@ -768,58 +768,67 @@ void expect_intact_and_resumable(const std::string& dir, int mode, const std::st
 // writing, fsync, rank manifest, commit record, rename, directory fsync, `latest` and retention
 // — through the target's fault hook, as kill -9 would stop it there (nothing flushed, nothing
 // cleaned up). A step is committed exactly when its directory's rename happened before the death.
-TEST(Checkpoint, DyingAtEachStepOfTheCommitNeverLeavesATornStep) {
+// One test per kind of save (kill_test_options' modes), which ctest runs side by side.
+class DyingAtEachStep : public ::testing::TestWithParam<int> {};
+
+INSTANTIATE_TEST_SUITE_P(Checkpoint, DyingAtEachStep, ::testing::Values(0, 1, 2),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return std::string(info.param == 0   ? "plain"
+                                              : info.param == 1 ? "incremental"
+                                                                : "compressed");
+                         });
+
+TEST_P(DyingAtEachStep, OfTheCommitNeverLeavesATornStep) {
   constexpr uint64_t kSteps = 2;
   constexpr int kDiedAtTheFault = 86;
-  for (int mode = 0; mode < 3; ++mode) {
-    // A run that does not die: its operations, and the one that publishes each step.
-    std::vector<StoreOperation> operations;
-    {
-      TempDir dir;
+  const int mode = GetParam();
+  // A run that does not die: its operations, and the one that publishes each step.
+  std::vector<StoreOperation> operations;
+  {
+    TempDir dir;
+    auto faults = std::make_shared<FaultStore>(make_local_store(dir.path()));
+    auto cp = open_or_die(faults, kill_test_options(mode));
+    save_steps(*cp, 1, kSteps);
+    operations = faults->operations();
+  }
+  std::vector<size_t> published;  // 1-based position of "publish step-s.tmp -> step-s"
+  for (uint64_t step = 1; step <= kSteps; ++step) {
+    const std::string rename = step_directory(step) + ".tmp -> " + step_directory(step);
+    auto it = std::find_if(operations.begin(), operations.end(), [&](const StoreOperation& op) {
+      return op.kind == "publish" && op.path == rename;
+    });
+    ASSERT_NE(it, operations.end()) << rename;
+    published.push_back(static_cast<size_t>(it - operations.begin()) + 1);
+  }
+  for (size_t fatal = 1; fatal <= operations.size(); ++fatal) {
+    TempDir dir;
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
       auto faults = std::make_shared<FaultStore>(make_local_store(dir.path()));
-      auto cp = open_or_die(faults, kill_test_options(mode));
-      save_steps(*cp, 1, kSteps);
-      operations = faults->operations();
-    }
-    std::vector<size_t> published;  // 1-based position of "publish step-s.tmp -> step-s"
-    for (uint64_t step = 1; step <= kSteps; ++step) {
-      const std::string rename = step_directory(step) + ".tmp -> " + step_directory(step);
-      auto it = std::find_if(operations.begin(), operations.end(), [&](const StoreOperation& op) {
-        return op.kind == "publish" && op.path == rename;
+      size_t count = 0;
+      faults->set_fault_rule([&](const StoreOperation&) {
+        if (++count == fatal) _exit(kDiedAtTheFault);
+        return 0;
       });
-      ASSERT_NE(it, operations.end()) << rename;
-      published.push_back(static_cast<size_t>(it - operations.begin()) + 1);
+      auto cp = Checkpointer::open(faults, kill_test_options(mode));
+      if (!cp.is_ok()) _exit(3);
+      save_steps(*cp.value(), 1, kSteps);
+      _exit(0);
     }
-    for (size_t fatal = 1; fatal <= operations.size(); ++fatal) {
-      TempDir dir;
-      const pid_t pid = fork();
-      ASSERT_GE(pid, 0);
-      if (pid == 0) {
-        auto faults = std::make_shared<FaultStore>(make_local_store(dir.path()));
-        size_t count = 0;
-        faults->set_fault_rule([&](const StoreOperation&) {
-          if (++count == fatal) _exit(kDiedAtTheFault);
-          return 0;
-        });
-        auto cp = Checkpointer::open(faults, kill_test_options(mode));
-        if (!cp.is_ok()) _exit(3);
-        save_steps(*cp.value(), 1, kSteps);
-        _exit(0);
-      }
-      int wstatus = 0;
-      ASSERT_EQ(::waitpid(pid, &wstatus, 0), pid);
-      const std::string when = "mode " + std::to_string(mode) + ", death at operation " +
-                               std::to_string(fatal) + " (" + operations[fatal - 1].to_string() +
-                               ")";
-      ASSERT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == kDiedAtTheFault)
-          << when << ": the child did not die there (status " << wstatus << ")";
-      const uint64_t committed = static_cast<uint64_t>(
-          std::count_if(published.begin(), published.end(), [&](size_t p) { return p < fatal; }));
-      auto steps = list_steps(*make_local_store(dir.path()));
-      ASSERT_TRUE(steps.is_ok()) << when;
-      ASSERT_EQ(steps.value().empty() ? 0 : steps.value().back(), committed) << when;
-      expect_intact_and_resumable(dir.path(), mode, when);
-    }
+    int wstatus = 0;
+    ASSERT_EQ(::waitpid(pid, &wstatus, 0), pid);
+    const std::string when = "mode " + std::to_string(mode) + ", death at operation " +
+                             std::to_string(fatal) + " (" + operations[fatal - 1].to_string() +
+                             ")";
+    ASSERT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == kDiedAtTheFault)
+        << when << ": the child did not die there (status " << wstatus << ")";
+    const uint64_t committed = static_cast<uint64_t>(
+        std::count_if(published.begin(), published.end(), [&](size_t p) { return p < fatal; }));
+    auto steps = list_steps(*make_local_store(dir.path()));
+    ASSERT_TRUE(steps.is_ok()) << when;
+    ASSERT_EQ(steps.value().empty() ? 0 : steps.value().back(), committed) << when;
+    expect_intact_and_resumable(dir.path(), mode, when);
   }
 }
 

@@ -163,6 +163,8 @@ constexpr std::chrono::microseconds kWindowPoll{250};
 // A half whose thread did not get kWindowCpu of a core in this long ends; a thread that
 // blocked ends the window.
 constexpr std::chrono::milliseconds kWindowWall{10};
+// Reads seen by one poll placed one by one (receiving_in_window), at most this many.
+constexpr uint64_t kMaxDrawsPerPoll = 64;
 
 struct ThreadProgress {
   std::optional<uint64_t> reads;   // the thread's syscr
@@ -195,7 +197,7 @@ ThreadProgress thread_progress(const host::System& system, const std::string& ta
 // loaded machine, where that CPU time is more of the phase's wall time, watch over-counted
 // input by 3-7 points. What a poll sees happened somewhere in the CPU time since the poll
 // before; a poll that came late (the sampler kept off a core while the thread ran on) may
-// straddle a half's end, and then what it saw is placed by a draw in proportion.
+// straddle a half's end, and then each read it saw is placed by a draw of its own, in proportion.
 bool receiving_in_window(const host::System& system, pid_t pid, std::minstd_rand& chance) {
   const std::string task = "/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid);
   clockid_t clock{};
@@ -225,7 +227,12 @@ bool receiving_in_window(const host::System& system, pid_t pid, std::minstd_rand
     ran = cpu_start && now.cpu_ns
               ? std::chrono::nanoseconds(*now.cpu_ns - std::min(*now.cpu_ns, *cpu_start))
               : std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed);
-    if (now.reads && *now.reads > *last.reads) seen[half_of(ran_before, ran)] = true;
+    if (now.reads && *now.reads > *last.reads) {
+      // Each read placed by a draw of its own: a poll that came late may have seen reads from
+      // both halves, and one draw for all of them could place them only in one.
+      const uint64_t reads = std::min<uint64_t>(*now.reads - *last.reads, kMaxDrawsPerPoll);
+      for (uint64_t r = 0; r < reads; ++r) seen[half_of(ran_before, ran)] = true;
+    }
     if (now.state != 'R') {
       // It blocked: next() going on to wait for its workers (poll on their pipe, a read on a
       // socket) is input; compute ending in another wait is not, nor waiting for the GIL

@@ -6,7 +6,8 @@
 #
 # Two C++ builds serve CI: build/cp*/ (gcc, Release) is the wheel's (scripts/build-wheel.sh), which
 # the Python tests install into .venv; build-san/ (clang, ASan+UBSan, libFuzzer's coverage) runs
-# every C++ test and every fuzzer once, sanitized: a plain run would catch nothing more. --quick
+# every C++ test and every fuzzer once, sanitized: a plain run would catch nothing more. build-san/
+# is built beside setup and pytest at idle priority (its output: build/san-build.log). --quick
 # skips build-san/ and runs the C++ tests in a plain build/ instead.
 #
 # Runs scripts/setup.sh --tests --no-demo first when .venv is missing, older than that script or
@@ -23,7 +24,7 @@ for arg in "$@"; do
   case "$arg" in
     --quick) QUICK=1 ;;
     -h | --help)
-      sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+      sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
       exit 0
       ;;
     *)
@@ -125,15 +126,20 @@ build_sanitized() {
     -DZEROWAIT_SANITIZE=ON -DZEROWAIT_FUZZ=ON -DZEROWAIT_BUILD_BENCH=OFF -DZEROWAIT_UNITY_BUILD=ON
 }
 
-# The sanitized build takes about 450 s of CPU, and setup and the Python tests leave a core idle
-# for a good part of theirs (pip unpacking wheels, tests waiting on their children, servers and
-# deadlines). So it starts beside them at idle CPU and I/O priority (SCHED_IDLE, ionice's idle
-# class): it runs only on cycles nothing else wants and never slows a test down; the sanitized
-# step then waits for what is left of it. Its output goes to $SAN_BUILD_LOG, its exit status to
-# $SAN_BUILD_STATUS.
+# The sanitized build takes about 450 s of CPU, and setup and the Python tests leave part of the
+# cores idle (pip unpacking wheels, tests waiting on their children, servers and deadlines:
+# pytest used 88 % of them). So it starts beside them at idle CPU and I/O priority (SCHED_IDLE,
+# ionice's idle class): it runs only on cycles nothing else wants, and took nothing measurable
+# from the tests (README); the sanitized step then waits for what is left of it. Its output goes
+# to $SAN_BUILD_LOG, its exit status to $SAN_BUILD_STATUS.
 SAN_BUILD_LOG="$ROOT/build/san-build.log"
 SAN_BUILD_STATUS="$ROOT/build/san-build.status"
 SAN_BUILD_STARTED=0 SAN_BUILD_START=0 SAN_BUILD_PID=""
+# Puts this (sub)shell and what it starts at idle CPU priority: SCHED_IDLE, or nice 19 where
+# that is refused.
+at_idle_cpu_priority() {
+  chrt --idle -p 0 "$BASHPID" >/dev/null 2>&1 || renice -n 19 -p "$BASHPID" >/dev/null 2>&1 || true
+}
 kill_tree() {
   local child
   for child in $(pgrep -P "$1"); do kill_tree "$child"; done
@@ -143,7 +149,7 @@ start_sanitized_build_at_idle_priority() {
   SAN_BUILD_STARTED=1 SAN_BUILD_START=$SECONDS
   rm -f "$SAN_BUILD_STATUS"
   (
-    chrt --idle -p 0 "$BASHPID" >/dev/null 2>&1 || renice -n 19 -p "$BASHPID" >/dev/null 2>&1 || true
+    at_idle_cpu_priority
     ionice -c 3 -p "$BASHPID" >/dev/null 2>&1 || true
     rc=0
     (set -euo pipefail; build_sanitized) >"$SAN_BUILD_LOG" 2>&1 </dev/null || rc=$?
@@ -167,10 +173,10 @@ sanitized_cpp_tests_and_fuzzers() {
   # (its errors are shown here) or did not run.
   build_sanitized
   local rc=0
-  # The fuzzers run for their FUZZ_SECONDS beside ctest, at idle priority: the C++ tests wait on
-  # children, servers and deadlines about half their time, and lose nothing to them.
+  # The fuzzers run for their FUZZ_SECONDS beside ctest, at idle priority: the C++ tests, waiting
+  # on children, servers and deadlines, leave about a fifth of the cores idle (ctest alone: 79 %).
   (
-    chrt --idle -p 0 "$BASHPID" >/dev/null 2>&1 || renice -n 19 -p "$BASHPID" >/dev/null 2>&1 || true
+    at_idle_cpu_priority
     run_fuzzers >build-san/fuzzers.log 2>&1
   ) &
   local fuzzers_pid=$!
@@ -192,7 +198,8 @@ run_fuzzers() {
     return 1
   }
   # All at once, sharing the cores for FUZZ_SECONDS: CI's time for them stays FUZZ_SECONDS,
-  # however many fuzzers there are (five on 2 cores: about 12 s of a core each).
+  # however many fuzzers there are (five on 2 cores alone: about 12 s of a core each; beside
+  # ctest, what it leaves).
   echo "fuzzers: ${#fuzzers[@]}, all at once for ${FUZZ_SECONDS} s on $JOBS cores"
   # Real shards and tars as seeds, written by this build's CLI (tests/fuzz/make_seeds.sh).
   rm -rf build-san/seeds

@@ -7,7 +7,7 @@
 # Two C++ builds serve CI: build/cp*/ (gcc, Release) is the wheel's (scripts/build-wheel.sh), which
 # the Python tests install into .venv; build-san/ (clang, ASan+UBSan, libFuzzer's coverage) runs
 # every C++ test and every fuzzer once, sanitized: a plain run would catch nothing more. build-san/
-# is built beside setup and pytest at idle priority (its output: build/san-build.log). --quick
+# is built beside pytest at idle priority (its output: build/san-build.log). --quick
 # skips build-san/ and runs the C++ tests in a plain build/ instead.
 #
 # Runs scripts/setup.sh --tests --no-demo first when .venv is missing, older than that script or
@@ -126,20 +126,15 @@ build_sanitized() {
     -DZEROWAIT_SANITIZE=ON -DZEROWAIT_FUZZ=ON -DZEROWAIT_BUILD_BENCH=OFF -DZEROWAIT_UNITY_BUILD=ON
 }
 
-# The sanitized build takes about 450 s of CPU, and setup and the Python tests leave part of the
-# cores idle (pip unpacking wheels, tests waiting on their children, servers and deadlines:
-# pytest used 88 % of them). So it starts beside them at idle CPU and I/O priority (SCHED_IDLE,
-# ionice's idle class): it runs only on cycles nothing else wants, and took nothing measurable
-# from the tests (README); the sanitized step then waits for what is left of it. Its output goes
-# to $SAN_BUILD_LOG, its exit status to $SAN_BUILD_STATUS.
+# The sanitized build takes about 450 s of CPU, and the Python tests leave part of the cores idle
+# (tests waiting on their children, servers and deadlines: pytest used 88 % of them). So it
+# starts beside them at idle CPU and I/O priority (SCHED_IDLE, ionice's idle class): it runs only
+# on cycles nothing else wants, and took nothing measurable from the tests (README); the
+# sanitized step then waits for what is left of it. Its output goes to $SAN_BUILD_LOG, its exit
+# status to $SAN_BUILD_STATUS.
 SAN_BUILD_LOG="$ROOT/build/san-build.log"
 SAN_BUILD_STATUS="$ROOT/build/san-build.status"
 SAN_BUILD_STARTED=0 SAN_BUILD_START=0 SAN_BUILD_PID=""
-# Puts this (sub)shell and what it starts at idle CPU priority: SCHED_IDLE, or nice 19 where
-# that is refused.
-at_idle_cpu_priority() {
-  chrt --idle -p 0 "$BASHPID" >/dev/null 2>&1 || renice -n 19 -p "$BASHPID" >/dev/null 2>&1 || true
-}
 kill_tree() {
   local child
   for child in $(pgrep -P "$1"); do kill_tree "$child"; done
@@ -149,7 +144,9 @@ start_sanitized_build_at_idle_priority() {
   SAN_BUILD_STARTED=1 SAN_BUILD_START=$SECONDS
   rm -f "$SAN_BUILD_STATUS"
   (
-    at_idle_cpu_priority
+    # SCHED_IDLE, or nice 19 where that is refused; and the idle I/O class.
+    chrt --idle -p 0 "$BASHPID" >/dev/null 2>&1 ||
+      renice -n 19 -p "$BASHPID" >/dev/null 2>&1 || true
     ionice -c 3 -p "$BASHPID" >/dev/null 2>&1 || true
     rc=0
     (set -euo pipefail; build_sanitized) >"$SAN_BUILD_LOG" 2>&1 </dev/null || rc=$?
@@ -173,20 +170,14 @@ sanitized_cpp_tests_and_fuzzers() {
   # (its errors are shown here) or did not run.
   build_sanitized
   local rc=0
-  # The fuzzers run for their FUZZ_SECONDS beside ctest, at idle priority: the C++ tests, waiting
-  # on children, servers and deadlines, leave about a fifth of the cores idle (ctest alone: 79 %).
-  (
-    at_idle_cpu_priority
-    run_fuzzers >build-san/fuzzers.log 2>&1
-  ) &
-  local fuzzers_pid=$!
   ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}" \
     UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" \
     ctest --test-dir build-san --output-on-failure -j "$CTEST_JOBS" \
     --output-junit ctest-junit.xml || rc=$?
   slowest_of build-san/ctest-junit.xml "ctest (ASan+UBSan)"
-  wait "$fuzzers_pid" || rc=1
-  cat build-san/fuzzers.log
+  # After ctest, not beside it at idle priority: starved there, an input that takes 2 s alone
+  # ran past libFuzzer's 10 s timeout (a wall-clock alarm) and failed the step.
+  run_fuzzers || rc=$?
   return $rc
 }
 
@@ -198,8 +189,7 @@ run_fuzzers() {
     return 1
   }
   # All at once, sharing the cores for FUZZ_SECONDS: CI's time for them stays FUZZ_SECONDS,
-  # however many fuzzers there are (five on 2 cores alone: about 12 s of a core each; beside
-  # ctest, what it leaves).
+  # however many fuzzers there are (five on 2 cores: about 12 s of a core each).
   echo "fuzzers: ${#fuzzers[@]}, all at once for ${FUZZ_SECONDS} s on $JOBS cores"
   # Real shards and tars as seeds, written by this build's CLI (tests/fuzz/make_seeds.sh).
   rm -rf build-san/seeds
@@ -253,17 +243,11 @@ python_tests() {
 
 # --- run ---------------------------------------------------------------------------------------
 mkdir -p build
-# Before setup where the compilers are there already (CI's machine, a machine set up before);
-# after it on a new machine, once setup installed them.
-have_build_tools() {
-  local tool
-  for tool in clang++ cmake ninja; do command -v "$tool" >/dev/null || return 1; done
-}
-if ((!QUICK)) && have_build_tools; then
-  start_sanitized_build_at_idle_priority
-fi
 run_step "setup" ensure_setup
-if ((!QUICK && !SAN_BUILD_STARTED)); then
+# After setup, which installs the compilers on a new machine. (Started before it, where they were
+# there already, the build got about 3 of its 57 units done during setup's 300 s: setup leaves
+# little idle.)
+if ((!QUICK)); then
   start_sanitized_build_at_idle_priority
 fi
 : >"$SLOWEST"

@@ -134,14 +134,14 @@ build_sanitized() {
 # status to $SAN_BUILD_STATUS.
 SAN_BUILD_LOG="$ROOT/build/san-build.log"
 SAN_BUILD_STATUS="$ROOT/build/san-build.status"
-SAN_BUILD_STARTED=0 SAN_BUILD_START=0 SAN_BUILD_PID=""
+SAN_BUILD_START=0 SAN_BUILD_PID=""
 kill_tree() {
   local child
   for child in $(pgrep -P "$1"); do kill_tree "$child"; done
   kill "$1" 2>/dev/null || true
 }
 start_sanitized_build_at_idle_priority() {
-  SAN_BUILD_STARTED=1 SAN_BUILD_START=$SECONDS
+  SAN_BUILD_START=$SECONDS
   rm -f "$SAN_BUILD_STATUS"
   (
     # SCHED_IDLE, or nice 19 where that is refused; and the idle I/O class.
@@ -160,14 +160,12 @@ start_sanitized_build_at_idle_priority() {
 }
 
 sanitized_cpp_tests_and_fuzzers() {
-  if ((SAN_BUILD_STARTED)); then
-    local waited=$SECONDS
-    while [[ ! -s "$SAN_BUILD_STATUS" ]]; do sleep 1; done
-    echo "the sanitized build beside the other steps ended with status $(cat "$SAN_BUILD_STATUS")" \
-      "after $((SECONDS - SAN_BUILD_START)) s, $((SECONDS - waited)) s of them waited for here"
-  fi
+  local waited=$SECONDS
+  while [[ ! -s "$SAN_BUILD_STATUS" ]]; do sleep 1; done
+  echo "the sanitized build beside the other steps ended with status $(cat "$SAN_BUILD_STATUS")" \
+    "after $((SECONDS - SAN_BUILD_START)) s, $((SECONDS - waited)) s of them waited for here"
   # Nothing left to do after the build beside the other steps; the whole build where it failed
-  # (its errors are shown here) or did not run.
+  # (its errors are shown here).
   build_sanitized
   local rc=0
   ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}" \

@@ -280,8 +280,8 @@ TEST_P(StoreContract, AStreamedFileReadsBackByteForByte) {
 }
 
 // A local streamed file goes to the disk with O_DIRECT: none of it but its tail is left in the
-// page cache (the CPU a buffered write spends copying into fresh pages, and the training data it would
-// evict). It is written front to back, and says so to a caller that does otherwise.
+// page cache (the CPU a buffered write spends copying into fresh pages, and the training data it
+// would evict). It is written front to back, and says so to a caller that does otherwise.
 TEST(LocalDirectoryTarget, AStreamedFileBypassesThePageCacheAndIsWrittenInOrder) {
   TempDir dir;
   {

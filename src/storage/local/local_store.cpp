@@ -45,6 +45,15 @@ Status close_abandoned_status(const std::string& path) {
                     "closed once that call returns)");
 }
 
+// Turns O_DIRECT on or off for `file`'s descriptor.
+Status set_direct(const internal::File& file, bool on) {
+  const int flags = ::fcntl(file.fd(), F_GETFL);
+  if (flags < 0 || ::fcntl(file.fd(), F_SETFL, on ? flags | O_DIRECT : flags & ~O_DIRECT) != 0) {
+    return errno_status(errno, "cannot write", file.path());
+  }
+  return Status::ok();
+}
+
 // Each call runs on the file's CallRunner, which keeps its deadline without a thread per call.
 // The File is shared with the runner's calls: one stuck past its deadline may still use it after
 // the caller has dropped this object.
@@ -149,18 +158,12 @@ class LocalStreamedFile : public WritableFile {
     if (fill_ > 0) {
       const uint64_t offset = end_ - fill_;
       ZW_RETURN_IF_ERROR(calls_.run(
-          deadline, "writing " + std::to_string(fill_) + " bytes at offset " +
-                        std::to_string(offset) + " of",
+          deadline, writing(fill_),
           [file = file_, buffer = buffer_, direct = direct_, bytes = fill_, offset]() -> Status {
-            const int flags = ::fcntl(file->fd(), F_GETFL);
-            if (flags < 0 || (*direct && ::fcntl(file->fd(), F_SETFL, flags & ~O_DIRECT) != 0)) {
-              return errno_status(errno, "cannot write", file->path());
-            }
+            if (*direct) ZW_RETURN_IF_ERROR(set_direct(*file, false));
             Status written =
                 file->pwrite_all(offset, std::span<const std::byte>(buffer.get(), bytes));
-            if (*direct && ::fcntl(file->fd(), F_SETFL, flags) != 0 && written.is_ok()) {
-              written = errno_status(errno, "cannot write", file->path());
-            }
+            if (*direct && written.is_ok()) written = set_direct(*file, true);
             return written;
           }));
     }
@@ -168,13 +171,18 @@ class LocalStreamedFile : public WritableFile {
     return Status::ok();
   }
 
-  // The first `bytes` of the buffer at its file offset (end_ - fill_). The call holds the buffer: one stuck past
-  // its deadline may still read it after the caller dropped this object.
+  // What a call writing the first `bytes` of the buffer says it was doing, for its errors.
+  std::string writing(size_t bytes) const {
+    return "writing " + std::to_string(bytes) + " bytes at offset " + std::to_string(end_ - fill_) +
+           " of";
+  }
+
+  // The first `bytes` of the buffer at its file offset (end_ - fill_). The call holds the
+  // buffer: one stuck past its deadline may still read it after the caller dropped this object.
   Status write_buffer(size_t bytes, Deadline deadline) {
     const uint64_t offset = end_ - fill_;
     return calls_.run(
-        deadline, "writing " + std::to_string(bytes) + " bytes at offset " +
-                      std::to_string(offset) + " of",
+        deadline, writing(bytes),
         [file = file_, buffer = buffer_, direct = direct_, bytes, offset]() -> Status {
           const auto data = std::span<const std::byte>(buffer.get(), bytes);
           size_t done = 0;
@@ -187,10 +195,7 @@ class LocalStreamedFile : public WritableFile {
               continue;
             } else if (n < 0 && errno == EINVAL && done == 0) {
               // An alignment this file system does not take: buffered from here on.
-              const int flags = ::fcntl(file->fd(), F_GETFL);
-              if (flags < 0 || ::fcntl(file->fd(), F_SETFL, flags & ~O_DIRECT) != 0) {
-                return errno_status(errno, "cannot write", file->path());
-              }
+              ZW_RETURN_IF_ERROR(set_direct(*file, false));
               *direct = false;
               internal::note_fallback("checkpoint-direct-write",
                                       "the file system of " + file->path() +

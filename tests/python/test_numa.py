@@ -39,8 +39,12 @@ def format_cpus(cpus: set[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
 
 
-def loader_threads() -> dict[str, str]:
-    """Cpus_allowed_list of every thread whose name starts with "zw-", by "name (tid)"."""
+def loader_threads(not_in: dict[str, str] | None = None) -> dict[str, str]:
+    """Cpus_allowed_list of every thread whose name starts with "zw-", by "name (tid)".
+
+    `not_in` leaves out threads listed there: a loader an earlier test left to the garbage
+    collector may still have live threads of the same names.
+    """
     found = {}
     for tid in os.listdir("/proc/self/task"):
         try:
@@ -48,7 +52,7 @@ def loader_threads() -> dict[str, str]:
             status = Path(f"/proc/self/task/{tid}/status").read_text()
         except FileNotFoundError:  # ended meanwhile
             continue
-        if name.startswith("zw-"):
+        if name.startswith("zw-") and f"{name} ({tid})" not in (not_in or {}):
             line = next(l for l in status.splitlines() if l.startswith("Cpus_allowed_list:"))
             found[f"{name} ({tid})"] = line.split(":", 1)[1].strip()
     return found
@@ -98,10 +102,11 @@ def test_numa_0_pins_every_loader_thread_and_binds_the_arenas(dataset, one_cpu_c
     node_cpus = needs_node0()
     first, allowed = one_cpu_creator
     expected = format_cpus(node_cpus & allowed)
+    before = loader_threads()
     with zerowait.Loader(dataset, 32, numa=0, threads=2, output="numpy") as loader:
         os.sched_setaffinity(0, {first})  # the workers start with the first next()
         batch = loader.next()
-        threads = loader_threads()
+        threads = loader_threads(not_in=before)
         assert sum(name.startswith("zw-loader-") for name in threads) == 2, threads
         assert all(cpus == expected for cpus in threads.values()), (expected, threads)
         assert parse_cpus(Path("/proc/thread-self/status").read_text().split(
@@ -120,10 +125,11 @@ def test_numa_0_pins_every_loader_thread_and_binds_the_arenas(dataset, one_cpu_c
 
 def test_numa_none_leaves_threads_and_memory_as_they_were(dataset, one_cpu_creator):
     first, _ = one_cpu_creator
+    before = loader_threads()
     with zerowait.Loader(dataset, 32, threads=2, output="numpy") as loader:
         os.sched_setaffinity(0, {first})
         batch = loader.next()
-        threads = loader_threads()
+        threads = loader_threads(not_in=before)
         assert sum(name.startswith("zw-loader-") for name in threads) == 2, threads
         assert all(cpus == str(first) for cpus in threads.values()), threads  # inherited
         unbound = np.ones(8 << 20, dtype=np.uint8)  # fresh memory of this process
@@ -145,7 +151,7 @@ def test_auto_without_cuda_binds_nothing_and_says_so(dataset):
         stats = loader.stats()["numa"]
         assert stats == {"requested": "auto", "node": None, "cpus": None,
                          "memory_policy": "none", "reason": "no CUDA device"}
-        cpus = {c for name, c in loader_threads().items() if name not in before}
+        cpus = set(loader_threads(not_in=before).values())
         assert cpus == {format_cpus(os.sched_getaffinity(0))}
 
 
@@ -160,12 +166,13 @@ def test_a_node_that_does_not_exist_is_a_value_error_at_creation(dataset):
 
 def test_threads_of_a_closed_loader_are_gone(dataset):
     """The names the tests find threads by belong to live loaders only."""
+    before = loader_threads()
     with zerowait.Loader(dataset, 32, numa=0 if NODE0.exists() else None, threads=2) as loader:
         next(iter(loader))
-        assert sum(name.startswith("zw-loader-") for name in loader_threads()) == 2
+        assert sum(name.startswith("zw-loader-") for name in loader_threads(not_in=before)) == 2
     # close() joins the threads, and pthread_join returns once the kernel clears the thread's
     # id, a moment before the exiting task leaves /proc/self/task: wait out that moment.
     deadline = time.monotonic() + 10
-    while any(name.startswith("zw-loader-") for name in loader_threads()):
-        assert time.monotonic() < deadline, loader_threads()
+    while any(name.startswith("zw-loader-") for name in loader_threads(not_in=before)):
+        assert time.monotonic() < deadline, loader_threads(not_in=before)
         time.sleep(0.01)

@@ -86,13 +86,14 @@ def test_small_columns_are_owned_and_large_ones_view_the_arena(image_dataset):
 
 
 def test_holding_every_arena_names_the_columns_held(image_dataset):
-    loader = zerowait.Loader(image_dataset, batch_size=4, seed=1, threads=1, prefetch=1,
-                             decode={"cls": "int", "jpg": zerowait.RandomResizedCrop(128)})
     held = []
-    with pytest.raises(zerowait.ResourceExhaustedError) as error:
-        for _ in range(loader.stats()["arenas"] + 1):
-            batch = loader.next()
-            held.append((batch["jpg"][0], batch["cls"]))  # a view of one image, and labels
+    # Closed on the way out: the error's traceback holds the frame, and so the loader.
+    with zerowait.Loader(image_dataset, batch_size=4, seed=1, threads=1, prefetch=1,
+                         decode={"cls": "int", "jpg": zerowait.RandomResizedCrop(128)}) as loader:
+        with pytest.raises(zerowait.ResourceExhaustedError) as error:
+            for _ in range(loader.stats()["arenas"] + 1):
+                batch = loader.next()
+                held.append((batch["jpg"][0], batch["cls"]))  # a view of one image, and labels
     message = str(error.value)
     assert "batch 0 of epoch 0 (columns 'jpg')" in message, message
     assert "'cls'" not in message and ".clone()" in message

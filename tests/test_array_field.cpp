@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "zerowait/loader/array_field.hpp"
+#include "testing/testing.hpp"
 
 namespace zerowait {
 namespace {
@@ -38,9 +39,7 @@ std::vector<std::byte> floats(std::vector<float> values) {
   return out;
 }
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+using ::zerowait::testing::contains;
 
 TEST(ArrayFieldTest, ParsesNumpyHeadersOfBothVersions) {
   for (int major : {1, 2}) {

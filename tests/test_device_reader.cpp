@@ -29,9 +29,7 @@ using testing::TempDir;
 
 constexpr size_t kAlign = 4096;
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using ::zerowait::testing::contains;
 
 // ---- planning ----------------------------------------------------------------------------------
 

@@ -26,9 +26,7 @@ std::span<const std::byte> as_bytes(std::string_view s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
 }
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+using ::zerowait::testing::contains;
 
 // A local store holding "dir/obj" (8 bytes), wrapped in a FaultStore.
 class FaultStoreTest : public ::testing::Test {

@@ -26,9 +26,7 @@ using internal::cuda_runtime;
 using internal::DeviceBuffer;
 using testing::TempDir;
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using ::zerowait::testing::contains;
 
 std::string copy_to_host(const DeviceBuffer& buffer, size_t offset, size_t bytes) {
   std::string out(bytes, '\0');

@@ -4,15 +4,14 @@
 
 #include "checkpoint/safetensors.hpp"
 #include "common/endian.hpp"
+#include "testing/testing.hpp"
 
 namespace zerowait::internal::safetensors {
 namespace {
 
 const std::string kPath = "/ckpt/step_1/model.safetensors";
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+using ::zerowait::testing::contains;
 
 // A file of `json` as its header and `data_bytes` bytes of data; returns its first bytes (the
 // length and the header) and sets `file_size`.

@@ -7,8 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "storage/s3/s3_client.hpp"
 #include "testing/checkpoint_state.hpp"
@@ -28,9 +30,7 @@ std::span<const std::byte> as_bytes(std::string_view s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
 }
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+using ::zerowait::testing::contains;
 
 // Creates `path` (and its directory) holding `bytes` through the target, the way the checkpoint
 // engine writes.
@@ -314,6 +314,56 @@ TEST(LocalDirectoryTarget, AStreamedFileBypassesThePageCacheAndIsWrittenInOrder)
   auto buffered = file_residency(dir / "buffered");
   ASSERT_TRUE(buffered.is_ok()) << buffered.status().to_string();
   EXPECT_GT(buffered->resident_bytes, 0u);
+}
+
+// Large spans whose memory lines up with the file go to the disk from the caller's memory at
+// once (a checkpoint's staging, laid out as its files: no copy into the write buffer); other
+// bytes wait in the buffer. Seen in the file's size on the disk after each write_at().
+TEST(LocalDirectoryTarget, AStreamedFileWritesAlignedLargeSpansAtOnceAndBuffersTheRest) {
+  TempDir dir;
+  {
+    const int probe = ::open((dir / "probe").c_str(), O_WRONLY | O_CREAT | O_DIRECT, 0644);
+    if (probe < 0) GTEST_SKIP() << "the file system of " << dir.path() << " refuses O_DIRECT";
+    ::close(probe);
+  }
+  auto target = make_local_store(dir.path());
+  const std::string bytes = pattern_bytes((4u << 20) + 5000 + (2u << 20) + 300);
+  std::unique_ptr<char, decltype(&std::free)> memory(
+      static_cast<char*>(std::aligned_alloc(4096, 8u << 20)), std::free);
+  std::unique_ptr<char, decltype(&std::free)> misaligned(
+      static_cast<char*>(std::aligned_alloc(4096, 4u << 20)), std::free);
+  std::memcpy(memory.get(), bytes.data(), (4u << 20) + 5000);
+  std::memcpy(misaligned.get() + 1, bytes.data() + (4u << 20) + 5000, (2u << 20) + 300);
+  const auto span_of = [](const char* p, size_t n) {
+    return std::span<const std::byte>(reinterpret_cast<const std::byte*>(p), n);
+  };
+  const auto on_disk = [&] { return fs::file_size(dir / "t.safetensors"); };
+
+  auto file = target->create_streamed("t.safetensors", metadata_deadline());
+  ASSERT_TRUE(file.is_ok()) << file.status().to_string();
+  // A small piece waits in the buffer.
+  ASSERT_TRUE((*file)->write_at(0, span_of(memory.get(), 5000), write_deadline()).is_ok());
+  EXPECT_EQ(on_disk(), 0u);
+  // A large span after it: the buffer is topped up to the block (8,192 bytes) and written, then
+  // the span's whole blocks from its own memory; its last 904 bytes wait in the buffer.
+  ASSERT_TRUE(
+      (*file)->write_at(5000, span_of(memory.get() + 5000, 4u << 20), write_deadline()).is_ok());
+  EXPECT_EQ(on_disk(), 4198400u);  // (5,000 + 4 MiB) rounded down to 4,096
+  // A large span whose memory does not line up: the buffer's block is written, the span waits in
+  // the buffer (2 MiB, less than it holds).
+  ASSERT_TRUE((*file)
+                  ->write_at((4u << 20) + 5000, span_of(misaligned.get() + 1, (2u << 20) + 300),
+                             write_deadline())
+                  .is_ok());
+  EXPECT_EQ(on_disk(), 4198400u + 4096u);
+  ASSERT_TRUE((*file)->sync(write_deadline()).is_ok());
+  ASSERT_TRUE((*file)->close(write_deadline()).is_ok());
+  auto resident = file_residency(dir / "t.safetensors");
+  ASSERT_TRUE(resident.is_ok()) << resident.status().to_string();
+  EXPECT_LE(resident->resident_bytes, (2u << 20) + 8192u)
+      << "only the buffered tail goes through the page cache";
+  EXPECT_TRUE(testing::read_file(dir / "t.safetensors") == bytes)
+      << "the streamed file differs from what was written";
 }
 
 TEST(LocalDirectoryTarget, RejectsPathsThatLeaveTheRoot) {

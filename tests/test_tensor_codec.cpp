@@ -12,9 +12,7 @@
 namespace zerowait::internal {
 namespace {
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+using ::zerowait::testing::contains;
 
 std::vector<std::byte> random_data(size_t size, uint64_t seed) {
   if (size == 0) return {};  // to_bytes would memcpy from null, which UBSan reports

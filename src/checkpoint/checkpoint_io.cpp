@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_manifest.hpp"
+#include "checkpoint/file_digest.hpp"
 #include "common/file.hpp"
 #include "common/xxhash.hpp"
 #include "zerowait/checkpoint/manifest.hpp"
@@ -33,38 +34,37 @@ Status size_mismatch(const std::string& path, uint64_t actual, uint64_t expected
 }
 
 Result<uint64_t> stream_source(
-    ByteSource& source, uint64_t expected_bytes, std::chrono::nanoseconds read_timeout,
+    ByteSource& source, const StoredFile& file, std::chrono::nanoseconds read_timeout,
     const std::function<Status(uint64_t offset, std::span<const std::byte> piece)>& each) {
   const uint64_t size = source.size();
-  if (size != expected_bytes) return size_mismatch(source.name(), size, expected_bytes);
+  if (size != file.bytes) return size_mismatch(source.name(), size, file.bytes);
   constexpr uint64_t kChunk = 8ull << 20;
   std::vector<std::byte> buffer(std::min(kChunk, std::max<uint64_t>(size, 1)));
-  Xxh3Stream hash;
+  FileDigest digest(file, source.name());
   source.advise_sequential();
   for (uint64_t off = 0; off < size; off += kChunk) {
     std::span<std::byte> piece(buffer.data(), std::min(kChunk, size - off));
     ZW_RETURN_IF_ERROR(source.read_at(off, piece, Deadline::after(read_timeout)));
-    hash.update(piece.data(), piece.size());
+    ZW_RETURN_IF_ERROR(digest.update(piece));
     ZW_RETURN_IF_ERROR(each(off, piece));
   }
-  return hash.digest();
+  return digest.digest();
 }
 
-Status copy_verified(Store& from, const std::string& path, Store& to, const std::string& to_path,
-                     uint64_t expected_bytes, uint64_t expected_xxh3,
+Status copy_verified(Store& from, const StoredFile& file, Store& to, const std::string& to_path,
                      std::chrono::nanoseconds write_timeout) {
   ZW_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source,
-                      from.open(path, IoBackend::kPread, metadata_deadline()));
+                      from.open(file.path, IoBackend::kPread, metadata_deadline()));
   ZW_ASSIGN_OR_RETURN(auto out, to.create(to_path, metadata_deadline()));
-  auto digest = stream_source(*source, expected_bytes, kDefaultReadTimeout,
+  auto digest = stream_source(*source, file, kDefaultReadTimeout,
                               [&](uint64_t offset, std::span<const std::byte> piece) {
                                 return out->write_at(offset, piece,
                                                      Deadline::after(write_timeout));
                               });
   if (!digest.is_ok()) return digest.status().with_context("not copied");
-  if (digest.value() != expected_xxh3) {
+  if (digest.value() != file.xxh3) {
     return corrupt("'" + source->name() + "' does not match its checksum (xxh3 " +
-                   hex64(digest.value()) + ", manifest " + hex64(expected_xxh3) + "); not copied");
+                   hex64(digest.value()) + ", manifest " + hex64(file.xxh3) + "); not copied");
   }
   ZW_RETURN_IF_ERROR(out->sync(Deadline::after(write_timeout)));
   return out->close(Deadline::after(write_timeout));
@@ -124,8 +124,7 @@ Status mirror_step(Store& from, Store& to, uint64_t step, std::chrono::nanosecon
       if (owner == step) {
         const std::string name = file.path.substr(file.path.find('/') + 1);
         ZW_RETURN_IF_ERROR(
-            copy_verified(from, file.path, to, tmp + "/" + name, file.bytes, file.xxh3,
-                          write_timeout));
+            copy_verified(from, file, to, tmp + "/" + name, write_timeout));
         continue;
       }
       // An older step's file this one references: the mirror may have retired that step or
@@ -135,8 +134,7 @@ Status mirror_step(Store& from, Store& to, uint64_t step, std::chrono::nanosecon
       const std::string owner_dir = step_directory(owner);
       ZW_RETURN_IF_ERROR(to.make_directory(owner_dir, metadata_deadline()));
       ZW_RETURN_IF_ERROR(
-          copy_verified(from, file.path, to, file.path + kTempSuffix, file.bytes, file.xxh3,
-                          write_timeout));
+          copy_verified(from, file, to, file.path + kTempSuffix, write_timeout));
       ZW_RETURN_IF_ERROR(to.publish(file.path + kTempSuffix, file.path, metadata_deadline()));
       ZW_RETURN_IF_ERROR(to.sync_directory(owner_dir, metadata_deadline()));
     }

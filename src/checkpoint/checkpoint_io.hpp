@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "zerowait/checkpoint/manifest.hpp"
 #include "zerowait/storage/store.hpp"
 
 namespace zerowait::internal {
@@ -24,19 +25,17 @@ Status publish_small_file(Store& target, const std::string& dir, const std::stri
                           std::string_view bytes);
 // kCorrupt "'<path>' is N bytes, its manifest says M (truncated or replaced)".
 Status size_mismatch(const std::string& path, uint64_t actual, uint64_t expected);
-// Reads `source`, which its manifest says is `expected_bytes` long (else size_mismatch), in
+// Reads `source`, which its manifest says is `file.bytes` long (else size_mismatch), in
 // 8 MiB pieces, each read within `read_timeout`, giving each piece to `each` with its offset;
-// returns the xxh3 of the whole file.
+// returns the file's checksum by `file.checksum` (file_digest.hpp), to compare with `file.xxh3`.
 Result<uint64_t> stream_source(
-    ByteSource& source, uint64_t expected_bytes, std::chrono::nanoseconds read_timeout,
+    ByteSource& source, const StoredFile& file, std::chrono::nanoseconds read_timeout,
     const std::function<Status(uint64_t offset, std::span<const std::byte> piece)>& each);
-// Copies `path` from one target to another (same relative path, written to `to_path`) through
-// their Store reads and writes, each read within kDefaultReadTimeout, hashing the bytes
-// on the way: kCorrupt, naming the source, when they do not hash to `expected_xxh3`
-// or are not `expected_bytes` long. The copy is fsynced and closed; each of its write calls
-// within `write_timeout`.
-Status copy_verified(Store& from, const std::string& path, Store& to, const std::string& to_path,
-                     uint64_t expected_bytes, uint64_t expected_xxh3,
+// Copies `file` from one target to another (written to `to_path`) through their Store reads and
+// writes, each read within kDefaultReadTimeout, hashing the bytes on the way: kCorrupt, naming
+// the source, when they do not match its checksum or size. The copy is fsynced and closed; each
+// of its write calls within `write_timeout`.
+Status copy_verified(Store& from, const StoredFile& file, Store& to, const std::string& to_path,
                      std::chrono::nanoseconds write_timeout);
 // kAlreadyExists when `tier` already holds committed step `step` (saved by another run, or
 // earlier by this one: a tier never gets a step number twice), naming the tier, both runs and

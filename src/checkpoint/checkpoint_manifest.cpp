@@ -39,14 +39,14 @@ Result<T> decode_json(std::string_view text, const std::string& path, Body body)
   }
 }
 
-Status check_format(const json& doc, const char* expected, const std::string& path) {
+Status check_format(const json& doc, const char* expected, int newest, const std::string& path) {
   if (doc.value("format", "") != expected) {
     return corrupt("'" + path + "' is not a " + std::string(expected) + " document");
   }
   const int version = json_integer<int>(doc.at("version"));
-  if (version > kCheckpointFormatVersion) {
+  if (version > newest) {
     return unsupported("'" + path + "' has format version " + std::to_string(version) +
-                       "; this zerowait reads up to " + std::to_string(kCheckpointFormatVersion) +
+                       "; this zerowait reads up to " + std::to_string(newest) +
                        " (upgrade zerowait)");
   }
   return Status::ok();
@@ -132,7 +132,7 @@ std::string encode_commit_record(const CommitRecord& record) {
 
 Result<CommitRecord> decode_commit_record(std::string_view text, const std::string& path) {
   return decode_json<CommitRecord>(text, path, [&](const json& doc) -> Result<CommitRecord> {
-    ZW_RETURN_IF_ERROR(check_format(doc, "zerowait-checkpoint", path));
+    ZW_RETURN_IF_ERROR(check_format(doc, "zerowait-checkpoint", kCheckpointFormatVersion, path));
     CommitRecord record;
     StepInfo& info = record.info;
     info.step = json_integer<uint64_t>(doc.at("step"));
@@ -184,12 +184,13 @@ std::string encode_rank_manifest(const RankManifest& manifest) {
     files.push_back({{"path", f.path},
                      {"bytes", f.bytes},
                      {"xxh3", hex64(f.xxh3)},
+                     {"xxh3_of", f.checksum == FileChecksum::kSegments ? "segments" : "file"},
                      {"container", f.container}});
   }
   json structure = json::parse(manifest.structure_json, nullptr, false);
   if (structure.is_discarded()) structure = manifest.structure_json;  // kept verbatim
   json doc = {{"format", "zerowait-checkpoint-rank"},
-              {"version", kCheckpointFormatVersion},
+              {"version", kRankManifestVersion},
               {"step", manifest.step},
               {"run_id", manifest.run_id},
               {"rank", manifest.rank},
@@ -204,7 +205,7 @@ std::string encode_rank_manifest(const RankManifest& manifest) {
 
 Result<RankManifest> decode_rank_manifest(std::string_view text, const std::string& path) {
   return decode_json<RankManifest>(text, path, [&](const json& doc) -> Result<RankManifest> {
-    ZW_RETURN_IF_ERROR(check_format(doc, "zerowait-checkpoint-rank", path));
+    ZW_RETURN_IF_ERROR(check_format(doc, "zerowait-checkpoint-rank", kRankManifestVersion, path));
     RankManifest m;
     m.step = json_integer<uint64_t>(doc.at("step"));
     m.run_id = doc.value("run_id", "");
@@ -218,6 +219,14 @@ Result<RankManifest> decode_rank_manifest(std::string_view text, const std::stri
       file.bytes = json_integer<uint64_t>(f.at("bytes"));
       ZW_ASSIGN_OR_RETURN(file.xxh3, parse_hex64(f.at("xxh3"), path + ": files[].xxh3"));
       file.container = f.at("container").get<std::string>();
+      // Version 1 manifests have no "xxh3_of": their checksums are of whole files.
+      const std::string xxh3_of = f.value("xxh3_of", "file");
+      if (xxh3_of == "segments" && file.container == "safetensors") {
+        file.checksum = FileChecksum::kSegments;
+      } else if (xxh3_of != "file") {
+        return corrupt("'" + path + "': file '" + file.path + "' has xxh3_of \"" + xxh3_of +
+                       "\" (expected \"file\", or \"segments\" for a safetensors file)");
+      }
       if (!step_of_path(file.path) || file.path.find("..") != std::string::npos) {
         return corrupt("'" + path + "': file path '" + file.path + "' is not inside a step");
       }

@@ -17,7 +17,11 @@
 
 namespace zerowait::internal {
 
+// The commit record's format version.
 inline constexpr int kCheckpointFormatVersion = 1;
+// The rank manifest's: 2 added files' "xxh3_of" (FileChecksum; absent in 1, where every checksum
+// is of the whole file).
+inline constexpr int kRankManifestVersion = 2;
 inline constexpr const char* kCommitRecordName = "manifest.json";
 inline constexpr const char* kLatestPointerName = "latest";
 // Ranks meeting through files: the token of the current job's rank 0 (commit_protocol.hpp).

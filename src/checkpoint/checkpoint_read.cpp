@@ -447,7 +447,7 @@ Result<VerifyReport> verify_step(Store& target, uint64_t step, unsigned threads,
       return;
     }
     // Through the page cache: verification reads each byte once.
-    auto digest = internal::stream_source(*source.value(), check.file->bytes, read_timeout,
+    auto digest = internal::stream_source(*source.value(), *check.file, read_timeout,
                                           [&](uint64_t, std::span<const std::byte> piece) {
                                             if (progress) {
                                               std::lock_guard<std::mutex> lock(progress_mutex);

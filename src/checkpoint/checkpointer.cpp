@@ -46,7 +46,6 @@ namespace {
 constexpr uint64_t kCopyPiece = 32ull << 20;       // snapshot memcpy work unit
 // How much nicer than the training loop a background copy runs (host/thread_priority.hpp).
 constexpr int kBackgroundCopyNice = 5;
-constexpr uint64_t kStagingAlignment = 64;
 
 // 64 random bits in hex: two runs sharing a tier tell their steps apart by it, and two jobs'
 // rank 0s (the coordinator token) alike.
@@ -480,10 +479,7 @@ Result<std::optional<PendingSave>> Checkpointer::begin_save(SaveRequest request,
   job->structure_json = std::move(request.structure_json);
   job->tensors = std::move(request.tensors);
   uint64_t total = 0;
-  for (const TensorToSave& t : job->tensors) {
-    job->staging_offsets.push_back(total);
-    total = align_up(total + t.nbytes, kStagingAlignment);
-  }
+  job->staging_offsets = staging_layout(job->tensors, state.options.max_file_bytes, &total);
   // Grows only; pre-faulted so the copy below never takes a first-touch fault after the first
   // save of this size. Pinned when CUDA is present (GPU tensors are copied through it).
   ZW_RETURN_IF_ERROR(state.staging->reserve(std::max<uint64_t>(total, 1),

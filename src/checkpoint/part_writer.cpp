@@ -8,6 +8,7 @@
 
 #include "checkpoint/checkpoint_manifest.hpp"
 #include "checkpoint/commit_protocol.hpp"
+#include "checkpoint/file_digest.hpp"
 #include "checkpoint/safetensors.hpp"
 #include "checkpoint/tensor_codec.hpp"
 #include "common/align.hpp"
@@ -31,6 +32,27 @@ bool is_floating_group_candidate(const TensorToSave& t) {
 }
 
 }  // namespace
+
+std::vector<uint64_t> staging_layout(const std::vector<TensorToSave>& tensors,
+                                     uint64_t max_file_bytes, uint64_t* total) {
+  constexpr uint64_t kPage = 4096;
+  std::vector<uint64_t> offsets;
+  offsets.reserve(tensors.size());
+  uint64_t end = 0;
+  uint64_t in_file = 0;
+  for (const TensorToSave& t : tensors) {
+    if (starts_new_file(offsets.empty(), in_file, t.nbytes, max_file_bytes)) {
+      end = internal::align_up(end, kPage);
+      in_file = 0;
+    }
+    end = internal::align_up(end, std::max<uint64_t>(t.element_size, 1));
+    offsets.push_back(end);
+    end += t.nbytes;
+    in_file += t.nbytes;
+  }
+  *total = end;
+  return offsets;
+}
 
 Status PartWriter::write_part() {
   const CheckpointOptions& opt = state_.options;
@@ -91,7 +113,7 @@ Status PartWriter::write_part() {
   uint64_t current = 0;
   for (size_t i : to_write) {
     const uint64_t bytes = job_.tensors[i].nbytes;
-    if (plans.empty() || (current > 0 && current + bytes > opt.max_file_bytes)) {
+    if (starts_new_file(plans.empty(), current, bytes, opt.max_file_bytes)) {
       plans.push_back(
           {final_dir + "/" +
                internal::data_file_name(opt.rank, static_cast<uint32_t>(plans.size()), compressed),
@@ -149,7 +171,7 @@ Status PartWriter::write_part() {
 
 namespace {
 
-// Streams tensor bytes from staging to `file` at increasing offsets, hashing what it writes.
+// Streams tensor bytes from staging to `file` at increasing offsets.
 class FileStream {
  public:
   FileStream(WritableFile& file, std::chrono::nanoseconds call_timeout)
@@ -160,7 +182,6 @@ class FileStream {
     for (uint64_t off = 0; off < bytes.size(); off += kWriteChunk) {
       auto piece = bytes.subspan(off, std::min<uint64_t>(kWriteChunk, bytes.size() - off));
       ZW_RETURN_IF_ERROR(file_.write_at(offset_, piece, call_deadline()));
-      hash_.update(piece.data(), piece.size());
       offset_ += piece.size();
       if (offset_ - writeback_from_ >= kWritebackEvery) {
         file_.start_writeback(writeback_from_, offset_ - writeback_from_, call_deadline());
@@ -170,23 +191,23 @@ class FileStream {
     return Status::ok();
   }
   uint64_t offset() const { return offset_; }
-  uint64_t digest() const { return hash_.digest(); }
 
  private:
   WritableFile& file_;
   std::chrono::nanoseconds call_timeout_;
-  internal::Xxh3Stream hash_;
   uint64_t offset_ = 0;
   uint64_t writeback_from_ = 0;
 };
 
 Status finish_file(WritableFile& file, const FileStream& stream, const std::string& path,
-                   const std::string& container, StoredFile& out) {
+                   const std::string& container, FileChecksum checksum, uint64_t xxh3,
+                   StoredFile& out) {
   ZW_RETURN_IF_ERROR(file.sync(stream.call_deadline()));
   ZW_RETURN_IF_ERROR(file.close(stream.call_deadline()));
   out.path = path;
   out.bytes = stream.offset();
-  out.xxh3 = stream.digest();
+  out.xxh3 = xxh3;
+  out.checksum = checksum;
   out.container = container;
   return Status::ok();
 }
@@ -211,15 +232,21 @@ Status PartWriter::write_safetensors(const FilePlan& plan, StoredFile& out) {
   ZW_ASSIGN_OR_RETURN(auto file,
                       state_.target->create_streamed(tmp_path_of(plan.path), metadata_deadline()));
   FileStream stream(*file, state_.options.write_timeout);
+  // The file's checksum is of its segments: each tensor's bytes are hashed once, for the
+  // manifest's per-tensor checksum, not again for the file's (a pass over the state saved).
+  internal::SegmentDigest checksum;
+  checksum.add(XXH3_64bits(header.data(), header.size()));
   ZW_RETURN_IF_ERROR(stream.append(std::span<const std::byte>(
       reinterpret_cast<const std::byte*>(header.data()), header.size())));
   for (size_t i : plan.tensors) {
     stored_[i].file = plan.path;
     stored_[i].offset = stream.offset();
     stored_[i].stored_bytes = job_.tensors[i].nbytes;
+    if (stored_[i].nbytes > 0) checksum.add(stored_[i].xxh3);
     ZW_RETURN_IF_ERROR(stream.append(job_.staged(i)));
   }
-  return finish_file(*file, stream, plan.path, "safetensors", out);
+  return finish_file(*file, stream, plan.path, "safetensors", FileChecksum::kSegments,
+                     checksum.digest(), out);
 }
 
 Status PartWriter::write_compressed(const FilePlan& plan, StoredFile& out) {
@@ -258,9 +285,10 @@ Status PartWriter::write_compressed(const FilePlan& plan, StoredFile& out) {
   ZW_ASSIGN_OR_RETURN(auto file,
                       state_.target->create_streamed(tmp_path_of(plan.path), metadata_deadline()));
   FileStream stream(*file, state_.options.write_timeout);
-  ZW_RETURN_IF_ERROR(stream.append(std::span<const std::byte>(
-      reinterpret_cast<const std::byte*>(internal::kCompressedFileMagic.data()),
-      internal::kCompressedFileMagic.size())));
+  internal::Xxh3Stream checksum;  // of the whole file: its frames are in memory, and small
+  const auto magic = std::as_bytes(std::span(internal::kCompressedFileMagic));
+  checksum.update(magic.data(), magic.size());
+  ZW_RETURN_IF_ERROR(stream.append(magic));
   for (size_t i : plan.tensors) {
     StoredTensor& s = stored_[i];
     const TensorToSave& t = job_.tensors[i];
@@ -277,10 +305,12 @@ Status PartWriter::write_compressed(const FilePlan& plan, StoredFile& out) {
     if (s.chunks.empty()) s.offset = stream.offset();
     s.chunks.push_back(chunk.frame.size());
     s.stored_bytes += chunk.frame.size();
+    checksum.update(chunk.frame.data(), chunk.frame.size());
     ZW_RETURN_IF_ERROR(stream.append(chunk.frame));
     std::vector<std::byte>().swap(chunk.frame);
   }
-  return finish_file(*file, stream, plan.path, "zerowait-zstd", out);
+  return finish_file(*file, stream, plan.path, "zerowait-zstd", FileChecksum::kWholeFile,
+                     checksum.digest(), out);
 }
 
 }  // namespace zerowait

@@ -11,6 +11,23 @@
 
 namespace zerowait {
 
+// Whether a tensor of `bytes` starts a new file when `file_bytes` of tensors are in the current
+// one (`first`: no file yet): files are cut at about max_file_bytes, never before their first
+// tensor. write_part() plans the files by it; the staging layout follows the same cut.
+inline bool starts_new_file(bool first, uint64_t file_bytes, uint64_t bytes,
+                            uint64_t max_file_bytes) {
+  return first || (file_bytes > 0 && file_bytes + bytes > max_file_bytes);
+}
+
+// Where each tensor goes in a save's staging pool, laid out as the tensor files' data: the
+// tensors of a file back to back (aligned to their element size only, as safetensors packs them)
+// from a page-aligned start. So an uncompressed file's data is, in the usual case (every tensor
+// written, none with padding before it), one span of staging whose offsets in memory and in the
+// file agree modulo the page: O_DIRECT writes it straight from staging, with no copy into a write
+// buffer (src/storage/local/local_store.cpp). Returns the offsets and sets `total`.
+std::vector<uint64_t> staging_layout(const std::vector<TensorToSave>& tensors,
+                                     uint64_t max_file_bytes, uint64_t* total);
+
 struct FilePlan {
   std::string path;             // relative to the root
   std::vector<size_t> tensors;  // indices into the job's tensors, in data order

@@ -22,6 +22,7 @@ class Xxh3Stream {
   Xxh3Stream& operator=(const Xxh3Stream&) = delete;
 
   void update(const void* data, size_t size) { XXH3_64bits_update(state_, data, size); }
+  void reset() { XXH3_64bits_reset(state_); }
   uint64_t digest() const { return XXH3_64bits_digest(state_); }
 
  private:

@@ -40,9 +40,4 @@ doctor::Finding only_finding(const doctor::DoctorReport& report, const std::stri
   return found.size() == 1 ? found[0] : doctor::Finding{};
 }
 
-::testing::AssertionResult contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "\"" << text << "\" lacks \"" << part << "\"";
-}
-
 }  // namespace zerowait::testing

@@ -40,7 +40,4 @@ std::vector<doctor::Finding> findings_of(const doctor::DoctorReport& report,
 // one).
 doctor::Finding only_finding(const doctor::DoctorReport& report, const std::string& check);
 
-// Whether `text` holds `part`, saying what it holds when not.
-::testing::AssertionResult contains(const std::string& text, const std::string& part);
-
 }  // namespace zerowait::testing

@@ -18,6 +18,11 @@
 #include <thread>
 
 namespace zerowait::testing {
+
+::testing::AssertionResult contains(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "\"" << text << "\" lacks \"" << part << "\"";
+}
 namespace fs = std::filesystem;
 
 TempDir::TempDir() {

@@ -2,6 +2,8 @@
 // bytes, and running the real `zerowait` command as a subprocess.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -29,6 +31,9 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// Whether `text` holds `part`, saying what it holds when not (for EXPECT_TRUE).
+::testing::AssertionResult contains(const std::string& text, const std::string& part);
 
 // Creates parent directories as needed; aborts the test (ADD_FAILURE + exception) on error.
 void write_file(const std::string& path, const std::string& bytes);

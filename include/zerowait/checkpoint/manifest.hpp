@@ -34,10 +34,20 @@ struct StoredTensor {
   std::vector<uint64_t> chunks;  // compressed size of each chunk
 };
 
+// What a file's xxh3 is computed over (docs/checkpoint.md, "Checksums").
+enum class FileChecksum {
+  kWholeFile,  // every byte in order: compressed files, and every file of format version 1
+  // The xxh3 of the 8-byte little-endian xxh3s of the file's segments, in order: its safetensors
+  // header (length bytes and JSON), then each non-empty tensor's bytes. A writer that holds each
+  // tensor's checksum already (the manifest's) hashes only the header.
+  kSegments,
+};
+
 struct StoredFile {
   std::string path;  // relative to the checkpoint root
   uint64_t bytes = 0;
-  uint64_t xxh3 = 0;      // of the whole file
+  uint64_t xxh3 = 0;  // of the whole file, or of its segments: see `checksum`
+  FileChecksum checksum = FileChecksum::kWholeFile;
   std::string container;  // "safetensors" | "zerowait-zstd"
 };
 

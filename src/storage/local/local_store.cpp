@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "common/align.hpp"
 #include "common/file.hpp"
 #include "common/log.hpp"
 #include "storage/local_path.hpp"
@@ -95,22 +96,25 @@ class LocalWritableFile : public WritableFile {
   internal::CallRunner calls_;  // after file_: its threads end before this object lets go of it
 };
 
-// A file written front to back with O_DIRECT through an aligned buffer (create_streamed): a
-// checkpoint's tensors go from staging to the disk without a copy into fresh page-cache pages,
-// which costs CPU that a training loop shares (half of a buffered write's here), and without
-// evicting what the page cache holds for the job (its training data). The buffer's bytes reach
-// the file when it fills, and the tail, through the page cache, at sync() and close(). A file
-// system that refuses O_DIRECT at open or at the first write gets the same bytes buffered, and
-// says so once.
+// A file written front to back with O_DIRECT (create_streamed): a checkpoint's tensors go from
+// staging to the disk without a copy into fresh page-cache pages, which costs CPU that a training
+// loop shares (half of a buffered write's here), and without evicting what the page cache holds
+// for the job (its training data). A large span whose memory lines up with the file (the kernel's
+// dio_mem_align) is written straight from the caller's memory; other bytes are gathered in an
+// aligned buffer, written when it fills or when a large span follows, and the tail, through the
+// page cache, at sync() and close(). A file system that refuses O_DIRECT at open or at the first
+// write gets the same bytes buffered, and says so once.
 class LocalStreamedFile : public WritableFile {
  public:
-  static constexpr size_t kAlign = 4096;              // O_DIRECT's, of the buffer and each write
+  static constexpr size_t kAlign = 4096;              // of each O_DIRECT write's offset and size
   static constexpr size_t kBufferBytes = 8ull << 20;  // one pwrite(2)
+  static constexpr size_t kDirectFrom = 1ull << 20;   // spans written from the caller's memory
 
   LocalStreamedFile(internal::File file, bool direct)
       : file_(std::make_shared<internal::File>(std::move(file))),
         buffer_(static_cast<std::byte*>(std::aligned_alloc(kAlign, kBufferBytes)), std::free),
         direct_(std::make_shared<bool>(direct)),
+        memory_align_(direct_memory_alignment(file_->fd())),
         calls_(file_->path()) {}
 
   Status write_at(uint64_t offset, std::span<const std::byte> bytes, Deadline deadline) override {
@@ -122,15 +126,31 @@ class LocalStreamedFile : public WritableFile {
                               " bytes were written");
     }
     while (!bytes.empty()) {
-      const size_t take = std::min(bytes.size(), kBufferBytes - fill_);
-      std::memcpy(buffer_.get() + fill_, bytes.data(), take);
-      fill_ += take;
-      end_ += take;
-      bytes = bytes.subspan(take);
-      if (fill_ == kBufferBytes) {
-        ZW_RETURN_IF_ERROR(write_buffer(kBufferBytes, deadline));
-        fill_ = 0;
+      if (*direct_ && bytes.size() >= kDirectFrom) {
+        if (fill_ > 0) {
+          // The buffer is written up to the next block of the file, so the span can follow it.
+          const size_t to_block = internal::align_up(end_, kAlign) - end_;
+          if (to_block > 0) {
+            ZW_ASSIGN_OR_RETURN(size_t took, gather(bytes.first(std::min(to_block, bytes.size())),
+                                                    deadline));
+            bytes = bytes.subspan(took);
+          } else {
+            ZW_RETURN_IF_ERROR(write_out(end_ - fill_, {buffer_.get(), fill_}, buffer_, deadline));
+            fill_ = 0;
+          }
+          continue;
+        }
+        if (reinterpret_cast<uintptr_t>(bytes.data()) % memory_align_ == 0) {
+          const size_t n = std::min(bytes.size() / kAlign * kAlign, kBufferBytes);
+          ZW_RETURN_IF_ERROR(write_out(end_, bytes.first(n), nullptr, deadline));
+          end_ += n;
+          tail_written_ = end_;
+          bytes = bytes.subspan(n);
+          continue;
+        }
       }
+      ZW_ASSIGN_OR_RETURN(size_t took, gather(bytes, deadline));
+      bytes = bytes.subspan(took);
     }
     return Status::ok();
   }
@@ -149,6 +169,31 @@ class LocalStreamedFile : public WritableFile {
   }
 
  private:
+  // The memory alignment O_DIRECT wants of this file (statx's dio_mem_align; a page where the
+  // kernel does not say).
+  static size_t direct_memory_alignment(int fd) {
+    struct statx info {};
+    if (::statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &info) == 0 &&
+        (info.stx_mask & STATX_DIOALIGN) != 0 && info.stx_dio_mem_align > 0) {
+      return info.stx_dio_mem_align;
+    }
+    return kAlign;
+  }
+
+  // Copies the first bytes of `bytes` into the buffer, as many as it has room for, and writes
+  // the buffer when that fills it. Returns how many it took.
+  Result<size_t> gather(std::span<const std::byte> bytes, Deadline deadline) {
+    const size_t take = std::min(bytes.size(), kBufferBytes - fill_);
+    std::memcpy(buffer_.get() + fill_, bytes.data(), take);
+    fill_ += take;
+    end_ += take;
+    if (fill_ == kBufferBytes) {
+      ZW_RETURN_IF_ERROR(write_out(end_ - fill_, {buffer_.get(), fill_}, buffer_, deadline));
+      fill_ = 0;
+    }
+    return take;
+  }
+
   // The bytes past the last full buffer, through the page cache: O_DIRECT would want them padded
   // to the block and the file cut back to its length, a second metadata change for every file
   // (a checkpoint of small files took twice as long to save). They stay in the buffer: a later
@@ -158,7 +203,7 @@ class LocalStreamedFile : public WritableFile {
     if (fill_ > 0) {
       const uint64_t offset = end_ - fill_;
       ZW_RETURN_IF_ERROR(calls_.run(
-          deadline, writing(fill_),
+          deadline, writing(fill_, offset),
           [file = file_, buffer = buffer_, direct = direct_, bytes = fill_, offset]() -> Status {
             if (*direct) ZW_RETURN_IF_ERROR(set_direct(*file, false));
             Status written =
@@ -171,23 +216,24 @@ class LocalStreamedFile : public WritableFile {
     return Status::ok();
   }
 
-  // What a call writing the first `bytes` of the buffer says it was doing, for its errors.
-  std::string writing(size_t bytes) const {
-    return "writing " + std::to_string(bytes) + " bytes at offset " + std::to_string(end_ - fill_) +
+  // What a call writing `bytes` at `offset` says it was doing, for its errors.
+  static std::string writing(size_t bytes, uint64_t offset) {
+    return "writing " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
            " of";
   }
 
-  // The first `bytes` of the buffer at its file offset (end_ - fill_). The call holds the
-  // buffer: one stuck past its deadline may still read it after the caller dropped this object.
-  Status write_buffer(size_t bytes, Deadline deadline) {
-    const uint64_t offset = end_ - fill_;
+  // Writes `data` (whole blocks) at `offset`, O_DIRECT while the file system takes it. `holds`
+  // keeps the memory alive for the call: one stuck past its deadline may still read it after
+  // the caller dropped this object (the buffer; a caller's own memory is the caller's to keep,
+  // as WritableFile says).
+  Status write_out(uint64_t offset, std::span<const std::byte> data,
+                   std::shared_ptr<std::byte> holds, Deadline deadline) {
     return calls_.run(
-        deadline, writing(bytes),
-        [file = file_, buffer = buffer_, direct = direct_, bytes, offset]() -> Status {
-          const auto data = std::span<const std::byte>(buffer.get(), bytes);
+        deadline, writing(data.size(), offset),
+        [file = file_, holds = std::move(holds), direct = direct_, data, offset]() -> Status {
           size_t done = 0;
-          while (*direct && done < bytes) {
-            const ssize_t n = ::pwrite(file->fd(), data.data() + done, bytes - done,
+          while (*direct && done < data.size()) {
+            const ssize_t n = ::pwrite(file->fd(), data.data() + done, data.size() - done,
                                        static_cast<off_t>(offset + done));
             if (n > 0) {
               done += size_t(n);
@@ -213,6 +259,7 @@ class LocalStreamedFile : public WritableFile {
   std::shared_ptr<internal::File> file_;
   std::shared_ptr<std::byte> buffer_;
   std::shared_ptr<bool> direct_;  // cleared by the first write O_DIRECT refuses
+  size_t memory_align_;           // of a span written from the caller's memory
   size_t fill_ = 0;               // bytes in the buffer; buffer_[0] is at offset end_ - fill_
   uint64_t end_ = 0;              // bytes written so far
   uint64_t tail_written_ = 0;     // end_ when the tail was last written

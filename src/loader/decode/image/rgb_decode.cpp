@@ -95,6 +95,15 @@ ImageFormat sniff_image_format(std::span<const std::byte> bytes) {
   return ImageFormat::kUnknown;
 }
 
+uint8_t* RgbDecoder::rgb_buffer(size_t bytes) {
+  if (bytes > rgb_capacity_) {
+    rgb_.reset();  // the old one goes first: two huge buffers at once are not needed
+    rgb_.reset(new uint8_t[bytes]);  // default-initialized: not zeroed
+    rgb_capacity_ = bytes;
+  }
+  return rgb_.get();
+}
+
 Status RgbDecoder::decode_rows(std::span<const std::byte> bytes, ImageFormat format,
                                uint64_t max_pixels,
                                const std::function<Result<RowRange>(int width, int height)>& need,
@@ -139,15 +148,14 @@ Status RgbDecoder::decode_png_rows(
   }
   ZW_ASSIGN_OR_RETURN(const RowRange wanted, need(int(width), int(height)));
   if (png_get_interlace_type(png, info) == PNG_INTERLACE_NONE) {
-    rgb_.resize(row_bytes);
-    if (!PngSteps::some_rows(png, rgb_.data(), wanted.first, wanted.end, row)) {
+    if (!PngSteps::some_rows(png, rgb_buffer(row_bytes), wanted.first, wanted.end, row)) {
       return corrupt(std::string("PNG decode failed (image data): ") + read.message);
     }
     return Status::ok();
   }
-  rgb_.resize(row_bytes * height);
+  uint8_t* rgb = rgb_buffer(row_bytes * height);
   rows_.resize(height);
-  for (png_uint_32 y = 0; y < height; ++y) rows_[y] = rgb_.data() + y * row_bytes;
+  for (png_uint_32 y = 0; y < height; ++y) rows_[y] = rgb + y * row_bytes;
   if (!PngSteps::rows(png, rows_.data())) {
     return corrupt(std::string("PNG decode failed (image data): ") + read.message);
   }
@@ -174,12 +182,12 @@ Status RgbDecoder::decode_webp_rows(
     return unsupported("WebP of " + std::to_string(width) + "x" + std::to_string(height) +
                        " pixels is over the limit of " + std::to_string(max_pixels) + " pixels");
   }
-  rgb_.resize(width * height * 3);
-  if (WebPDecodeRGBInto(data, bytes.size(), rgb_.data(), rgb_.size(), int(width * 3)) == nullptr) {
+  uint8_t* rgb = rgb_buffer(width * height * 3);
+  if (WebPDecodeRGBInto(data, bytes.size(), rgb, width * height * 3, int(width * 3)) == nullptr) {
     return corrupt("WebP decode failed: the image data is truncated or damaged");
   }
   ZW_ASSIGN_OR_RETURN(const RowRange wanted, need(int(width), int(height)));
-  for (int y = wanted.first; y < wanted.end; ++y) row(rgb_.data() + size_t(y) * width * 3);
+  for (int y = wanted.first; y < wanted.end; ++y) row(rgb + size_t(y) * width * 3);
   return Status::ok();
 }
 

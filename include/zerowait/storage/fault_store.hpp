@@ -31,7 +31,7 @@ struct StoreOperation {
   uint64_t length = 0;
   uint64_t number = 0;  // 1 for the store's first operation of any kind, counting up
   // The caller's deadline: a rule can check that no call is unbounded.
-  Deadline deadline;
+  Deadline deadline = Deadline::none();
 
   bool mutates() const;
   std::string to_string() const { return kind + " " + path; }

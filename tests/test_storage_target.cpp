@@ -279,15 +279,21 @@ TEST_P(StoreContract, AStreamedFileReadsBackByteForByte) {
   }
 }
 
+// Whether files in `dir` open with O_DIRECT (tmpfs before Linux 6.6 refuses it).
+bool takes_direct_io(const TempDir& dir) {
+  const int probe = ::open((dir / "probe").c_str(), O_WRONLY | O_CREAT | O_DIRECT, 0644);
+  if (probe < 0) return false;
+  ::close(probe);
+  return true;
+}
+
 // A local streamed file goes to the disk with O_DIRECT: none of it but its tail is left in the
 // page cache (the CPU a buffered write spends copying into fresh pages, and the training data it
 // would evict). It is written front to back, and says so to a caller that does otherwise.
 TEST(LocalDirectoryTarget, AStreamedFileBypassesThePageCacheAndIsWrittenInOrder) {
   TempDir dir;
-  {
-    const int probe = ::open((dir / "probe").c_str(), O_WRONLY | O_CREAT | O_DIRECT, 0644);
-    if (probe < 0) GTEST_SKIP() << "the file system of " << dir.path() << " refuses O_DIRECT";
-    ::close(probe);
+  if (!takes_direct_io(dir)) {
+    GTEST_SKIP() << "the file system of " << dir.path() << " refuses O_DIRECT";
   }
   auto target = make_local_store(dir.path());
   const std::string bytes = pattern_bytes((8u << 20) + 5000);
@@ -321,10 +327,8 @@ TEST(LocalDirectoryTarget, AStreamedFileBypassesThePageCacheAndIsWrittenInOrder)
 // bytes wait in the buffer. Seen in the file's size on the disk after each write_at().
 TEST(LocalDirectoryTarget, AStreamedFileWritesAlignedLargeSpansAtOnceAndBuffersTheRest) {
   TempDir dir;
-  {
-    const int probe = ::open((dir / "probe").c_str(), O_WRONLY | O_CREAT | O_DIRECT, 0644);
-    if (probe < 0) GTEST_SKIP() << "the file system of " << dir.path() << " refuses O_DIRECT";
-    ::close(probe);
+  if (!takes_direct_io(dir)) {
+    GTEST_SKIP() << "the file system of " << dir.path() << " refuses O_DIRECT";
   }
   auto target = make_local_store(dir.path());
   const std::string bytes = pattern_bytes((4u << 20) + 5000 + (2u << 20) + 300);

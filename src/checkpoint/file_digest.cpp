@@ -1,7 +1,7 @@
 #include "checkpoint/file_digest.hpp"
 
 #include <algorithm>
-#include <cstring>
+#include <string_view>
 
 #include "checkpoint/safetensors.hpp"
 
@@ -71,7 +71,7 @@ Status FileDigest::update(std::span<const std::byte> piece) {
   return Status::ok();
 }
 
-uint64_t FileDigest::digest() {
+uint64_t FileDigest::digest() const {
   return file_.checksum == FileChecksum::kWholeFile ? whole_.digest() : segments_.digest();
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "common/xxhash.hpp"
 #include "zerowait/checkpoint/manifest.hpp"
@@ -30,7 +31,7 @@ class FileDigest {
  public:
   FileDigest(const StoredFile& file, std::string name);
   Status update(std::span<const std::byte> piece);
-  uint64_t digest();
+  uint64_t digest() const;
 
  private:
   Status take_header();

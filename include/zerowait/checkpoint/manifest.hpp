@@ -34,7 +34,7 @@ struct StoredTensor {
   std::vector<uint64_t> chunks;  // compressed size of each chunk
 };
 
-// What a file's xxh3 is computed over (docs/checkpoint.md, "Checksums").
+// What a file's xxh3 is computed over (docs/checkpoint.md, "A file's checksum").
 enum class FileChecksum {
   kWholeFile,  // every byte in order: compressed files, and every file of format version 1
   // The xxh3 of the 8-byte little-endian xxh3s of the file's segments, in order: its safetensors

@@ -50,7 +50,7 @@ class RgbDecoder {
 
   // At least `bytes` of RGB buffer, contents undefined. Not zeroed: the pages the decoder never
   // writes (an image cut short, a header claiming far more pixels than its data holds) are never
-  // touched. A 154-byte WebP claiming 16,383 x 10,094 pixels cost 1.8 s and 700 MB of page
+  // touched. A 154-byte WebP claiming 10,751 x 10,094 pixels cost 1.8 s and 700 MB of page
   // faults when the buffer was zeroed first (fuzz_image).
   uint8_t* rgb_buffer(size_t bytes);
 

@@ -31,12 +31,6 @@ using testing::open_or_die;
 using testing::read_all;
 using testing::save_and_wait;
 
-std::string hex(uint64_t value) {
-  char text[17];
-  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(value));
-  return text;
-}
-
 uint64_t le64_digest(const std::vector<uint64_t>& parts) {
   std::string bytes;
   for (uint64_t p : parts) {
@@ -142,14 +136,14 @@ TEST(CheckpointChecksum, AVersionOneStepWithWholeFileChecksumsStillReadsVerifies
   rank["version"] = 1;
   for (auto& f : rank["files"]) {
     f.erase("xxh3_of");
-    f["xxh3"] = hex(XXH3_64bits(saved.bytes.data(), saved.bytes.size()));
+    f["xxh3"] = internal::hex64(XXH3_64bits(saved.bytes.data(), saved.bytes.size()));
   }
   const std::string rank_text = rank.dump(1) + "\n";
   testing::write_file(rank_path, rank_text);
   const std::string record_path = saved.dir / "step-1/manifest.json";
   nlohmann::json record = nlohmann::json::parse(testing::read_file(record_path));
   record["ranks"][0]["bytes"] = rank_text.size();
-  record["ranks"][0]["xxh3"] = hex(XXH3_64bits(rank_text.data(), rank_text.size()));
+  record["ranks"][0]["xxh3"] = internal::hex64(XXH3_64bits(rank_text.data(), rank_text.size()));
   testing::write_file(record_path, record.dump(1) + "\n");
 
   const RankManifest manifest = read_rank_manifest(*saved.target, 1, 0).value();

@@ -396,6 +396,73 @@ TEST_F(RemoteDatasetTest, AColdRunAnnouncesTheBatchesAheadOnlyOnceTheFirstIsBuil
   EXPECT_GT(announced_after, 0u);   // the batches ahead, once the first was built
 }
 
+// Opening a remote shard costs a round trip, so Loader::create opens the shards its workers'
+// first batches read in the same round as those its size estimate looks at (the first 4096
+// samples'): the first claims find them open and open none, a round trip sooner.
+TEST_F(RemoteDatasetTest, ALoaderOpensTheShardsOfItsFirstBatchesBeforeItReturns) {
+  TempDir big;
+  testing::ImageDatasetOptions many;
+  many.files = 4800;  // the estimate's 4096 samples leave shards beyond them
+  many.min_bytes = 600;
+  many.max_bytes = 900;
+  many.shard_size = 256 << 10;
+  ASSERT_GT(testing::pack_image_dataset(big.path(), big / "ds", many), 6u);
+  server_.put_directory("/big/", big / "ds");
+  const std::string trace_path = big / "trace.txt";
+  ::setenv("ZEROWAIT_TRACE_CACHE", trace_path.c_str(), 1);
+  struct Unset {
+    ~Unset() { ::unsetenv("ZEROWAIT_TRACE_CACHE"); }
+  } unset;
+  BlockCacheOptions cache_options;
+  cache_options.directory = big / "cache";
+  cache_options.capacity_bytes = 64 << 20;
+  cache_options.min_free_bytes = 0;
+  cache_options.block_bytes = 64 << 10;
+  DatasetOptions with_cache;
+  with_cache.cache = *BlockCache::open(cache_options);
+  auto dataset = Dataset::open(server_.url("/big/"), with_cache);
+  ASSERT_TRUE(dataset.is_ok()) << dataset.status().to_string();
+  LoaderOptions o = options();
+  o.batch_size = 64;  // samples from all over the dataset (a global shuffle)
+  auto loader = Loader::create(*dataset, o);
+  ASSERT_TRUE(loader.is_ok()) << loader.status().to_string();
+
+  // The shards the first two batches (one per worker) read, and the estimate's.
+  std::set<size_t> first_batches;
+  for (int b = 0; b < 2; ++b) {
+    auto batch = (*loader)->next();
+    ASSERT_TRUE(batch.is_ok() && *batch != nullptr) << batch.status().to_string();
+    const BatchColumn* index = (*batch)->column("__index__");
+    std::vector<int64_t> samples(index->shape[0]);
+    std::memcpy(samples.data(), index->data, index->bytes);
+    for (int64_t global : samples) {
+      first_batches.insert((*dataset)->locate(static_cast<uint64_t>(global))->shard);
+    }
+  }
+  loader->reset();
+  size_t estimated = 0;
+  for (uint64_t samples = 0; samples < 4096; ++estimated) {
+    samples += (*dataset)->manifest().shards[estimated].samples;
+  }
+  ASSERT_GT(*first_batches.rbegin(), estimated - 1)
+      << "the test needs first batches that read a shard the estimate does not look at";
+
+  // "<seconds> <pid> <event> <origin> <block> [<detail>]": a claim that found a shard of its
+  // batch closed opens it, between "open-shards" and "opened-shards".
+  std::istringstream lines(testing::read_file(trace_path));
+  std::string line;
+  size_t claims = 0, opens_in_claims = 0;
+  while (std::getline(lines, line)) {
+    std::istringstream fields(line);
+    std::string seconds, pid, event;
+    fields >> seconds >> pid >> event;
+    claims += event == "claim";
+    opens_in_claims += event == "open-shards";
+  }
+  EXPECT_GE(claims, 2u);
+  EXPECT_EQ(opens_in_claims, 0u) << "the first batches opened shards Loader::create had not";
+}
+
 // The same dataset in a bucket of the real S3 server, under a prefix, opened as s3://.
 class S3DatasetTest : public RemoteDatasetTest {
  protected:

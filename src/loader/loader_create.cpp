@@ -34,17 +34,21 @@ struct SizeEstimate {
   std::vector<uint64_t> field_bytes;
 };
 
-Result<SizeEstimate> estimate_sizes(const Dataset& dataset, const std::vector<FieldSpec>& fields) {
+// `also_open`: shards opened in the same round as those looked at.
+Result<SizeEstimate> estimate_sizes(const Dataset& dataset, const std::vector<FieldSpec>& fields,
+                                    std::vector<size_t> also_open) {
   constexpr uint64_t kSamplesLooked = 4096;
   uint64_t samples = 0, sample_bytes = 0;
   std::vector<uint64_t> field_bytes(fields.size(), 0);
   // The shards looked at open together: remote, each costs round trips.
-  std::vector<size_t> first_shards;
+  std::vector<size_t> opened = std::move(also_open);
   for (size_t s = 0; s < dataset.shard_count() && samples < kSamplesLooked; ++s) {
-    first_shards.push_back(s);
+    opened.push_back(s);
     samples += dataset.manifest().shards[s].samples;
   }
-  ZW_RETURN_IF_ERROR(dataset.open_shards(first_shards));
+  std::sort(opened.begin(), opened.end());
+  opened.erase(std::unique(opened.begin(), opened.end()), opened.end());
+  ZW_RETURN_IF_ERROR(dataset.open_shards(opened));
   samples = 0;
   for (size_t s = 0; s < dataset.shard_count() && samples < kSamplesLooked; ++s) {
     ZW_ASSIGN_OR_RETURN(auto shard, dataset.shard(s));
@@ -66,6 +70,21 @@ Result<SizeEstimate> estimate_sizes(const Dataset& dataset, const std::vector<Fi
   for (uint64_t bytes : field_bytes)
     estimate.field_bytes.push_back((bytes + samples - 1) / samples);
   return estimate;
+}
+
+// The shards the first `batches` batches of `partition` read.
+std::vector<size_t> shards_of_first_batches(const Dataset& dataset,
+                                            const RankPartition& partition, uint64_t batches) {
+  std::vector<size_t> shards;
+  std::vector<uint64_t> indices;
+  for (uint64_t b = 0; b < std::min(batches, partition.batch_count()); ++b) {
+    partition.batch(b, &indices);
+    for (uint64_t global : indices) {
+      Result<SampleLocation> where = dataset.locate(global);
+      if (where.is_ok()) shards.push_back(where->shard);
+    }
+  }
+  return shards;
 }
 
 // A decoder whose columns depend on the data (an Array() without a dtype) takes them from the
@@ -208,7 +227,21 @@ Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<Dataset> dataset,
   // consumer that computes 1.5x the loader's per-batch time kept its core 98 % busy with one
   // worker, 94-96 % with two (bench/run loader, row f).
   unsigned threads = options.threads == 0 ? std::max(1u, hardware - 1) : options.threads;
-  ZW_ASSIGN_OR_RETURN(const SizeEstimate sizes, estimate_sizes(*dataset, impl.fields));
+  // A remote shard costs a round trip to open: those the workers' first batches read open now,
+  // with the ones the estimate looks at, rather than in the first claims, a round trip later
+  // (docs/remote.md, "The first batch"). The first run takes the order made for it here.
+  std::vector<size_t> first_batch_shards;
+  if (dataset->cache() != nullptr) {
+    impl.first_order = std::make_shared<const EpochOrder>(impl.shard_samples, options.shuffle,
+                                                          options.epoch, impl.shard_bytes);
+    impl.first_order_epoch = options.epoch;
+    const RankPartition first(
+        impl.first_order, 0,
+        {options.batch_size, options.rank, options.world_size, options.drop_last});
+    first_batch_shards = shards_of_first_batches(*dataset, first, threads);
+  }
+  ZW_ASSIGN_OR_RETURN(const SizeEstimate sizes,
+                      estimate_sizes(*dataset, impl.fields, std::move(first_batch_shards)));
   // Batch bytes vary around batch_size x the average sample; a quarter more covers that for
   // all but unusual batches, which grow their arena (within the per-arena limit) when they come.
   const uint64_t slack_rows = options.batch_size + options.batch_size / 4;

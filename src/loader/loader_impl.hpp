@@ -55,9 +55,17 @@ struct Loader::Impl {
   // This rank's partition of epoch `e` from position `from`. Reads only values fixed at
   // construction, so workers call it too (to plan the following epochs).
   RankPartition plan(uint64_t e, uint64_t from) const {
-    auto order = std::make_shared<const EpochOrder>(shard_samples, options.shuffle, e, shard_bytes);
-    return RankPartition(std::move(order), from, partition_options());
+    return RankPartition(order_of(e), from, partition_options());
   }
+
+  std::shared_ptr<const EpochOrder> order_of(uint64_t e) const {
+    return std::make_shared<const EpochOrder>(shard_samples, options.shuffle, e, shard_bytes);
+  }
+
+  // The order of epoch `first_order_epoch`, made by create() to open the first batches' shards
+  // early (a remote dataset's); the first run takes it rather than making it again.
+  std::shared_ptr<const EpochOrder> first_order;
+  uint64_t first_order_epoch = 0;
 
   // Samples in epoch `e` (fewer than the dataset's when blocks are dealt to nodes).
   uint64_t epoch_size(uint64_t e) const {
@@ -79,9 +87,12 @@ struct Loader::Impl {
   Status start_run() {
     // Later epochs are planned on a worker thread.
     LoaderRun::NextEpoch next_epoch = [this](uint64_t e) { return plan(e, 0); };
-    run = std::make_unique<LoaderRun>(*dataset, options, fields, pool, counters,
-                                      plan(epoch, position), epoch, std::move(next_epoch), threads,
-                                      prefetch, blocks.get(), cache_look_ahead, worker_cpus);
+    std::shared_ptr<const EpochOrder> order = std::move(first_order);
+    if (order == nullptr || first_order_epoch != epoch) order = order_of(epoch);
+    run = std::make_unique<LoaderRun>(
+        *dataset, options, fields, pool, counters,
+        RankPartition(std::move(order), position, partition_options()), epoch,
+        std::move(next_epoch), threads, prefetch, blocks.get(), cache_look_ahead, worker_cpus);
     internal::FallbackScope scope(fallbacks);  // the workers inherit it
     Status started = run->start();
     if (!started.is_ok()) run.reset();

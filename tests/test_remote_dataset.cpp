@@ -70,6 +70,25 @@ class RemoteDatasetTest : public ::testing::Test {
   TestHttpServer server_;
 };
 
+// Every process writes the cache's trace (docs/cache.md, "Tracing") to `path` while this lives.
+class CacheTraceTo {
+ public:
+  explicit CacheTraceTo(const std::string& path) {
+    ::setenv("ZEROWAIT_TRACE_CACHE", path.c_str(), 1);
+  }
+  ~CacheTraceTo() { ::unsetenv("ZEROWAIT_TRACE_CACHE"); }
+};
+
+// A cache in an empty `directory` with blocks of `block_bytes`, never short of disk.
+BlockCacheOptions cold_cache_options(const std::string& directory, uint64_t block_bytes) {
+  BlockCacheOptions options;
+  options.directory = directory;
+  options.capacity_bytes = 64 << 20;
+  options.min_free_bytes = 0;
+  options.block_bytes = block_bytes;
+  return options;
+}
+
 LoaderOptions options() {
   LoaderOptions o;
   o.batch_size = 16;
@@ -302,15 +321,8 @@ TEST_F(RemoteDatasetTest, ARemoteTarScannedThroughTheCacheIsDownloadedOncePerNod
 TEST_F(RemoteDatasetTest, AColdRunAnnouncesTheBatchesAheadOnlyOnceTheFirstIsBuilt) {
   constexpr uint64_t kBlock = 16 << 10;
   const std::string trace_path = dir_ / "trace.txt";
-  ::setenv("ZEROWAIT_TRACE_CACHE", trace_path.c_str(), 1);
-  struct Unset {
-    ~Unset() { ::unsetenv("ZEROWAIT_TRACE_CACHE"); }
-  } unset;
-  BlockCacheOptions cache_options;
-  cache_options.directory = dir_ / "cache";
-  cache_options.capacity_bytes = 64 << 20;
-  cache_options.min_free_bytes = 0;
-  cache_options.block_bytes = kBlock;
+  const CacheTraceTo tracing(trace_path);
+  BlockCacheOptions cache_options = cold_cache_options(dir_ / "cache", kBlock);
   cache_options.prefetch_bytes = 4 * kBlock;
   auto cache = BlockCache::open(cache_options);
   ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
@@ -409,17 +421,9 @@ TEST_F(RemoteDatasetTest, ALoaderOpensTheShardsOfItsFirstBatchesBeforeItReturns)
   ASSERT_GT(testing::pack_image_dataset(big.path(), big / "ds", many), 6u);
   server_.put_directory("/big/", big / "ds");
   const std::string trace_path = big / "trace.txt";
-  ::setenv("ZEROWAIT_TRACE_CACHE", trace_path.c_str(), 1);
-  struct Unset {
-    ~Unset() { ::unsetenv("ZEROWAIT_TRACE_CACHE"); }
-  } unset;
-  BlockCacheOptions cache_options;
-  cache_options.directory = big / "cache";
-  cache_options.capacity_bytes = 64 << 20;
-  cache_options.min_free_bytes = 0;
-  cache_options.block_bytes = 64 << 10;
+  const CacheTraceTo tracing(trace_path);
   DatasetOptions with_cache;
-  with_cache.cache = *BlockCache::open(cache_options);
+  with_cache.cache = *BlockCache::open(cold_cache_options(big / "cache", 64 << 10));
   auto dataset = Dataset::open(server_.url("/big/"), with_cache);
   ASSERT_TRUE(dataset.is_ok()) << dataset.status().to_string();
   LoaderOptions o = options();

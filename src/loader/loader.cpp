@@ -36,8 +36,7 @@ Result<CorruptPolicy> parse_corrupt_policy(const std::string& name) {
 
 Status LoaderOptions::validate() const {
   ZW_RETURN_IF_ERROR(shuffle.validate());
-  PartitionOptions partition{batch_size, rank, world_size, drop_last};
-  ZW_RETURN_IF_ERROR(partition.validate());
+  ZW_RETURN_IF_ERROR(partition_options_of(*this).validate());
   if (prefetch == 0) return invalid_argument("prefetch must be at least 1");
   if (read_timeout.count() <= 0) return invalid_argument("read_timeout must be positive");
   for (const auto& [name, spec] : decode) {

@@ -235,9 +235,7 @@ Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<Dataset> dataset,
     impl.first_order = std::make_shared<const EpochOrder>(impl.shard_samples, options.shuffle,
                                                           options.epoch, impl.shard_bytes);
     impl.first_order_epoch = options.epoch;
-    const RankPartition first(
-        impl.first_order, 0,
-        {options.batch_size, options.rank, options.world_size, options.drop_last});
+    const RankPartition first(impl.first_order, 0, partition_options_of(options));
     first_batch_shards = shards_of_first_batches(*dataset, first, threads);
   }
   ZW_ASSIGN_OR_RETURN(const SizeEstimate sizes,

@@ -18,6 +18,11 @@
 
 namespace zerowait {
 
+// How a loader's options deal batches to ranks.
+inline PartitionOptions partition_options_of(const LoaderOptions& options) {
+  return {options.batch_size, options.rank, options.world_size, options.drop_last};
+}
+
 struct Loader::Impl {
   std::shared_ptr<Dataset> dataset;
   LoaderOptions options;
@@ -48,9 +53,7 @@ struct Loader::Impl {
   double tuned_wait_s = 0;
   std::chrono::steady_clock::time_point tuned_at{};
 
-  PartitionOptions partition_options() const {
-    return {options.batch_size, options.rank, options.world_size, options.drop_last};
-  }
+  PartitionOptions partition_options() const { return partition_options_of(options); }
 
   // This rank's partition of epoch `e` from position `from`. Reads only values fixed at
   // construction, so workers call it too (to plan the following epochs).

@@ -4,6 +4,7 @@ server."""
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
 import subprocess
@@ -59,6 +60,33 @@ def cli() -> Path:
     if not os.access(path, os.X_OK):
         pytest.fail(f"the zerowait command is not installed at {path}; run `pip install .`")
     return path
+
+
+@pytest.fixture()
+def ground_truth(request):
+    """record(figure, planted, measured, within=T or relative=R): a diagnostic figure beside
+    the truth planted for it and the tolerance its test allows (T absolute, or a pair (below,
+    above) where the test allows more on one side; R a fraction of the truth), appended as a
+    JSON line to the file $ZEROWAIT_GROUND_TRUTH names; scripts/ground-truth.sh prints them as
+    a table. Called before the test's own assertion, so that a figure outside its tolerance is
+    on record too."""
+    def record(figure: str, planted: float, measured: float, *,
+               within: float | tuple[float, float] | None = None,
+               relative: float | None = None) -> None:
+        if within is None:
+            below = above = relative * planted
+            tolerance = f"±{relative:.0%}"
+        else:
+            below, above = within if isinstance(within, tuple) else (within, within)
+            tolerance = f"±{below:g}" if below == above else f"-{below:g}/+{above:g}"
+        row = {"test": request.node.nodeid, "figure": figure, "planted": planted,
+               "measured": measured, "tolerance": tolerance,
+               "ok": planted - below <= measured <= planted + above}
+        path = os.environ.get("ZEROWAIT_GROUND_TRUTH")
+        if path:
+            with open(path, "a") as out:
+                out.write(json.dumps(row) + "\n")
+    return record
 
 
 @pytest.fixture(scope="session")

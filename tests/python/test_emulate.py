@@ -157,13 +157,16 @@ def files_of(data: Path) -> list:
     return [p for p in (data / "zerowait").rglob("*") if p.is_file()]
 
 
-def test_a_run_is_labelled_by_the_page_cache_it_found(cli, resnet_data, tmp_path):
+def test_a_run_is_labelled_by_the_page_cache_it_found(cli, resnet_data, tmp_path,
+                                                       ground_truth):
     # Planted warm: every file of the shards read just before a --warm run.
     for path in files_of(resnet_data):
         path.read_bytes()
     warm = report_of(run(cli, "resnet50", "--data", resnet_data, "--warm", "--steps", 2,
                          "--workers", 1, "--json"))
     row = warm["rows"][0]
+    ground_truth("emulate: resident share after every file was read (--warm)", 1.0,
+                 row["resident_share"], within=0.01)
     assert row["page_cache"].startswith("warm (") and row["resident_share"] >= 0.99, row
     assert warm["emulate"]["page_cache"] == {"asked": "kept (--warm)", "measured": row["page_cache"],
                                              "resident_share": row["resident_share"]}
@@ -173,6 +176,8 @@ def test_a_run_is_labelled_by_the_page_cache_it_found(cli, resnet_data, tmp_path
     cold = report_of(run(cli, "resnet50", "--data", resnet_data, "--steps", 2, "--workers", 1,
                          "--json"))
     row = cold["rows"][0]
+    ground_truth("emulate: resident share after its eviction", 0.0, row["resident_share"],
+                 within=0.0)
     assert row["page_cache"] == "evicted (0.0 % resident)", row
     assert row["resident_share"] == 0.0
     assert cold["emulate"]["page_cache"]["asked"] == "evicted"

@@ -112,7 +112,7 @@ def test_resume_mid_epoch_continues_exactly(dataset, tmp_path):
     assert checkpoint_b.steps() == [k, 2 * STEPS_PER_EPOCH]
 
 
-def test_profiled_training_finds_its_planted_delays(tmp_path):
+def test_profiled_training_finds_its_planted_delays(tmp_path, ground_truth):
     script = TRAIN.with_name("profiled_training.py")
     # Input is planted as the bigger wait by a margin that holds on a busy machine: 40 sleeps of
     # 80 ms (at least 3.2 s) against two blocking saves (0.3-0.9 s each measured at load 20).
@@ -127,6 +127,10 @@ def test_profiled_training_finds_its_planted_delays(tmp_path):
         r"^planted (input|checkpoint)\D+([\d.]+) % of wall, measured +([\d.]+) %$",
         result.stdout, re.MULTILINE)}
     assert set(shares) == {"input", "checkpoint"}, result.stdout
+    ground_truth("examples/profiled_training.py: checkpoint share, %",
+                 *shares["checkpoint"], within=5)
+    ground_truth("examples/profiled_training.py: input share, % (the loader's own work is "
+                 "input too)", *shares["input"], within=(1, 10))
     assert abs(shares["checkpoint"][1] - shares["checkpoint"][0]) <= 5, result.stdout
     # Measured input also holds the loader's own per-sample work beside the planted sleep.
     assert -1 <= shares["input"][1] - shares["input"][0] <= 10, result.stdout

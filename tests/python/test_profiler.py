@@ -101,7 +101,7 @@ def profiled(dataset, tmp_path_factory):
     return prof, planted, wall, root / "run"
 
 
-def test_planted_delays_land_in_their_buckets(profiled):
+def test_planted_delays_land_in_their_buckets(profiled, ground_truth):
     prof, planted, wall, _ = profiled
     summary = prof.summary()
     assert summary["duration_s"] == pytest.approx(wall, rel=0.02)
@@ -111,6 +111,8 @@ def test_planted_delays_land_in_their_buckets(profiled):
         # room to spare. (Not 2x the tolerance: on a loaded machine the checkpoint's fsync
         # stretches the wall time and the fixed sleeps' shares shrink, to 8 % seen at load 16.)
         assert share >= 1.5 * TOLERANCE, (cause, share)
+        ground_truth(f"StepProfiler: {cause} share (slow map fn, blocking save, comm phase, "
+                     "compute sleeps)", share, summary["shares"][cause], within=TOLERANCE)
         assert abs(summary["shares"][cause] - share) <= TOLERANCE, (
             f"{cause}: measured {summary['shares'][cause]:.3f}, planted {share:.3f}")
     assert summary["shares"]["h2d"] == summary["shares"]["other"] == 0.0
@@ -213,7 +215,7 @@ def test_no_leak_flag_on_a_loop_that_drops_them():
     assert leaky_loop(keep=False)["flags"] == []
 
 
-def test_wrap_times_a_plain_iterable_as_input():
+def test_wrap_times_a_plain_iterable_as_input(ground_truth):
     slept = []
 
     def slow_batches():
@@ -230,6 +232,8 @@ def test_wrap_times_a_plain_iterable_as_input():
                 time.sleep(0.04)
     wall = time.monotonic() - started
     assert len(prof.steps()) == 6 and len(slept) == 6
+    ground_truth("StepProfiler.wrap(): input share of a slow iterable", sum(slept[1:]) / wall,
+                 prof.summary()["shares"]["input"], within=TOLERANCE)
     # The five waits after the first step are input (about 60 % of the wall time): a profiler
     # that did not time the wrapped next() would say 0.
     assert prof.summary()["shares"]["input"] == pytest.approx(sum(slept[1:]) / wall,
@@ -269,7 +273,7 @@ COLLECTIVE = textwrap.dedent("""
 """)
 
 
-def test_collective_wait_on_a_late_peer(tmp_path):
+def test_collective_wait_on_a_late_peer(tmp_path, ground_truth):
     steps, compute_s, late_s = 16, 0.05, 0.1
     job = tmp_path / "collective.py"
     job.write_text(COLLECTIVE)
@@ -288,6 +292,8 @@ def test_collective_wait_on_a_late_peer(tmp_path):
                                               rank1["left"]))
     truth = waited / summary["duration_s"]
     assert truth >= 2 * TOLERANCE, truth  # large enough that a profiler missing it fails
+    ground_truth("StepProfiler: communication share, gloo all_reduce, a peer 100 ms late",
+                 truth, summary["shares"]["communication"], within=TOLERANCE)
     assert summary["shares"]["communication"] == pytest.approx(truth, abs=TOLERANCE), (
         summary["shares"], truth)
     assert summary["verdict"] == ("communication-bound" if truth >= 0.25 else "unknown")
@@ -389,7 +395,7 @@ def slow_map_run(dataset: Path, map_workers: int, steps: int = 12,
 
 
 def test_a_slow_map_function_is_named_with_the_change_and_its_effect(map_dataset, cli,
-                                                                     tmp_path):
+                                                                     tmp_path, ground_truth):
     """The verdict names the map function and the change (twice the map workers) with the input
     wait it predicts, in report() and on the report page; the rerun with that change shows it
     within 25 %."""
@@ -400,6 +406,8 @@ def test_a_slow_map_function_is_named_with_the_change_and_its_effect(map_dataset
     assert stages["map"] >= 0.8 * summary["seconds"]["input"], stages
     [advice] = summary["advice"]
     assert advice["stage"] == "map" and advice["change"] == "map_workers=1 -> 2", advice
+    ground_truth("StepProfiler advice: map fn ms/sample (a 50 ms sleep)", 50.0,
+                 advice["fn_ms_per_sample"], relative=0.5)
     assert advice["fn_ms_per_sample"] == pytest.approx(50, rel=0.5)
     assert "change: map fn is" in before["report"] and "map_workers=1 -> 2" in before["report"]
     done = subprocess.run([str(cli), "report", str(tmp_path / "before")], capture_output=True,
@@ -414,5 +422,8 @@ def test_a_slow_map_function_is_named_with_the_change_and_its_effect(map_dataset
           f"measured {1000 * measured:.1f}; step {1000 * advice['step_s']:.1f} -> predicted "
           f"{1000 * advice['predicted_step_s']:.1f}, measured "
           f"{1000 * after['duration_s'] / 12:.1f} ms\n{before['report']}")
+    ground_truth("StepProfiler advice: input ms/step after map_workers=1 -> 2, predicted "
+                 "(planted column) against the rerun", 1000 * advice["predicted_input_s_per_step"],
+                 1000 * measured, relative=0.25)
     assert measured == pytest.approx(advice["predicted_input_s_per_step"], rel=0.25)
     assert after["duration_s"] / 12 == pytest.approx(advice["predicted_step_s"], rel=0.25)

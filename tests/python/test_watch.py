@@ -187,7 +187,8 @@ def loop_figures(path: Path) -> dict:
 
 @pytest.mark.parametrize("job_args", [DATALOADER_ARGS, MANY_TENSORS_ARGS],
                          ids=["4-tensors", "32-tensors"])
-def test_dataloader_job_input_share_matches_the_loop_own(cli, tmp_path, job_args):
+def test_dataloader_job_input_share_matches_the_loop_own(cli, tmp_path, job_args,
+                                                         ground_truth):
     """The loop times its own wait in next(); watch, from outside, must agree within 5 points:
     start-up (importing torch, building the dataset) is left out of the shares, and the main
     thread unpickling batches counts as input, with 4 tensors a batch and with 32."""
@@ -199,6 +200,8 @@ def test_dataloader_job_input_share_matches_the_loop_own(cli, tmp_path, job_args
     loop = loop_figures(figures)
     doc, samples = read_run(tmp_path / "run")
     check_run(doc, samples)
+    ground_truth(f"watch: input share, DataLoader job, {job_args[3]} tensors a batch",
+                 loop["input_share"], doc["shares"]["input"], within=POINTS)
     assert doc["shares"]["input"] == pytest.approx(loop["input_share"], abs=POINTS), (
         doc["shares"], loop)
     # Start-up ends where the loop's clock starts (the workers start in iter(loader)).
@@ -220,7 +223,7 @@ def start_dataloader_job(figures: Path) -> subprocess.Popen:
                              *DATALOADER_ARGS], stdout=subprocess.PIPE, text=True)
 
 
-def test_pid_of_a_dataloader_job_matches_the_loop_own(cli, tmp_path):
+def test_pid_of_a_dataloader_job_matches_the_loop_own(cli, tmp_path, ground_truth):
     """--pid follows a job watch did not start (it attaches mid-run): the same 5 points. watch
     is not the parent: the job stays a zombie until reaped here, and watch must stop at that."""
     figures = tmp_path / "loop.json"
@@ -236,6 +239,8 @@ def test_pid_of_a_dataloader_job_matches_the_loop_own(cli, tmp_path):
     check_run(doc, samples)
     assert doc["title"].startswith(f"pid {job.pid}: {sys.executable}")
     assert doc["exit_code"] is None and doc["degraded"] is None
+    ground_truth("watch --pid: input share, DataLoader job attached mid-run",
+                 loop["input_share"], doc["shares"]["input"], within=POINTS)
     assert doc["shares"]["input"] == pytest.approx(loop["input_share"], abs=POINTS), (
         doc["shares"], loop)
 

@@ -69,20 +69,21 @@ def _json_pointer(path: Tuple[Any, ...]) -> str:
     return "".join("/" + _escape(k) for k in path)
 
 
-# torch dtype -> (name, safetensors name or None, bytes per grouped element, floating point):
+# torch dtype -> (name, safetensors name or None, bytes per grouped element, floating point,
+# complex):
 # what _Snapshot._tensor needs of a dtype, worked out once per dtype (saves of thousands of
 # tensors spend their time in this walk).
-_DTYPE_FACTS: Dict[Any, Tuple[str, Any, int, bool]] = {}
+_DTYPE_FACTS: Dict[Any, Tuple[str, Any, int, bool, bool]] = {}
 
 
-def _dtype_facts(dtype: Any) -> Tuple[str, Any, int, bool]:
+def _dtype_facts(dtype: Any) -> Tuple[str, Any, int, bool, bool]:
     facts = _DTYPE_FACTS.get(dtype)
     if facts is None:
         name = str(dtype).removeprefix("torch.")
         size = dtype.itemsize
         # Byte grouping works on the floating-point numbers a complex number is made of.
         facts = (name, _TORCH_TO_SAFETENSORS.get(name), size // (2 if dtype.is_complex else 1),
-                 dtype.is_floating_point or dtype.is_complex)
+                 dtype.is_floating_point or dtype.is_complex, dtype.is_complex)
         _DTYPE_FACTS[dtype] = facts
     return facts
 
@@ -209,16 +210,20 @@ class _Snapshot:
 
     def _tensor(self, torch: Any, tensor: Any, kind: Any, path: Tuple[Any, ...],
                 pointer: str) -> Any:
-        t = tensor.detach() if tensor.requires_grad else tensor
+        # Read in place: no detach() (a new tensor object, the walk's costliest call) unless
+        # the elements are copied; the bytes, shape and version counter are the same.
+        t = tensor
         if t.layout is not torch.strided or t.is_quantized or t.is_meta:
             layout = "quantized" if t.is_quantized else str(t.layout).removeprefix("torch.")
             return self._other(tensor, path, f"a {layout} tensor on {t.device}")
-        if t.is_conj() or t.is_neg():
-            t = t.resolve_conj().resolve_neg()
+        dtype, stored, element, floating, complex_ = (_DTYPE_FACTS.get(t.dtype)
+                                                      or _dtype_facts(t.dtype))
         shared = t.is_contiguous()  # else a copy of the elements, private to this save
+        if t.is_neg() or (complex_ and t.is_conj()):  # only complex tensors have a conj bit
+            t = _detached(t).resolve_conj().resolve_neg()
+            shared = t.is_contiguous()
         if not shared:
-            t = _contiguous(torch, t)
-        dtype, stored, element, floating = _DTYPE_FACTS.get(t.dtype) or _dtype_facts(t.dtype)
+            t = _contiguous(torch, _detached(t))
         nbytes = t.nbytes
         shape = list(t.shape)
         on_host = _device._host_addressable(t)
@@ -252,6 +257,11 @@ class _Snapshot:
         if isinstance(value, np.generic):
             node["scalar"] = True
         return node
+
+
+def _detached(t: Any) -> Any:
+    """t without autograd history, so that copying its elements records no graph."""
+    return t.detach() if t.requires_grad else t
 
 
 def _contiguous(torch: Any, t: Any) -> Any:

@@ -137,6 +137,8 @@ def test_nested_structures_and_plain_values_round_trip(ckpt_dir):
             "conj": torch.randn(3, dtype=torch.complex64).conj(),
             "parameter": torch.nn.Parameter(torch.randn(2)), "size": torch.Size([2, 3]),
             "requires_grad": torch.randn(2, requires_grad=True) * 2,
+            "neg": torch._neg_view(torch.randn(3)),  # a negative bit without a conj bit
+            "transposed_grad": torch.randn(2, 3, requires_grad=True).t(),
         },
         "numpy": {
             "f4": np.arange(6, dtype=np.float32).reshape(2, 3),
@@ -157,7 +159,8 @@ def test_nested_structures_and_plain_values_round_trip(ckpt_dir):
     ckpt = zerowait.Checkpointer(ckpt_dir)
     ckpt.save(1, state, blocking=True)
     loaded = ckpt.load()
-    state["tensors"]["requires_grad"] = state["tensors"]["requires_grad"].detach()
+    for name in ("requires_grad", "transposed_grad"):
+        state["tensors"][name] = state["tensors"][name].detach()
     assert_same(loaded, state)
     assert loaded["tensors"]["parameter"].requires_grad
 

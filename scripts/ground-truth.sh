@@ -54,6 +54,7 @@ PY_TESTS=(
   "tests/python/test_profiler.py::test_a_slow_map_function_is_named_with_the_change_and_its_effect"
   "tests/python/test_examples.py::test_profiled_training_finds_its_planted_delays"
   "tests/python/test_emulate.py::test_a_run_is_labelled_by_the_page_cache_it_found"
+  "tests/python/test_doctor_cli.py::test_the_packing_estimate_is_its_formula_over_the_planted_small_files"
 )
 echo "ground-truth.sh: ${#PY_TESTS[@]} Python tests, ${#CXX_TESTS[@]} C++ tests" \
   "(load $(cut -d' ' -f1 /proc/loadavg))"

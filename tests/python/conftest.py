@@ -78,7 +78,7 @@ def ground_truth(request):
             tolerance = f"±{relative:.0%}"
         else:
             below, above = within if isinstance(within, tuple) else (within, within)
-            tolerance = f"±{below:g}" if below == above else f"-{below:g}/+{above:g}"
+            tolerance = f"±{below:.3g}" if below == above else f"-{below:.3g}/+{above:.3g}"
         row = {"test": request.node.nodeid, "figure": figure, "planted": planted,
                "measured": measured, "tolerance": tolerance,
                "ok": planted - below <= measured <= planted + above}

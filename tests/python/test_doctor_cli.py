@@ -157,7 +157,8 @@ ESTIMATE = re.compile(r"estimated (\d+\.\d) x from packing \(per-file overhead (
                       r"of read time, measured on (\d+) files, page cache as found\)")
 
 
-def test_the_packing_estimate_is_its_formula_over_the_planted_small_files(cli, tmp_path):
+def test_the_packing_estimate_is_its_formula_over_the_planted_small_files(cli, tmp_path,
+                                                                         ground_truth):
     # The planted cause: 1,200 tiny files of known sizes (2,000..3,199 B, one each) in 4 class
     # folders on a real file system, so one open/fstat/close per file is most of each read.
     tree = tmp_path / "train"
@@ -190,6 +191,10 @@ def test_the_packing_estimate_is_its_formula_over_the_planted_small_files(cli, t
     # widened by the gain's own rounding.
     step = 0.001 if share < 0.1 else 0.01
     low, high = share - step / 2, min(share + step / 2, 0.9999)
+    ground_truth("doctor: packing estimate against 1 / (1 - its measured per-file share), "
+                 "1,200 planted files", 1 / (1 - share), gain,
+                 within=(1 / (1 - share) - 1 / (1 - low) + 0.05,
+                         1 / (1 - high) - 1 / (1 - share) + 0.05))
     assert 1 / (1 - low) - 0.05 <= gain <= 1 / (1 - high) + 0.05, (gain, share)
     # What was planted makes the per-file share real: open, fstat and close are not free.
     assert share > 0, small

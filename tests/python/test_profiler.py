@@ -117,9 +117,17 @@ def test_planted_delays_land_in_their_buckets(profiled, ground_truth):
             f"{cause}: measured {summary['shares'][cause]:.3f}, planted {share:.3f}")
     assert summary["shares"]["h2d"] == summary["shares"]["other"] == 0.0
     assert math.isclose(sum(summary["shares"].values()), 1.0, rel_tol=1e-9)
-    largest = max(("input", "checkpoint", "communication"), key=lambda c: planted[c])
-    expected = f"{largest}-bound" if planted[largest] / wall >= 0.25 else "unknown"
-    assert summary["verdict"] == expected
+    # The verdict is the largest wait's cause when it is a quarter of the time or more. Each
+    # measured share may be off its planted one by the tolerance, so where two planted waits
+    # are within twice the tolerance (the checkpoint's fsync stretched by load to equal the
+    # input's sleeps), either may lead, and near the quarter either side of it may be read.
+    waits = {c: planted[c] / wall for c in ("input", "checkpoint", "communication")}
+    top = max(waits.values())
+    allowed = {f"{c}-bound" for c, share in waits.items()
+               if share >= top - 2 * TOLERANCE and share >= 0.25 - TOLERANCE}
+    if top < 0.25 + TOLERANCE:
+        allowed.add("unknown")
+    assert summary["verdict"] in allowed, (summary["verdict"], waits, summary["shares"])
     assert summary["throughput"]["samples_per_s"] == pytest.approx(STEPS * BATCH / wall,
                                                                    rel=0.02)
     assert summary["flags"] == []

@@ -9,12 +9,15 @@ round, so that neither always follows the other's page-cache and disk state.
 
     .venv/bin/python bench/files_rounds.py DIR SHARDS --rounds 8
 
-Prints one table row per round and exits 1 when a round's bench speed-up is below the Loader's
-ratio. Needs the zerowait package importable and the `zerowait` command (common.find_zerowait).
+Prints one table row per round, and exits 1 when the median of the bench's speed-ups is below
+the median of the Loader's ratios. Not every round: where the packed side runs at the disk's
+bandwidth, the bench's packed side and the Loader are the same reader at the same limit, and a
+single round's two figures differ by the disk's noise (docs/bench.md). Needs the zerowait package importable and the `zerowait` command (common.find_zerowait).
 """
 
 import argparse
 import json
+import statistics
 import sys
 import time
 
@@ -24,6 +27,7 @@ import common
 def loader_cold(shards, samples, threads, seed):
     """Samples/s of zerowait.Loader over `shards`, cold: evicted first, timed from the first
     next() (the Loader's start-up excluded, as the bench excludes it) to `samples` read."""
+    import torch  # noqa: F401  (its import, 1-2 s, is start-up: the first batch would pay it)
     import zerowait
     from zerowait import _emulate_workloads as workloads
 
@@ -67,6 +71,7 @@ def main():
               "res% f/p/L", "ok")
     print(" | ".join(header))
     failed = 0
+    bench_speedups, loader_ratios = [], []
     for r in range(args.rounds):
         seed = r + 1
         report = loader = None
@@ -83,6 +88,8 @@ def main():
         loader_ratio = loader["samples_per_s"] / files["items_per_s"]
         ok = report["packed"]["speedup_cold"] >= loader_ratio
         failed += not ok
+        bench_speedups.append(report["packed"]["speedup_cold"])
+        loader_ratios.append(loader_ratio)
         print(" | ".join([
             str(r + 1), first, f"{files['items_per_s']:.0f}", f"{packed['items_per_s']:.0f}",
             f"{report['packed']['speedup_cold']:.2f}", f"{loader['samples_per_s']:.0f}",
@@ -90,10 +97,12 @@ def main():
             "/".join(percent(s) for s in (files["resident_before"], packed["resident_before"],
                                           loader["resident_before"])),
             "yes" if ok else "NO"]), flush=True)
+    bench_median, loader_median = (statistics.median(v) for v in (bench_speedups, loader_ratios))
     print(f"io: bench {report['packed']['io']}, Loader {loader['io']}; threads {args.threads} "
           f"on every side; {args.rounds - failed} of {args.rounds} rounds with the bench's "
-          "cold speed-up >= the Loader's ratio")
-    return 1 if failed else 0
+          f"cold speed-up >= the Loader's ratio; medians: bench {bench_median:.2f}x, "
+          f"Loader {loader_median:.2f}x")
+    return 0 if bench_median >= loader_median else 1
 
 
 def report_samples(tree, report):

@@ -12,7 +12,8 @@ round, so that neither always follows the other's page-cache and disk state.
 Prints one table row per round, and exits 1 when the median of the bench's speed-ups is below
 the median of the Loader's ratios. Not every round: where the packed side runs at the disk's
 bandwidth, the bench's packed side and the Loader are the same reader at the same limit, and a
-single round's two figures differ by the disk's noise (docs/bench.md). Needs the zerowait package importable and the `zerowait` command (common.find_zerowait).
+single round's two figures differ by the disk's noise (docs/bench.md). Needs the zerowait
+package importable and the `zerowait` command (common.find_zerowait).
 """
 
 import argparse

@@ -191,11 +191,10 @@ def test_the_packing_estimate_is_its_formula_over_the_planted_small_files(cli, t
     # widened by the gain's own rounding.
     step = 0.001 if share < 0.1 else 0.01
     low, high = share - step / 2, min(share + step / 2, 0.9999)
+    formula, lowest, highest = 1 / (1 - share), 1 / (1 - low) - 0.05, 1 / (1 - high) + 0.05
     ground_truth("doctor: packing estimate against 1 / (1 - its measured per-file share), "
-                 "1,200 planted files", 1 / (1 - share), gain,
-                 within=(1 / (1 - share) - 1 / (1 - low) + 0.05,
-                         1 / (1 - high) - 1 / (1 - share) + 0.05))
-    assert 1 / (1 - low) - 0.05 <= gain <= 1 / (1 - high) + 0.05, (gain, share)
+                 "1,200 planted files", formula, gain, within=(formula - lowest, highest - formula))
+    assert lowest <= gain <= highest, (gain, share)
     # What was planted makes the per-file share real: open, fstat and close are not free.
     assert share > 0, small
     assert small["fix"] == (f"zerowait pack {tree} -o {tree}.zw, then zerowait bench files {tree} "

@@ -165,12 +165,33 @@ constexpr std::chrono::microseconds kWindowPoll{250};
 constexpr std::chrono::milliseconds kWindowWall{10};
 // Reads seen by one poll placed one by one (receiving_in_window), at most this many.
 constexpr uint64_t kMaxDrawsPerPoll = 64;
+// How long before each sample the sampler looks at the main thread (LookBack), and how much of
+// a core the process must have had since for what it did then to count.
+constexpr std::chrono::milliseconds kLookBack{4};
+constexpr std::chrono::nanoseconds kLookBackCpu{250000};
 
 struct ThreadProgress {
   std::optional<uint64_t> reads;   // the thread's syscr
   std::optional<uint64_t> cpu_ns;  // the process's CPU time; nullopt without its clock
   char state = '?';
 };
+
+// The main thread kLookBack before a sample: what it had read, its batch channels, and whether
+// it was blocked waiting for its workers.
+struct LookBack {
+  ThreadProgress progress;
+  std::set<std::string> channels;
+  bool waiting_for_input = false;
+};
+
+std::string main_task(pid_t pid) {
+  return "/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid);
+}
+
+std::optional<clockid_t> process_cpu_clock(pid_t pid) {
+  clockid_t clock{};
+  return clock_getcpuclockid(pid, &clock) == 0 ? std::optional<clockid_t>(clock) : std::nullopt;
+}
 
 // The process's CPU clock, not the thread's schedstat: schedstat's run time of a thread that
 // stays on a core moves only at scheduler ticks (4 ms apart), too coarse for the window.
@@ -198,15 +219,31 @@ ThreadProgress thread_progress(const host::System& system, const std::string& ta
 // input by 3-7 points. What a poll sees happened somewhere in the CPU time since the poll
 // before; a poll that came late (the sampler kept off a core while the thread ran on) may
 // straddle a half's end, and then each read it saw is placed by a draw of its own, in proportion.
-bool receiving_in_window(const host::System& system, pid_t pid, std::minstd_rand& chance) {
-  const std::string task = "/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid);
-  clockid_t clock{};
-  const std::optional<clockid_t> process_clock =
-      clock_getcpuclockid(pid, &clock) == 0 ? std::optional<clockid_t>(clock) : std::nullopt;
+//
+// With a look back (taken kLookBack before the sample, the process having run since), the
+// window is centred on the sample instead, and only its first half is watched: input when the
+// thread blocks waiting for its workers within it, or when it read, its channels changed or it
+// was waiting for its workers in the look back and it reads or its channels change within it.
+// Looking ahead alone, the sample stands for a moment after itself, and each stretch of
+// receiving lost its last half-window to compute while one that starts with a wait for the
+// workers gained nothing back: on a loaded machine, where kWindowCpu is several milliseconds of
+// the clock, watch under-counted input by 5-8 points (32 tensors a batch, two busy loops).
+bool receiving_in_window(const host::System& system, pid_t pid, std::minstd_rand& chance,
+                         const std::optional<LookBack>& back) {
+  const std::string task = main_task(pid);
+  const std::optional<clockid_t> process_clock = process_cpu_clock(pid);
   ThreadProgress last = thread_progress(system, task, process_clock);
   if (!last.reads) return false;
   const std::optional<uint64_t> cpu_start = last.cpu_ns;
   std::set<std::string> channels = batch_channels(system, pid);
+  // What the look back says: true (it was receiving), false (it ran and did not), or nothing.
+  std::optional<bool> before;
+  if (back && back->progress.reads && back->progress.cpu_ns && cpu_start) {
+    const bool active = *last.reads > *back->progress.reads || channels != back->channels ||
+                        back->waiting_for_input;
+    const bool ran = *cpu_start >= *back->progress.cpu_ns + uint64_t(kLookBackCpu.count());
+    if (active || ran) before = active;
+  }
   const auto start = std::chrono::steady_clock::now();
   // The half (1, 2; 0: past the window) of an event seen at `ran` and not yet at `ran_before`.
   const auto half_of = [&chance](std::chrono::nanoseconds ran_before,
@@ -242,11 +279,13 @@ bool receiving_in_window(const host::System& system, pid_t pid, std::minstd_rand
           !blocked->detail.starts_with("futex")) {
         const int half = half_of(ran_before, ran);
         if (half == 1) return true;  // waiting for its workers at the middle
+        if (before.has_value()) return false;  // centred: it blocked past its half-window
         seen[half] = true;
       }
       break;
     }
     const bool first_over = ran >= kWindowCpu || elapsed >= kWindowWall;
+    if (before.has_value() && first_over) break;
     if (first_over && !middle) {
       std::set<std::string> now_channels = batch_channels(system, pid);
       seen[1] = seen[1] || now_channels != channels;
@@ -257,6 +296,9 @@ bool receiving_in_window(const host::System& system, pid_t pid, std::minstd_rand
     if (middle && !seen[1]) return false;  // compute at the middle: nothing in the first half
     ran_before = ran;
     last = now;
+  }
+  if (before.has_value()) {
+    return *before && (seen[1] || seen[2] || batch_channels(system, pid) != channels);
   }
   if (!seen[1]) return false;
   return seen[2] || (middle && batch_channels(system, pid) != channels);
@@ -278,6 +320,7 @@ struct SystemSampler::State {
   std::thread thread;
   std::vector<SystemSample> samples;
   SocketHistory sockets;  // the main thread's, from sample to sample
+  std::optional<LookBack> look_back;  // taken kLookBack before the next sample
   std::minstd_rand chance{20261206};  // receiving_in_window's draws for late polls
   bool degraded = false;
 };
@@ -300,10 +343,11 @@ std::optional<SystemSample> SystemSampler::take(double t) {
     const bool has_children = s.previous->has_children;
     main = classify_thread(s.system, options_.pid, options_.pid, has_children, &s.sockets);
     if (main && main->running && main->activity != Activity::kInput && has_children &&
-        s.system.live() && receiving_in_window(s.system, options_.pid, s.chance)) {
+        s.system.live() && receiving_in_window(s.system, options_.pid, s.chance, s.look_back)) {
       main = ThreadActivity{Activity::kInput, "running, receiving a batch", false, true};
     }
   }
+  s.look_back.reset();
   ProcReading now = read_proc(s.system, options_.pid, s.previous ? monotonic_seconds() : t);
   if (!s.system.live()) now.t = t;  // fixture trees: the caller's clock alone
   if (!s.previous) {
@@ -329,6 +373,23 @@ std::optional<SystemSample> SystemSampler::take(double t) {
   }
   s.previous = std::move(now);
   return sample;
+}
+
+void SystemSampler::look_back() {
+  State& s = *state_;
+  if (!options_.main_thread || !s.previous || !s.previous->has_children || !s.system.live()) {
+    return;
+  }
+  const pid_t pid = options_.pid;
+  LookBack back;
+  back.progress = thread_progress(s.system, main_task(pid), process_cpu_clock(pid));
+  back.channels = batch_channels(s.system, pid);
+  if (back.progress.state != 'R') {
+    const std::optional<ThreadActivity> blocked = classify_thread(s.system, pid, pid, true);
+    back.waiting_for_input = blocked && blocked->activity == Activity::kInput &&
+                             !blocked->detail.starts_with("futex");
+  }
+  s.look_back = std::move(back);
 }
 
 Status SystemSamplerOptions::validate() const {
@@ -367,6 +428,14 @@ Status SystemSampler::start() {
         const auto now = std::chrono::steady_clock::now();
         next += period;
         while (next <= now) next += period;
+        if (next - kLookBack > now) {
+          st.wake.wait_until(lock, next - kLookBack, [&st] { return st.stop_requested; });
+          if (!st.stop_requested) {
+            lock.unlock();
+            look_back();
+            lock.lock();
+          }
+        }
         st.wake.wait_until(lock, next, [&st] { return st.stop_requested; });
         if (st.stop_requested) {
           lock.unlock();

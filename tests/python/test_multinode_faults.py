@@ -121,6 +121,18 @@ class Job:
             time.sleep(0.2)
         pytest.fail(f"the job did not reach step {step}:\n{self.outputs()}")
 
+    def wait_for_commit(self, step: int, timeout: float) -> None:
+        """Until `step` or a later one is committed (a commit lags the step it saves by the
+        time its parts take to reach the shared directory: seconds on busy cores)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(s["step"] >= step for s in self.committed()):
+                return
+            if any(p.poll() is not None for p in self.procs.values()):
+                break
+            time.sleep(0.5)
+        pytest.fail(f"the job committed no step >= {step}:\n{self.outputs()}")
+
     def committed(self) -> List[Dict]:
         """The committed steps in the shared checkpoint directory, as `zerowait ckpt ls` says."""
         listed = self.cluster.run(0, [self.cli, "ckpt", "ls", self.ckpt, "--json"])
@@ -215,6 +227,7 @@ def test_a_node_cut_off_fails_the_others_within_the_timeout_naming_what_timed_ou
               train_args=["--epochs", 2, "--step-sleep", 0.5, "--timeout", timeout])
     job.start_all()
     job.wait_for_step(3, timeout=180)
+    job.wait_for_commit(CKPT_EVERY, timeout=60)  # a commit before the cut, to check it stays whole
     # The host's end of node 2's link: node 2 keeps running, it only stops hearing the others.
     subprocess.run(["ip", "link", "set", f"{cluster.name}v2", "down"], check=True, timeout=10)
     cut_at = time.monotonic()

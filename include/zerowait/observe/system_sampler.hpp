@@ -99,6 +99,10 @@ class SystemSampler {
   // reading; the first reading only sets the baselines and returns nullopt. Not to be mixed
   // with a running thread.
   std::optional<SystemSample> take(double t);
+  // With main_thread, on a live system, for a process with children: a look at the main
+  // thread a few milliseconds before the next take(), which then judges a running thread by
+  // what it did on both sides of the sample. The thread calls it before each reading.
+  void look_back();
 
   // Starts the thread that takes a reading now and then every interval (doubled at each
   // compaction, see max_samples). Errors: an interval that is not > 0 or max_samples < 2

@@ -210,15 +210,15 @@ ThreadProgress thread_progress(const host::System& system, const std::string& ta
 }
 
 // Whether the running main thread of `pid` is receiving (or releasing) a batch from its child
-// processes. What it does is watched over its next 2 x kWindowCpu of CPU time, in two halves: it
-// reads, its sockets and /dev/shm files change, or it blocks in a call that is input. The sample
-// stands for the middle: input when both halves saw such an event (it is inside a stretch of
-// receiving) or when it blocked waiting for its workers in the first. Watching ahead only (an
-// event in the next kWindowCpu) read the last kWindowCpu of every compute phase as input: on a
-// loaded machine, where that CPU time is more of the phase's wall time, watch over-counted
-// input by 3-7 points. What a poll sees happened somewhere in the CPU time since the poll
-// before; a poll that came late (the sampler kept off a core while the thread ran on) may
-// straddle a half's end, and then each read it saw is placed by a draw of its own, in proportion.
+// processes. Without a look back (below), what it does is watched over its next 2 x kWindowCpu of
+// CPU time, in two halves: it reads, its sockets and /dev/shm files change, or it blocks in a call
+// that is input. The sample stands for the middle: input when both halves saw such an event (it is
+// inside a stretch of receiving) or when it blocked waiting for its workers in the first. Watching
+// ahead only (an event in the next kWindowCpu) read the last kWindowCpu of every compute phase as
+// input: on a loaded machine, where that CPU time is more of the phase's wall time, watch over-
+// counted input by 3-7 points. What a poll sees happened somewhere in the CPU time since the poll
+// before; a poll that came late (the sampler kept off a core while the thread ran on) may straddle
+// a half's end, and then each read it saw is placed by a draw of its own, in proportion.
 //
 // With a look back (taken kLookBack before the sample, the process having run since), the
 // window is centred on the sample instead, and only its first half is watched: input when the

@@ -193,6 +193,15 @@ std::optional<clockid_t> process_cpu_clock(pid_t pid) {
   return clock_getcpuclockid(pid, &clock) == 0 ? std::optional<clockid_t>(clock) : std::nullopt;
 }
 
+// Whether the blocked main thread of `pid` waits for its workers: next() waiting on them (poll
+// on their pipe, a read on a socket) is input; compute ending in another wait is not, nor
+// waiting for the GIL (a futex), which compute does whenever another thread holds it.
+bool blocked_waiting_for_workers(const host::System& system, pid_t pid) {
+  const std::optional<ThreadActivity> blocked = classify_thread(system, pid, pid, true);
+  return blocked && blocked->activity == Activity::kInput &&
+         !blocked->detail.starts_with("futex");
+}
+
 // The process's CPU clock, not the thread's schedstat: schedstat's run time of a thread that
 // stays on a core moves only at scheduler ticks (4 ms apart), too coarse for the window.
 // Another process's thread clocks cannot be read; its process clock can, and its main thread
@@ -271,12 +280,7 @@ bool receiving_in_window(const host::System& system, pid_t pid, std::minstd_rand
       for (uint64_t r = 0; r < reads; ++r) seen[half_of(ran_before, ran)] = true;
     }
     if (now.state != 'R') {
-      // It blocked: next() going on to wait for its workers (poll on their pipe, a read on a
-      // socket) is input; compute ending in another wait is not, nor waiting for the GIL
-      // (a futex), which compute does whenever another thread holds it.
-      const std::optional<ThreadActivity> blocked = classify_thread(system, pid, pid, true);
-      if (blocked && blocked->activity == Activity::kInput &&
-          !blocked->detail.starts_with("futex")) {
+      if (blocked_waiting_for_workers(system, pid)) {
         const int half = half_of(ran_before, ran);
         if (half == 1) return true;  // waiting for its workers at the middle
         if (before.has_value()) return false;  // centred: it blocked past its half-window
@@ -384,11 +388,8 @@ void SystemSampler::look_back() {
   LookBack back;
   back.progress = thread_progress(s.system, main_task(pid), process_cpu_clock(pid));
   back.channels = batch_channels(s.system, pid);
-  if (back.progress.state != 'R') {
-    const std::optional<ThreadActivity> blocked = classify_thread(s.system, pid, pid, true);
-    back.waiting_for_input = blocked && blocked->activity == Activity::kInput &&
-                             !blocked->detail.starts_with("futex");
-  }
+  back.waiting_for_input =
+      back.progress.state != 'R' && blocked_waiting_for_workers(s.system, pid);
   s.look_back = std::move(back);
 }
 

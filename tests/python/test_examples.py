@@ -127,13 +127,16 @@ def test_profiled_training_finds_its_planted_delays(tmp_path, ground_truth):
         r"^planted (input|checkpoint)\D+([\d.]+) % of wall, measured +([\d.]+) %$",
         result.stdout, re.MULTILINE)}
     assert set(shares) == {"input", "checkpoint"}, result.stdout
+    # Points of share each may be off; measured input also holds the loader's own per-sample
+    # work beside the planted sleep, so it may read more.
+    checkpoint_points, (input_below, input_above) = 5, (1, 10)
     ground_truth("examples/profiled_training.py: checkpoint share, %",
-                 *shares["checkpoint"], within=5)
+                 *shares["checkpoint"], within=checkpoint_points)
     ground_truth("examples/profiled_training.py: input share, % (the loader's own work is "
-                 "input too)", *shares["input"], within=(1, 10))
-    assert abs(shares["checkpoint"][1] - shares["checkpoint"][0]) <= 5, result.stdout
-    # Measured input also holds the loader's own per-sample work beside the planted sleep.
-    assert -1 <= shares["input"][1] - shares["input"][0] <= 10, result.stdout
+                 "input too)", *shares["input"], within=(input_below, input_above))
+    assert abs(shares["checkpoint"][1] - shares["checkpoint"][0]) <= checkpoint_points, (
+        result.stdout)
+    assert -input_below <= shares["input"][1] - shares["input"][0] <= input_above, result.stdout
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert run["verdict"] == "input-bound" and run["cost"]["gpus"] == 8, run
     money = re.search(r"^input wait costs \$([\d,.]+)/day, \$[\d,.]+/year on 8 GPUs at \$2\.00/h$",

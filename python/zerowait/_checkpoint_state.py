@@ -123,9 +123,11 @@ class _Snapshot:
     def encode_state(self, state: Any) -> str:
         root = self._encode(state, (), "")
         document = {"format": _STRUCTURE_FORMAT, "version": _STRUCTURE_VERSION, "root": root}
+        text = json.dumps(document, allow_nan=False, separators=(",", ":"))
         if self.sharded is not None and self.sharded.used:
-            document["sharded"] = self.sharded.section()
-        return json.dumps(document, allow_nan=False, separators=(",", ":"))
+            # Spliced in as JSON: its entries are made once per tensor, not at every save.
+            text = f'{text[:-1]},"sharded":{self.sharded.section_json()}}}'
+        return text
 
     def _encode(self, obj: Any, path: Tuple[Any, ...], pointer: str) -> Any:
         kind = type(obj)
@@ -150,7 +152,7 @@ class _Snapshot:
         if kind is np.ndarray or isinstance(obj, np.generic):
             return self._ndarray(obj, path, pointer)
         if self.sharded is not None and _sharded.is_sharded(obj):
-            return self.sharded.encode(self, obj, path, pointer or "/", _path_text(path))
+            return self.sharded.encode(self, obj, pointer or "/", lambda: _path_text(path))
         if self._torch is not None and kind is self._torch.Size:
             return {"type": "size", "items": list(obj)}
         return self._other(obj, path, "")
@@ -207,6 +209,41 @@ class _Snapshot:
                 self.tracked.append((index, source, source._version))
                 self.owners.add(owner)
         return index
+
+    def add_pieces(self, names: List[str], element_size: int, floating: bool, tensor: Any,
+                   piece_bytes: int, holder: Any = None) -> None:
+        """Adds the bytes of host tensor ``tensor`` (contiguous) as pieces of ``piece_bytes``
+        named ``names``: no view per piece, one ownership lookup and one guard for all of them
+        (pieces of one tensor share its memory's owner and its version count; a change is
+        reported by the first piece's name). ``holder``: a DTensor whose local shard ``tensor``
+        is, guarded too (an in-place operation on a DTensor counts in its own version, not in
+        its shard's)."""
+        if not names:
+            return
+        address, nbytes = tensor.data_ptr(), tensor.nbytes
+        if not self._names.isdisjoint(names):  # int key 0 and str key "0" (see _add)
+            names = [name + f"#{len(self.tensors) + k}" if name in self._names else name
+                     for k, name in enumerate(names)]
+        self._names.update(names)
+        first = len(self.tensors)
+        last = len(names) - 1
+        self.tensors.extend([(name, "U8", [piece_bytes], element_size, floating,
+                              address + k * piece_bytes, piece_bytes)
+                             for k, name in enumerate(names[:last])])
+        tail = nbytes - last * piece_bytes
+        self.tensors.append((names[last], "U8", [tail], element_size, floating,
+                             address + last * piece_bytes, tail))
+        self._keep.append(tensor)
+        if self.owned is None or not address:
+            return
+        owner = None if tensor.is_inference() else self.owned.owner(address, nbytes)
+        if owner is None:
+            self.copy_now.extend(range(first, first + len(names)))
+            return
+        self.owners.add(owner)
+        self.tracked.append((first, tensor, tensor._version))
+        if holder is not None:
+            self.tracked.append((first, holder, holder._version))
 
     def _tensor(self, torch: Any, tensor: Any, kind: Any, path: Tuple[Any, ...],
                 pointer: str) -> Any:

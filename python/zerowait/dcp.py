@@ -296,7 +296,7 @@ class Writer(_Location, StorageWriter):
             tensor = tensor.contiguous()
         nbytes = tensor.numel() * tensor.element_size()
         names = records.piece_names(pointer, chunk.offsets, nbytes, self._piece_bytes)
-        pieces._add_pieces(snapshot, torch, tensor, names, tensor.element_size())
+        pieces.add_pieces(snapshot, tensor, names, tensor.element_size())
         return WriteResult(index=item.index, size_in_bytes=nbytes, storage_data=self._rank)
 
     def finish(self, metadata: Metadata, results: List[List[WriteResult]]) -> None:

@@ -8,7 +8,7 @@ Shard(0)]. "load": restores step 1 onto 1-D meshes with Shard(0), Shard(1) and R
 with four ranks a 2x2 mesh [Shard(0), Shard(1)]), each compared bit for bit with reference().
 "load-damaged": restores step 1 with Shard(0) and reports the error, if any. "kill": every rank
 saves step 1; then rank 1 dies (SIGKILL) and rank 0 reports what its save of step 2 raised.
-"save-export": step 1 of reference() with Shard(0), reference()["w"] again with Shard(1) (as
+"background-copy": background_copy(). "save-export": step 1 of reference() with Shard(0), reference()["w"] again with Shard(1) (as
 "/tp/w1"), and per-rank tensors that differ by rank ("/head/bias", "/head/flags"), for
 `zerowait ckpt export`. "fsdp": save_fsdp(). "sharded-tensor": save_and_load_sharded_tensor(). Each rank writes what
 it saw to OUT_DIR/rank-<r>.json.
@@ -129,6 +129,43 @@ def save_and_load_sharded_tensor(ckpt, rank: int, world: int) -> dict:
             "equal": equal_bits(shard.tensor, full[start:start + shard.tensor.shape[0]])}
 
 
+def background_copy(ckpt, world: int) -> dict:
+    """DTensor parameters an optimizer owns, saved while the engine holds their copy back
+    ($ZEROWAIT_FAULT_COPY_STALL_MS): save() returns before any piece is copied, the optimizer
+    step right after it waits for the copy of every piece (the step holds the values before
+    it), and an in-place edit outside a step fails the next save, naming a piece."""
+    mesh = init_device_mesh("cpu", (world,))
+    start = placed(mesh, [Shard(0)])
+    params = {name: torch.nn.Parameter(start[name]) for name in ("w", "b")}
+    optimizer = torch.optim.SGD(params.values(), lr=0.5)
+    for p in params.values():
+        p.grad = torch.ones_like(p)
+    optimizer.step()  # the Checkpointer knows the optimizer from its first step
+    before = {name: p.detach().to_local().clone() for name, p in params.items()}
+    os.environ["ZEROWAIT_FAULT_COPY_STALL_MS"] = "1500"
+    state = {"model": {name: p.detach() for name, p in params.items()}}
+    handle = ckpt.save(1, state)
+    report = {"copied_at_return": handle.copied()}
+    optimizer.step()  # changes every element of every piece
+    report["save"] = handle.wait()
+    report["changed_by_step"] = all(not torch.equal(p.detach().to_local(), before[name])
+                                    for name, p in params.items())
+    targets = {name: distribute_tensor(torch.zeros_like(reference()[name]), mesh, [Shard(0)])
+               for name in params}
+    loaded = ckpt.load(1, into={"model": targets})
+    report["holds_values_before_step"] = all(
+        equal_bits(loaded["model"][name].to_local(), before[name]) for name in params)
+    handle = ckpt.save(2, {"model": {name: p.detach() for name, p in params.items()}})
+    with torch.no_grad():
+        params["w"].mul_(2.0)  # not an optimizer step: nothing waits for the copy
+    try:
+        handle.wait()
+        report["edit"] = "committed"
+    except zerowait.CancelledError as error:
+        report["edit"] = str(error)
+    return report
+
+
 def main() -> None:
     mode, directory, out = sys.argv[1], sys.argv[2], sys.argv[3]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -158,6 +195,8 @@ def main() -> None:
                  "tp": {"w1": distribute_tensor(reference()["w"], mesh, [Shard(1)])},
                  "head": per_rank_tensors(rank), "step": 1}
         report["save"] = ckpt.save(1, state, blocking=True).wait()
+    elif mode == "background-copy":
+        report.update(background_copy(ckpt, world))
     elif mode == "fsdp":
         save_fsdp(ckpt, out, rank)
     elif mode == "sharded-tensor":

@@ -202,6 +202,17 @@ def test_pieces_read_straight_into_a_target_or_through_a_buffer_alike(saved_by_t
         assert "saved by rank 1" in str(error.value) and str(damaged["offset"]) in str(error.value)
 
 
+def test_background_copy_of_pieces_waits_for_the_step_and_catches_an_edit(tmp_path):
+    """The pieces of a DTensor an optimizer owns are copied after save() returns, guarded as a
+    plain tensor is (test_checkpoint_nonblocking.py): many pieces per chunk here."""
+    reports = run_ranks("background-copy", 2, tmp_path / "ckpt", tmp_path / "out")
+    for report in reports:
+        assert report["copied_at_return"] is False
+        assert report["save"]["committed"]
+        assert report["changed_by_step"] and report["holds_values_before_step"]
+        assert "changed in place" in report["edit"] and "/model/w~chunk" in report["edit"]
+
+
 def test_a_rank_killed_before_commit_leaves_no_committed_step(tmp_path):
     directory = tmp_path / "ckpt"
     reports = run_ranks("kill", 2, directory, tmp_path / "out")

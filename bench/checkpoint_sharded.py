@@ -155,9 +155,9 @@ def loop_rows(table, loop, args):
         f"{args.matmuls} matmuls of {args.matmul_size}^2 + an all-reduce + AdamW a step; the "
         f"extra time of a saving step counts that step and the next (where DCP's staging wait "
         f"and any wait before the optimizer step fall) against the median step without saves "
-        f"(runs before and after), the median over the saves; dcp.async_save extra per save / memcpy "
-        f"{extras['dcp_async'][0] / memcpy:.2f}. Over the whole run (background writes on the "
-        f"same cores included), extra per save: zerowait {extras['zerowait'][1]:.3f} s, "
+        f"(runs before and after), the median over the saves; dcp.async_save extra per save / "
+        f"memcpy {extras['dcp_async'][0] / memcpy:.2f}. Over the whole run (background writes "
+        f"on the same cores included), extra per save: zerowait {extras['zerowait'][1]:.3f} s, "
         f"dcp.async_save {extras['dcp_async'][1]:.3f} s")
 
 

@@ -208,7 +208,7 @@ class ShardedSave:
         if recorder == self.rank:
             self._entries[pointer] = text
         return {"type": "sharded", "key": pointer, "dtype": entry["dtype"],
-                "shape": entry["shape"], "device": str(tensor.device)}
+                "shape": list(entry["shape"]), "device": str(tensor.device)}
 
     def _entry(self, pointer: str, tensor: Any, chunks: Tuple[Chunk, ...]) -> Tuple[
             str, Dict[str, Any], List[Tuple[Tuple[Tuple[int, ...], Tuple[int, ...]], List[str]]]]:

@@ -8,10 +8,10 @@ Shard(0)]. "load": restores step 1 onto 1-D meshes with Shard(0), Shard(1) and R
 with four ranks a 2x2 mesh [Shard(0), Shard(1)]), each compared bit for bit with reference().
 "load-damaged": restores step 1 with Shard(0) and reports the error, if any. "kill": every rank
 saves step 1; then rank 1 dies (SIGKILL) and rank 0 reports what its save of step 2 raised.
-"background-copy": background_copy(). "save-export": step 1 of reference() with Shard(0), reference()["w"] again with Shard(1) (as
+"save-export": step 1 of reference() with Shard(0), reference()["w"] again with Shard(1) (as
 "/tp/w1"), and per-rank tensors that differ by rank ("/head/bias", "/head/flags"), for
-`zerowait ckpt export`. "fsdp": save_fsdp(). "sharded-tensor": save_and_load_sharded_tensor(). Each rank writes what
-it saw to OUT_DIR/rank-<r>.json.
+`zerowait ckpt export`. "fsdp": save_fsdp(). "sharded-tensor": save_and_load_sharded_tensor().
+"background-copy": background_copy(). Each rank writes what it saw to OUT_DIR/rank-<r>.json.
 """
 
 import json

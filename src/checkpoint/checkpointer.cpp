@@ -103,6 +103,10 @@ bool SaveHandle::copied() const {
 }
 
 Status SaveHandle::wait_copied(Deadline deadline) const {
+  // The caller is held until the copy is done: its thread copies what is left beside the
+  // writer's rather than wait. (Not the pool's threads too: the writer hashes on the pool as soon
+  // as the copy is done, and a wait queued behind that would hold the caller for the hashing.)
+  if (job_->copy_in_background) job_->take_copy_pieces();
   std::unique_lock<std::mutex> lock(job_->mutex);
   auto copied = [&] { return job_->host_copied; };
   if (deadline.at == Clock::time_point::max()) {
@@ -147,13 +151,10 @@ namespace {
 // Copies the tensors `indices` of `job` that have caller memory into staging, in pieces of
 // kCopyPiece on the pool's threads and the calling one (`alone`: on the calling one only), and
 // forgets their caller memory.
-void copy_into_staging(SaveJob& job, const std::vector<size_t>& indices, bool alone = false) {
-  struct Piece {
-    const std::byte* src;
-    std::byte* dst;
-    uint64_t bytes;
-  };
-  std::vector<Piece> pieces;
+// The copies of the host tensors `indices` (those with non-null data) into staging, in pieces
+// of kCopyPiece; their data pointers are cleared (never read again once copied).
+std::vector<SaveJob::CopyPiece> copy_pieces_of(SaveJob& job, const std::vector<size_t>& indices) {
+  std::vector<SaveJob::CopyPiece> pieces;
   for (size_t i : indices) {
     TensorToSave& t = job.tensors[i];
     if (t.data == nullptr) continue;
@@ -161,14 +162,16 @@ void copy_into_staging(SaveJob& job, const std::vector<size_t>& indices, bool al
     for (uint64_t off = 0; off < t.nbytes; off += kCopyPiece) {
       pieces.push_back({src + off, job.staging(i) + off, std::min(kCopyPiece, t.nbytes - off)});
     }
-    t.data = nullptr;  // copied: never read again
+    t.data = nullptr;
   }
-  auto copy = [&](size_t i) { std::memcpy(pieces[i].dst, pieces[i].src, pieces[i].bytes); };
-  if (alone) {
-    for (size_t i = 0; i < pieces.size(); ++i) copy(i);
-  } else {
-    job.owner->pool.parallel_for(pieces.size(), copy);
-  }
+  return pieces;
+}
+
+void copy_into_staging(SaveJob& job, const std::vector<size_t>& indices) {
+  const std::vector<SaveJob::CopyPiece> pieces = copy_pieces_of(job, indices);
+  job.owner->pool.parallel_for(pieces.size(), [&](size_t i) {
+    std::memcpy(pieces[i].dst, pieces[i].src, pieces[i].bytes);
+  });
 }
 
 std::vector<size_t> every_index(const SaveJob& job) {
@@ -273,11 +276,14 @@ void run_save(std::shared_ptr<CheckpointerState> state, std::shared_ptr<SaveJob>
     const auto copy_start = Clock::now();
     // The copy runs beside the training loop's forward and backward: on one thread, which
     // yields the CPU to them, so it takes idle time first; once the loop waits for it (the
-    // optimizer step), the CPU is its own.
+    // optimizer step), the loop's thread copies the pieces left beside it (wait_copied()).
     internal::yield_cpu_to_others(kBackgroundCopyNice);
-    copy_into_staging(*job, every_index(*job), /*alone=*/true);
+    job->take_copy_pieces();
+    {
+      std::unique_lock<std::mutex> lock(job->mutex);
+      job->changed.wait(lock, [&] { return job->host_copied; });
+    }
     job->copy_s = seconds_since(copy_start);
-    job->set_host_copied();
   }
   PartWriter writer(*state, *job);
   Status status = job->wait_for_device_copies();
@@ -525,6 +531,8 @@ Result<SaveHandle> PendingSave::start_copying() {
   if (job_ == nullptr) return invalid_argument("this save was already started");
   std::shared_ptr<SaveJob> job = std::move(job_);
   job->copy_in_background = true;
+  job->copy_pieces = copy_pieces_of(*job, every_index(*job));
+  if (job->copy_pieces.empty()) job->host_copied = true;
   start_writer(job);
   return SaveHandle(job);
 }

@@ -2,8 +2,10 @@
 // part_writer.cpp (writing one rank's part): what a save owns while it runs.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -95,6 +97,16 @@ class SaveJob {
   // start_copying(): the writer copies the host tensors with non-null data first.
   bool copy_in_background = false;
   double copy_s = 0;
+  // That copy, cut in pieces which the writer and any thread waiting for the copy take in turn
+  // (take_copy_pieces()): made before the writer starts, never changed after.
+  struct CopyPiece {
+    const std::byte* src;
+    std::byte* dst;
+    uint64_t bytes;
+  };
+  std::vector<CopyPiece> copy_pieces;
+  std::atomic<size_t> next_copy_piece{0};
+  std::atomic<size_t> copy_pieces_done{0};
   // Recorded on the caller's copy streams (wait_for_stream): done once staging holds the bytes.
   std::vector<internal::CudaEvent> device_copies;
 
@@ -140,6 +152,16 @@ class SaveJob {
     std::lock_guard<std::mutex> lock(mutex);
     host_copied = true;
     changed.notify_all();
+  }
+  // Copies pieces of the background copy until none is left to take; whoever finishes the last
+  // one marks the host tensors copied. Returns when no piece is left to take: others may still
+  // be copying theirs (wait for host_copied).
+  void take_copy_pieces() {
+    const size_t count = copy_pieces.size();
+    for (size_t i = next_copy_piece.fetch_add(1); i < count; i = next_copy_piece.fetch_add(1)) {
+      std::memcpy(copy_pieces[i].dst, copy_pieces[i].src, copy_pieces[i].bytes);
+      if (copy_pieces_done.fetch_add(1) + 1 == count) set_host_copied();
+    }
   }
   // The part is published only once the caller has judged the background copy exact.
   Status wait_for_copy_verdict() {

@@ -77,6 +77,27 @@ def test_the_step_after_save_changes_every_parameter_and_the_saved_step_holds_th
     ckpt.close()
 
 
+def test_a_step_held_for_the_copy_copies_what_is_left_itself(tmp_path, stalled_copy):
+    """The writer is held back for STALL_MS before it copies; the optimizer step that waits for
+    the copy copies the tensors on its own thread meanwhile, so it returns before the writer
+    wakes (it waited out the whole stall before), and the step still holds the saved values."""
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Linear(64, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    ckpt = zerowait.Checkpointer(tmp_path / "ckpt")
+    trained(model, optimizer)
+    before = copies(model.state_dict())
+
+    handle = ckpt.save(1, {"model": model.state_dict()})
+    assert not handle.copied()
+    optimizer.step()
+    assert handle.copied()
+    result = handle.wait()
+    assert result["committed"]
+    assert result["copy_wait_s"] < int(STALL_MS) / 1000  # not the writer's stall
+    assert_equal_states(ckpt.load(1)["model"], before)
+    ckpt.close()
+
+
 def test_batchnorm_statistics_changed_by_the_next_forward_keep_their_save_time_values(
         tmp_path, stalled_copy):
     torch.manual_seed(1)

@@ -148,11 +148,8 @@ std::byte* PendingSave::staging(size_t index) const {
 
 namespace {
 
-// Copies the tensors `indices` of `job` that have caller memory into staging, in pieces of
-// kCopyPiece on the pool's threads and the calling one (`alone`: on the calling one only), and
-// forgets their caller memory.
-// The copies of the host tensors `indices` (those with non-null data) into staging, in pieces
-// of kCopyPiece; their data pointers are cleared (never read again once copied).
+// The copies of the tensors `indices` of `job` that have caller memory into staging, in pieces
+// of kCopyPiece; the tensors forget their caller memory (only the pieces read it now).
 std::vector<SaveJob::CopyPiece> copy_pieces_of(SaveJob& job, const std::vector<size_t>& indices) {
   std::vector<SaveJob::CopyPiece> pieces;
   for (size_t i : indices) {
@@ -167,6 +164,7 @@ std::vector<SaveJob::CopyPiece> copy_pieces_of(SaveJob& job, const std::vector<s
   return pieces;
 }
 
+// Copies them on the pool's threads and the calling one.
 void copy_into_staging(SaveJob& job, const std::vector<size_t>& indices) {
   const std::vector<SaveJob::CopyPiece> pieces = copy_pieces_of(job, indices);
   job.owner->pool.parallel_for(pieces.size(), [&](size_t i) {

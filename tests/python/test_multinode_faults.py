@@ -109,29 +109,29 @@ class Job:
     def keys(self) -> List[Dict]:
         return multinode_train.read_jsonl(self.out, "keys") if self.out.exists() else []
 
-    def wait_for_step(self, step: int, timeout: float) -> None:
-        """Until every rank has logged `step` (fails the test with the job's output if not)."""
+    def _wait_until(self, reached, timeout: float, poll: float, failure: str) -> None:
+        """Until `reached()`; fails the test with `failure` and the job's output at `timeout`
+        or as soon as a process of the job has ended."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            done = {line["rank"] for line in self.keys() if line["step"] >= step}
-            if len(done) == WORLD:
+            if reached():
                 return
             if any(p.poll() is not None for p in self.procs.values()):
                 break
-            time.sleep(0.2)
-        pytest.fail(f"the job did not reach step {step}:\n{self.outputs()}")
+            time.sleep(poll)
+        pytest.fail(f"{failure}:\n{self.outputs()}")
+
+    def wait_for_step(self, step: int, timeout: float) -> None:
+        """Until every rank has logged `step` (fails the test with the job's output if not)."""
+        self._wait_until(
+            lambda: len({line["rank"] for line in self.keys() if line["step"] >= step}) == WORLD,
+            timeout, 0.2, f"the job did not reach step {step}")
 
     def wait_for_commit(self, step: int, timeout: float) -> None:
         """Until `step` or a later one is committed (a commit lags the step it saves by the
         time its parts take to reach the shared directory: seconds on busy cores)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any(s["step"] >= step for s in self.committed()):
-                return
-            if any(p.poll() is not None for p in self.procs.values()):
-                break
-            time.sleep(0.5)
-        pytest.fail(f"the job committed no step >= {step}:\n{self.outputs()}")
+        self._wait_until(lambda: any(s["step"] >= step for s in self.committed()),
+                         timeout, 0.5, f"the job committed no step >= {step}")
 
     def committed(self) -> List[Dict]:
         """The committed steps in the shared checkpoint directory, as `zerowait ckpt ls` says."""

@@ -602,6 +602,7 @@ PYBIND11_MODULE(_core, m) {
   zerowait::bind_functions(m);
   zerowait::bind_loader(m);
   zerowait::bind_checkpoint(m);
+  zerowait::bind_state_walk(m);
   zerowait::bind_writer(m);
   zerowait::bind_observe(m);
   zerowait::bind_gds(m);

@@ -114,6 +114,8 @@ Result<std::shared_ptr<BlockCache>> open_block_cache_or_none(const CacheChoice& 
 void bind_loader(py::module_& m);
 // Defined in checkpoint_bindings.cpp.
 void bind_checkpoint(py::module_& m);
+// Defined in state_walk.cpp.
+void bind_state_walk(py::module_& m);
 // Defined in writer_bindings.cpp.
 void bind_writer(py::module_& m);
 // Defined in observe_bindings.cpp.

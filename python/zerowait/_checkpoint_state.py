@@ -2,7 +2,9 @@
 
 A state is a nested structure of dicts (any keys), lists and tuples holding torch tensors, numpy
 arrays and plain values. ``_Snapshot`` walks it into the list of tensors the C++ engine saves
-(named by the JSON pointer of their key path) and a JSON description of everything else;
+(named by the JSON pointer of their key path) and a JSON description of everything else (the
+walk itself is C++, python/state_walk.cpp, which hands the values it does not take to
+``_Snapshot._encode``);
 ``_Restore`` reads a rank manifest back into the same structure, allocating tensors (or using
 those of ``into=``) and queuing the reads that fill them.
 """
@@ -42,6 +44,10 @@ _NUMPY_TO_SAFETENSORS = {
     "<c8": "C64",
 }
 # --- state -> tensors + structure JSON ---------------------------------------------------------
+
+# The host-addressable test of tensors (a seam the tests replace to run the GPU paths with CPU
+# tensors): while it is this one, the C++ walk reads contiguous CPU tensors in place itself.
+_HOST_ADDRESSABLE = _device._host_addressable
 
 
 def _int_node(value: int) -> Any:
@@ -107,7 +113,6 @@ class _Snapshot:
         self.allow_pickle = allow_pickle
         self.tensors: List[tuple] = []  # what _Checkpointer.begin_save takes
         self._names: set = set()
-        self._open: set = set()  # id() of the containers on the path being walked
         self._keep: List[Any] = []  # the arrays whose addresses are in self.tensors
         # (index, tensor, nbytes) whose staging the caller fills: CUDA tensors
         self.device_tensors: List[Tuple[int, Any, int]] = []
@@ -121,17 +126,25 @@ class _Snapshot:
                               if self._torch is not None else ())
 
     def encode_state(self, state: Any) -> str:
-        root = self._encode(state, (), "")
-        document = {"format": _STRUCTURE_FORMAT, "version": _STRUCTURE_VERSION, "root": root}
-        text = json.dumps(document, allow_nan=False, separators=(",", ":"))
+        # The walk is C++ (python/state_walk.cpp): it writes the containers, plain values and
+        # contiguous CPU tensors itself and hands every other value to _encode below.
+        torch = self._torch
+        context = (torch.Tensor if torch else None, torch.nn.Parameter if torch else None,
+                   torch.strided if torch else None, _DTYPE_FACTS, collections.OrderedDict,
+                   _device._host_addressable is _HOST_ADDRESSABLE)
+        root = _core._encode_state(self, state, context)
+        text = (f'{{"format":"{_STRUCTURE_FORMAT}","version":{_STRUCTURE_VERSION},'
+                f'"root":{root}}}')
         if self.sharded is not None and self.sharded.used:
             # Spliced in as JSON: its entries are made once per tensor, not at every save.
             text = f'{text[:-1]},"sharded":{self.sharded.section_json()}}}'
         return text
 
     def _encode(self, obj: Any, path: Tuple[Any, ...], pointer: str) -> Any:
+        """The node of a value the C++ walk does not write itself (never a dict, OrderedDict,
+        list or tuple: the C++ walk takes those, and every tensor it can read in place)."""
         kind = type(obj)
-        if kind in self._tensor_types:  # first: most leaves of a training state are tensors
+        if kind in self._tensor_types:
             return self._tensor(self._torch, obj, kind, path, pointer)
         if obj is None or kind in (bool, str):
             return obj
@@ -141,14 +154,6 @@ class _Snapshot:
             return obj if math.isfinite(obj) else {"type": "float", "value": repr(obj)}
         if kind in (bytes, bytearray):
             return {"type": kind.__name__, "data": base64.b64encode(obj).decode()}
-        if kind in (dict, collections.OrderedDict, list, tuple):
-            if id(obj) in self._open:
-                raise TypeError(f"{_path_text(path)}: the state contains itself")
-            self._open.add(id(obj))
-            try:
-                return self._container(obj, path, pointer)
-            finally:
-                self._open.discard(id(obj))
         if kind is np.ndarray or isinstance(obj, np.generic):
             return self._ndarray(obj, path, pointer)
         if self.sharded is not None and _sharded.is_sharded(obj):
@@ -157,25 +162,12 @@ class _Snapshot:
             return {"type": "size", "items": list(obj)}
         return self._other(obj, path, "")
 
-    def _container(self, obj: Any, path: Tuple[Any, ...], pointer: str) -> Any:
-        kind = type(obj)
-        if kind in (list, tuple):
-            return {"type": kind.__name__,
-                    "items": [self._encode(v, path + (i,), f"{pointer}/{i}")
-                              for i, v in enumerate(obj)]}
-        items = []
-        for key, value in obj.items():
-            if type(key) not in (str, int):
-                raise TypeError(f"{_path_text(path)}: cannot save a key of type "
-                                f"'{type(key).__name__}' ({key!r}); keys must be str or int")
-            items.append([_int_node(key) if type(key) is int else key,
-                          self._encode(value, path + (key,), pointer + "/" + _escape(key))])
-        node = {"type": "dict" if kind is dict else "odict", "items": items}
-        metadata = getattr(obj, "_metadata", None)  # what nn.Module.state_dict() attaches
-        if kind is not dict and metadata is not None:
-            node["metadata"] = self._encode(metadata, path + ("_metadata",),
-                                            pointer + "/_metadata")
-        return node
+    def _refuse_key(self, path: Tuple[Any, ...], key: Any) -> None:
+        raise TypeError(f"{_path_text(path)}: cannot save a key of type "
+                        f"'{type(key).__name__}' ({key!r}); keys must be str or int")
+
+    def _refuse_cycle(self, path: Tuple[Any, ...]) -> None:
+        raise TypeError(f"{_path_text(path)}: the state contains itself")
 
     def _other(self, obj: Any, path: Tuple[Any, ...], why: str) -> Any:
         what = why or f"an object of type '{type(obj).__name__}'"

@@ -12,8 +12,8 @@
 #include <map>
 #include <mutex>
 #include <random>
-#include <set>
 #include <thread>
+#include <unordered_set>
 
 #include "checkpoint/checkpoint_io.hpp"
 #include "checkpoint/checkpoint_manifest.hpp"
@@ -462,7 +462,8 @@ Result<std::optional<PendingSave>> Checkpointer::begin_save(SaveRequest request,
     }
   }
   {
-    std::set<std::string_view> names;
+    std::unordered_set<std::string_view> names;  // hashed: saves of thousands of tensors
+    names.reserve(request.tensors.size());
     for (const TensorToSave& t : request.tensors) {
       if (!names.insert(t.name).second) {
         return invalid_argument("two tensors are named '" + t.name + "'");

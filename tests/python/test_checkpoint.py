@@ -5,6 +5,7 @@ and missing steps, a full filesystem, and ranks in real processes (gloo and file
 from __future__ import annotations
 
 import collections
+import gc
 import json
 import math
 import os
@@ -163,6 +164,33 @@ def test_nested_structures_and_plain_values_round_trip(ckpt_dir):
         state["tensors"][name] = state["tensors"][name].detach()
     assert_same(loaded, state)
     assert loaded["tensors"]["parameter"].requires_grad
+
+
+def test_the_walk_keeps_an_ordered_dicts_own_order_any_text_and_float_types(ckpt_dir):
+    ordered = collections.OrderedDict([("a", torch.ones(1)), ("b", 2), ("c", 3)])
+    ordered.move_to_end("a")  # its order is its own list's, no longer the dict's underneath
+    text = "quote \" backslash \\ controls \n\t\x00\x1f\x7f snowman \u2603 emoji \U0001f600"
+    state = {"ordered": ordered, text: text, "texts": [text, {text: torch.zeros(2)}],
+             "floats": [1.0, -2.0, 1e16, 1e-300, 5e-324, 0.1, 1 / 3, float(2**53)]}
+    ckpt = zerowait.Checkpointer(ckpt_dir)
+    ckpt.save(1, state, blocking=True)
+    loaded = ckpt.load()
+    assert list(loaded["ordered"]) == ["b", "c", "a"]
+    assert_same(loaded, state)
+    assert all(type(x) is float for x in loaded["floats"])
+    assert manifest(ckpt_dir, 1)["tensors"][1]["name"] == "/texts/1/" + text
+
+
+def test_a_state_nested_deeper_than_pythons_recursion_limit_is_a_recursion_error(ckpt_dir):
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    ckpt = zerowait.Checkpointer(ckpt_dir)
+    with pytest.raises(RecursionError):
+        ckpt.save(1, {"deep": deep})
+    assert gc.isenabled()  # the walk pauses the collector: it is back on after a failure
+    ckpt.save(1, {"fine": torch.ones(2)}, blocking=True)
+    assert_same(ckpt.load(), {"fine": torch.ones(2)})
 
 
 def test_module_state_dict_keeps_its_metadata(ckpt_dir):

@@ -118,6 +118,25 @@ def test_a_tensor_no_optimizer_owns_is_copied_before_save_returns(tmp_path, stal
     ckpt.close()
 
 
+def test_an_inference_tensor_an_optimizer_owns_is_copied_before_save_returns(tmp_path,
+                                                                            stalled_copy):
+    # It keeps no version count, so no guard could tell a torn background copy of it.
+    with torch.inference_mode():
+        frozen = torch.arange(8.0)
+    model = torch.nn.Linear(16, 4)
+    optimizer = torch.optim.SGD([{"params": model.parameters()}, {"params": [frozen]}], lr=0.1)
+    ckpt = zerowait.Checkpointer(tmp_path / "ckpt")
+    trained(model, optimizer)  # the optimizer is known now; frozen has no grad: left as it is
+
+    handle = ckpt.save(1, {"model": model.state_dict(), "frozen": frozen})
+    assert not handle.copied()  # the parameters are still to be copied ...
+    with torch.inference_mode():
+        frozen.add_(1.0)  # ... but the inference tensor already was
+    assert handle.wait()["committed"]
+    assert torch.equal(ckpt.load(1)["frozen"], torch.arange(8.0))
+    ckpt.close()
+
+
 def test_an_in_place_edit_of_a_parameter_outside_a_step_fails_the_save_naming_it(
         tmp_path, stalled_copy):
     model = torch.nn.Sequential(torch.nn.Linear(16, 4))

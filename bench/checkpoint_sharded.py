@@ -102,7 +102,8 @@ def save_rows(table, saved):
     """The blocking and durable rows and their ratios; returns the fastest async form's name."""
     total = saved["state_bytes"]
     table.add_row("zerowait save() returns", saved["zerowait"]["blocking_s"], total)
-    table.add_row("zerowait save() + next optimizer step's wait", saved["zerowait"]["held_s"], total)
+    table.add_row("zerowait save() + next optimizer step's wait", saved["zerowait"]["held_s"],
+                  total)
     forms = {"dcp_async_thread": "thread", "dcp_async_process": "process"}
     forms = {key: label for key, label in forms.items() if key in saved}
     for key, label in forms.items():

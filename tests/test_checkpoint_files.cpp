@@ -180,6 +180,48 @@ TEST(CheckpointChecksum, AnUnknownChecksumKindIsCorruptNamingTheFile) {
       << manifest.status().message();
 }
 
+TEST(CheckpointChecksum, CopyAndHashGivesTheBytesAndTheirHashAtEverySize) {
+  std::mt19937 rng(3);
+  std::vector<std::byte> source(1 << 20);
+  for (std::byte& b : source) b = static_cast<std::byte>(rng());
+  for (size_t size : {size_t{0}, size_t{1}, size_t{128 << 10}, size_t{(128 << 10) + 1},
+                      source.size() - 7}) {
+    std::vector<std::byte> copy(size + 1, std::byte{0x5a});
+    EXPECT_EQ(internal::copy_and_xxh3(copy.data(), source.data(), size),
+              XXH3_64bits(source.data(), size))
+        << size;
+    EXPECT_TRUE(std::equal(source.begin(), source.begin() + size, copy.begin())) << size;
+    EXPECT_EQ(copy[size], std::byte{0x5a}) << size;  // nothing written past the end
+  }
+}
+
+TEST(CheckpointChecksum, ABackgroundCopyRecordsEachTensorsOwnChecksum) {
+  // The writer hashes a tensor that is one copy piece as it copies it; one of several pieces
+  // (over 32 MiB) is hashed after the copy. Nobody waits for the copy here: the writer does all.
+  TempDir dir;
+  auto target = make_local_store(dir.path());
+  auto cp = open_or_die(target);
+  State state = State::make({1000, 300001, (32u << 20) / 4 + 3});
+  state.fill_all(5);
+  auto pending = cp->begin_save(state.request(1));
+  ASSERT_TRUE(pending.is_ok() && pending.value().has_value());
+  auto handle = pending.value()->start_copying();
+  ASSERT_TRUE(handle.is_ok());
+  handle.value().confirm_copy(Status::ok());
+  auto result = handle.value().wait();
+  ASSERT_TRUE(result.is_ok()) << result.status().to_string();
+  EXPECT_TRUE(result.value().committed);
+  const RankManifest manifest = read_rank_manifest(*target, 1, 0).value();
+  ASSERT_EQ(manifest.tensors.size(), state.values.size());
+  for (const StoredTensor& t : manifest.tensors) {
+    const size_t i = static_cast<size_t>(
+        std::find(state.names.begin(), state.names.end(), t.name) - state.names.begin());
+    ASSERT_LT(i, state.values.size()) << t.name;
+    EXPECT_EQ(t.xxh3, XXH3_64bits(state.values[i].data(), state.values[i].size() * 4)) << t.name;
+  }
+  EXPECT_EQ(read_all(*target, 1), state.values);
+}
+
 TEST(CheckpointStaging, IsLaidOutAsTheFilesDataFromPageAlignedStarts) {
   const auto tensor = [](uint64_t nbytes, uint32_t element_size) {
     TensorToSave t;

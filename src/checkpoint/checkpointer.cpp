@@ -106,7 +106,10 @@ Status SaveHandle::wait_copied(Deadline deadline) const {
   // The caller is held until the copy is done: its thread copies what is left beside the
   // writer's rather than wait. (Not the pool's threads too: the writer hashes on the pool as soon
   // as the copy is done, and a wait queued behind that would hold the caller for the hashing.)
-  if (job_->copy_in_background) job_->take_copy_pieces();
+  if (job_->copy_in_background) {
+    job_->copy_waited_for.store(true, std::memory_order_relaxed);
+    job_->take_copy_pieces(/*hash=*/false);
+  }
   std::unique_lock<std::mutex> lock(job_->mutex);
   auto copied = [&] { return job_->host_copied; };
   if (deadline.at == Clock::time_point::max()) {
@@ -157,7 +160,8 @@ std::vector<SaveJob::CopyPiece> copy_pieces_of(SaveJob& job, const std::vector<s
     if (t.data == nullptr) continue;
     const auto* src = static_cast<const std::byte*>(t.data);
     for (uint64_t off = 0; off < t.nbytes; off += kCopyPiece) {
-      pieces.push_back({src + off, job.staging(i) + off, std::min(kCopyPiece, t.nbytes - off)});
+      pieces.push_back({src + off, job.staging(i) + off, std::min(kCopyPiece, t.nbytes - off), i,
+                        t.nbytes <= kCopyPiece});
     }
     t.data = nullptr;
   }
@@ -276,7 +280,7 @@ void run_save(std::shared_ptr<CheckpointerState> state, std::shared_ptr<SaveJob>
     // yields the CPU to them, so it takes idle time first; once the loop waits for it (the
     // optimizer step), the loop's thread copies the pieces left beside it (wait_copied()).
     internal::yield_cpu_to_others(kBackgroundCopyNice);
-    job->take_copy_pieces();
+    job->take_copy_pieces(/*hash=*/true);
     {
       std::unique_lock<std::mutex> lock(job->mutex);
       job->changed.wait(lock, [&] { return job->host_copied; });
@@ -531,6 +535,8 @@ Result<SaveHandle> PendingSave::start_copying() {
   std::shared_ptr<SaveJob> job = std::move(job_);
   job->copy_in_background = true;
   job->copy_pieces = copy_pieces_of(*job, every_index(*job));
+  job->copy_xxh3.assign(job->tensors.size(), 0);
+  job->copy_hashed.assign(job->tensors.size(), 0);
   if (job->copy_pieces.empty()) job->host_copied = true;
   start_writer(job);
   return SaveHandle(job);

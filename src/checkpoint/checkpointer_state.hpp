@@ -19,6 +19,7 @@
 #include "checkpoint/checkpoint_io.hpp"
 #include "common/clock.hpp"
 #include "common/thread_pool.hpp"
+#include "common/xxhash.hpp"
 #include "host/aligned_buffer.hpp"
 #include "host/cuda_runtime.hpp"
 #include "zerowait/checkpoint/checkpointer.hpp"
@@ -103,10 +104,18 @@ class SaveJob {
     const std::byte* src;
     std::byte* dst;
     uint64_t bytes;
+    size_t tensor;  // its index in `tensors`
+    bool whole;     // the piece is all of its tensor: the writer hashes it as it copies
   };
   std::vector<CopyPiece> copy_pieces;
   std::atomic<size_t> next_copy_piece{0};
   std::atomic<size_t> copy_pieces_done{0};
+  std::atomic<bool> copy_waited_for{false};  // the training loop waits for the copy now
+  // The checksums (XXH3-64 of the staged bytes) the writer took while copying, by tensor;
+  // `copy_hashed` is 0 where the part writer still has to hash the tensor. Sized by
+  // start_copying(); written and read by the writer thread only.
+  std::vector<uint64_t> copy_xxh3;
+  std::vector<uint8_t> copy_hashed;
   // Recorded on the caller's copy streams (wait_for_stream): done once staging holds the bytes.
   std::vector<internal::CudaEvent> device_copies;
 
@@ -155,11 +164,21 @@ class SaveJob {
   }
   // Copies pieces of the background copy until none is left to take; whoever finishes the last
   // one marks the host tensors copied. Returns when no piece is left to take: others may still
-  // be copying theirs (wait for host_copied).
-  void take_copy_pieces() {
+  // be copying theirs (wait for host_copied). `hash` (the writer thread only): while nobody
+  // waits for the copy, a piece that is a whole tensor is hashed as it is copied, each chunk
+  // while it is still in the cache, so the part writer does not read it from memory again. Once
+  // the training loop waits (copy_waited_for), pieces are only copied: hashing them now would
+  // lengthen its wait; the part writer hashes them later.
+  void take_copy_pieces(bool hash) {
     const size_t count = copy_pieces.size();
     for (size_t i = next_copy_piece.fetch_add(1); i < count; i = next_copy_piece.fetch_add(1)) {
-      std::memcpy(copy_pieces[i].dst, copy_pieces[i].src, copy_pieces[i].bytes);
+      const CopyPiece& piece = copy_pieces[i];
+      if (hash && piece.whole && !copy_waited_for.load(std::memory_order_relaxed)) {
+        copy_xxh3[piece.tensor] = internal::copy_and_xxh3(piece.dst, piece.src, piece.bytes);
+        copy_hashed[piece.tensor] = 1;
+      } else {
+        std::memcpy(piece.dst, piece.src, piece.bytes);
+      }
       if (copy_pieces_done.fetch_add(1) + 1 == count) set_host_copied();
     }
   }

@@ -72,7 +72,7 @@ Status PartWriter::write_part() {
     ZW_RETURN_IF_ERROR(internal::require_step_free(*opt.mirror, job_.step, opt.run_id));
   }
 
-  // Checksums of every tensor, in parallel.
+  // Checksums of every tensor the background copy did not hash as it went, in parallel.
   const size_t n = job_.tensors.size();
   stored_.resize(n);
   state_.pool.parallel_for(n, [&](size_t i) {
@@ -82,7 +82,8 @@ Status PartWriter::write_part() {
     s.dtype = t.dtype;
     s.shape = t.shape;
     s.nbytes = t.nbytes;
-    s.xxh3 = XXH3_64bits(job_.staging(i), t.nbytes);
+    const bool hashed = !job_.copy_hashed.empty() && job_.copy_hashed[i] != 0;
+    s.xxh3 = hashed ? job_.copy_xxh3[i] : XXH3_64bits(job_.staging(i), t.nbytes);
   });
 
   // Incremental: unchanged tensors point at the bytes an earlier step already holds.

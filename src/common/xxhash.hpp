@@ -8,8 +8,10 @@
 #include <xxh_x86dispatch.h>
 #endif
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace zerowait::internal {
 
@@ -28,5 +30,23 @@ class Xxh3Stream {
  private:
   XXH3_state_t* state_;
 };
+
+// Copies `size` bytes from `src` to `dst` and returns their XXH3-64: each chunk is hashed right
+// after it is copied, while it is still in the cache, so the bytes cross the memory bus once for
+// both (a copy, then a hash, reads them twice).
+inline uint64_t copy_and_xxh3(std::byte* dst, const std::byte* src, size_t size) {
+  constexpr size_t kChunk = 128 << 10;  // with its source's lines, well inside a core's L2
+  if (size <= kChunk) {
+    std::memcpy(dst, src, size);
+    return XXH3_64bits(dst, size);
+  }
+  Xxh3Stream stream;
+  for (size_t offset = 0; offset < size; offset += kChunk) {
+    const size_t n = std::min(kChunk, size - offset);
+    std::memcpy(dst + offset, src + offset, n);
+    stream.update(dst + offset, n);
+  }
+  return stream.digest();
+}
 
 }  // namespace zerowait::internal

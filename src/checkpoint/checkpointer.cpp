@@ -160,8 +160,7 @@ std::vector<SaveJob::CopyPiece> copy_pieces_of(SaveJob& job, const std::vector<s
     if (t.data == nullptr) continue;
     const auto* src = static_cast<const std::byte*>(t.data);
     for (uint64_t off = 0; off < t.nbytes; off += kCopyPiece) {
-      pieces.push_back({src + off, job.staging(i) + off, std::min(kCopyPiece, t.nbytes - off), i,
-                        t.nbytes <= kCopyPiece});
+      pieces.push_back({src + off, job.staging(i) + off, std::min(kCopyPiece, t.nbytes - off), i});
     }
     t.data = nullptr;
   }
@@ -535,8 +534,7 @@ Result<SaveHandle> PendingSave::start_copying() {
   std::shared_ptr<SaveJob> job = std::move(job_);
   job->copy_in_background = true;
   job->copy_pieces = copy_pieces_of(*job, every_index(*job));
-  job->copy_xxh3.assign(job->tensors.size(), 0);
-  job->copy_hashed.assign(job->tensors.size(), 0);
+  job->copy_xxh3.assign(job->tensors.size(), std::nullopt);
   if (job->copy_pieces.empty()) job->host_copied = true;
   start_writer(job);
   return SaveHandle(job);

@@ -105,17 +105,15 @@ class SaveJob {
     std::byte* dst;
     uint64_t bytes;
     size_t tensor;  // its index in `tensors`
-    bool whole;     // the piece is all of its tensor: the writer hashes it as it copies
   };
   std::vector<CopyPiece> copy_pieces;
   std::atomic<size_t> next_copy_piece{0};
   std::atomic<size_t> copy_pieces_done{0};
   std::atomic<bool> copy_waited_for{false};  // the training loop waits for the copy now
   // The checksums (XXH3-64 of the staged bytes) the writer took while copying, by tensor;
-  // `copy_hashed` is 0 where the part writer still has to hash the tensor. Sized by
-  // start_copying(); written and read by the writer thread only.
-  std::vector<uint64_t> copy_xxh3;
-  std::vector<uint8_t> copy_hashed;
+  // empty where the part writer still has to hash the tensor. Sized by start_copying(); written
+  // and read by the writer thread only.
+  std::vector<std::optional<uint64_t>> copy_xxh3;
   // Recorded on the caller's copy streams (wait_for_stream): done once staging holds the bytes.
   std::vector<internal::CudaEvent> device_copies;
 
@@ -173,9 +171,9 @@ class SaveJob {
     const size_t count = copy_pieces.size();
     for (size_t i = next_copy_piece.fetch_add(1); i < count; i = next_copy_piece.fetch_add(1)) {
       const CopyPiece& piece = copy_pieces[i];
-      if (hash && piece.whole && !copy_waited_for.load(std::memory_order_relaxed)) {
+      const bool whole = piece.bytes == tensors[piece.tensor].nbytes;  // all of its tensor
+      if (hash && whole && !copy_waited_for.load(std::memory_order_relaxed)) {
         copy_xxh3[piece.tensor] = internal::copy_and_xxh3(piece.dst, piece.src, piece.bytes);
-        copy_hashed[piece.tensor] = 1;
       } else {
         std::memcpy(piece.dst, piece.src, piece.bytes);
       }

@@ -82,8 +82,8 @@ Status PartWriter::write_part() {
     s.dtype = t.dtype;
     s.shape = t.shape;
     s.nbytes = t.nbytes;
-    const bool hashed = !job_.copy_hashed.empty() && job_.copy_hashed[i] != 0;
-    s.xxh3 = hashed ? job_.copy_xxh3[i] : XXH3_64bits(job_.staging(i), t.nbytes);
+    const bool hashed = i < job_.copy_xxh3.size() && job_.copy_xxh3[i].has_value();
+    s.xxh3 = hashed ? *job_.copy_xxh3[i] : XXH3_64bits(job_.staging(i), t.nbytes);
   });
 
   // Incremental: unchanged tensors point at the bytes an earlier step already holds.

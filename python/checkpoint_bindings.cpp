@@ -108,9 +108,10 @@ class CheckpointReader {
   RankManifest manifest_;
 };
 
-// restore_newest() for Checkpointer.load(): `plan(manifest, step, tier)` (Python, under the GIL)
-// allocates the tensors of the copy being tried and returns their reads (TensorRead's fields as
-// (index, address, fresh, device, cudaStream_t)); `on_skip(step, tier,
+// restore_newest() for Checkpointer.load(): `plan(manifest, step, tier, local_root)` (Python,
+// under the GIL; local_root: the copy's directory on this machine, None for a store that is not
+// one) allocates or maps the tensors of the copy being tried and returns their reads
+// (TensorRead's fields as (index, address, fresh, device, cudaStream_t, mapped)); `on_skip(step, tier,
 // listed, message, next_step, next_tier)` is told of each copy given up, in order. The reads run
 // without the GIL. A CorruptDataError from `plan` (a damaged state structure) gives the copy up;
 // any other Python exception from either callback ends the restore and is re-raised.
@@ -143,12 +144,15 @@ py::dict restore_newest_py(py::handle directory, py::object mirror, std::optiona
       {
         py::gil_scoped_acquire gil;
         try {
-          py::object planned =
-              plan(manifest_object(*copy.manifest), copy.step, tier_name(copy.tier));
-          for (const auto& [index, address, fresh, device, stream] :
-               planned.cast<std::vector<std::tuple<size_t, uintptr_t, bool, int, uintptr_t>>>()) {
+          const std::optional<std::string> local_root = copy.target->local_file("");
+          py::object planned = plan(manifest_object(*copy.manifest), copy.step,
+                                    tier_name(copy.tier), local_root ? py::cast(*local_root)
+                                                                     : py::none());
+          using Planned = std::tuple<size_t, uintptr_t, bool, int, uintptr_t, bool>;
+          for (const auto& [index, address, fresh, device, stream, mapped] :
+               planned.cast<std::vector<Planned>>()) {
             reads.push_back({index, reinterpret_cast<std::byte*>(address), fresh, device,
-                             reinterpret_cast<void*>(stream)});
+                             reinterpret_cast<void*>(stream), mapped});
           }
         } catch (py::error_already_set& error) {
           // A copy whose structure Python finds damaged is given up like any damaged copy.

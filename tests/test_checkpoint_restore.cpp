@@ -3,7 +3,10 @@
 // of failing read (EIO, a short read, a stall, a flipped byte) is reported naming the file and
 // offset, within its deadline; and restore_newest() falls back from a damaged, missing or
 // stalled copy to the mirror's copy, then to older steps.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -147,6 +150,64 @@ TEST(CheckpointRestore, ReadsThroughStagingInBatchesAndVerifiesThere) {
   ASSERT_EQ(s.code(), ErrorCode::kCorrupt) << s.to_string();
   EXPECT_TRUE(mentions(s.message(), largest.name)) << s.message();
   EXPECT_TRUE(mentions(s.message(), largest.file)) << s.message();
+}
+
+// Reads marked `mapped` point into private mappings of the files themselves (what
+// load(mmap=True) makes): nothing is read, each tensor is verified where it is, a changed byte
+// there is named, and a compressed tensor cannot be read so. Only the local store offers its
+// files for mapping; a fault-injecting store in front of it does not.
+TEST(CheckpointRestore, MappedTensorsAreVerifiedInPlace) {
+  TempDir dir;
+  TrainingState state = TrainingState::make({3, 1000, 300000, 5 << 20});
+  save_two_steps(dir.path(), state, /*compressed=*/false);
+  auto target = make_local_store(dir.path());
+  FaultStore faulty(target);
+  EXPECT_FALSE(faulty.local_file("step-2").has_value());
+  EXPECT_FALSE(testing::fresh_memory_store("m")->local_file("step-2").has_value());
+  const RankManifest manifest = read_rank_manifest(*target, 2, 0).value();
+
+  std::vector<std::pair<std::byte*, size_t>> mappings;
+  std::vector<TensorRead> reads;
+  for (size_t i = 0; i < manifest.tensors.size(); ++i) {
+    const StoredTensor& t = manifest.tensors[i];
+    const std::optional<std::string> path = target->local_file(t.file);
+    ASSERT_TRUE(path.has_value());
+    EXPECT_EQ(*path, dir / t.file);
+    const int fd = ::open(path->c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0) << *path;
+    const size_t size = static_cast<size_t>(::lseek(fd, 0, SEEK_END));
+    void* map = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    ASSERT_NE(map, MAP_FAILED);
+    mappings.emplace_back(static_cast<std::byte*>(map), size);
+    TensorRead read{i, static_cast<std::byte*>(map) + t.offset};
+    read.mapped = true;
+    reads.push_back(read);
+  }
+  Status s = read_tensors(*target, manifest, reads);
+  EXPECT_TRUE(s.is_ok()) << s.to_string();
+
+  // One byte of the largest tensor changed in its (private) mapping: named, file and tensor.
+  const size_t largest = 3;
+  ASSERT_EQ(manifest.tensors[largest].nbytes, (5u << 20) * sizeof(float));
+  reads[largest].dst[12345] ^= std::byte{0x40};
+  s = read_tensors(*target, manifest, reads);
+  EXPECT_EQ(s.code(), ErrorCode::kCorrupt) << s.to_string();
+  EXPECT_TRUE(mentions(s.message(), "tensor '" + manifest.tensors[largest].name + "'"));
+  EXPECT_TRUE(mentions(s.message(), dir / manifest.tensors[largest].file)) << s.message();
+  for (auto [map, size] : mappings) ::munmap(map, size);
+
+  // A compressed tensor has no bytes in its file to verify in place.
+  TempDir zdir;
+  save_two_steps(zdir.path(), state, /*compressed=*/true);
+  auto ztarget = make_local_store(zdir.path());
+  const RankManifest zmanifest = read_rank_manifest(*ztarget, 2, 0).value();
+  ASSERT_EQ(zmanifest.tensors[largest].codec, "zstd");
+  std::vector<float> out(zmanifest.tensors[largest].nbytes / sizeof(float));
+  TensorRead read{largest, reinterpret_cast<std::byte*>(out.data())};
+  read.mapped = true;
+  s = read_tensors(*ztarget, zmanifest, std::span(&read, 1));
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.to_string();
 }
 
 // Without CUDA, a read into device memory is refused by name before anything is copied.

@@ -16,9 +16,10 @@ import collections
 import collections.abc
 import json
 import math
+import os
 import pickle
 import sys
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -311,11 +312,16 @@ def _contiguous(torch: Any, t: Any) -> Any:
 class _Restore:
     """Rebuilds one rank's state from its manifest: allocates (or finds, in ``into``) every
     tensor, and lists the reads that fill them straight from the files. A tensor bound for a
-    CUDA device is allocated there and filled through pinned staging (``device``'s streams)."""
+    CUDA device is allocated there and filled through pinned staging (``device``'s streams).
+    With ``mapped_root`` (the step copy's directory on this machine), a new CPU tensor stored
+    uncompressed is instead a view of a private mapping of its file, only verified."""
 
     def __init__(self, manifest: Dict[str, Any], what: str, allow_pickle: bool,
-                 map_location: Any, device: _device.DeviceCopies) -> None:
+                 map_location: Any, device: _device.DeviceCopies,
+                 mapped_root: Optional[str] = None) -> None:
         self._tensors = manifest["tensors"]
+        self._mapped_root = mapped_root
+        self._mapped_files: Dict[str, Any] = {}  # file -> (size, its mapping) or None
         self._what = what
         self._allow_pickle = allow_pickle
         self._map_location = map_location
@@ -332,9 +338,9 @@ class _Restore:
             raise _core.UnsupportedError(f"{what}: state structure version "
                                          f"{structure.get('version')} is not {_STRUCTURE_VERSION}")
         self._root = structure["root"]
-        # (manifest index, destination address, fresh, device, cudaStream_t): restore.hpp's
-        # TensorRead
-        self.reads: List[Tuple[int, int, bool, int, int]] = []
+        # (manifest index, destination address, fresh, device, cudaStream_t, mapped):
+        # restore.hpp's TensorRead
+        self.reads: List[Tuple[int, int, bool, int, int, bool]] = []
         self._keep: List[Any] = []  # the destinations of self.reads
         self._copies: List[Tuple[Any, Any]] = []  # (target, read buffer) once the reads are done
         # (placeholder, build(placeholder)): values made from read bytes.
@@ -453,6 +459,11 @@ class _Restore:
         location = node["device"] if self._map_location is None else self._map_location
         device = target.device if target is not None else torch.device(location)
         on_device = device.type == "cuda"
+        if target is None and not on_device and self._mapped_root is not None:
+            mapped = self._mapped(node, path, dtype, shape)
+            if mapped is not None:
+                self._after.append((mapped, _as_saved(torch, node)))
+                return mapped
         # A whole tensor restored into a DTensor or ShardedTensor: read whole, copy each local part.
         parts = _sharded.target_boxes(target) if _sharded.is_sharded(target) else None
         direct = (target is not None and parts is None and target.device.type in ("cpu", "cuda")
@@ -469,15 +480,38 @@ class _Restore:
                 self._copies.append((target, buffer))
             return target
 
-        def to_device(tensor: Any) -> Any:
-            if tensor.device != device:
-                tensor = tensor.to(device)
-            if node.get("parameter"):  # made here: a moved Parameter would be a plain tensor
-                tensor = torch.nn.Parameter(tensor, requires_grad=node["requires_grad"])
-            return tensor
-
-        self._after.append((buffer, to_device))
+        self._after.append((buffer, _as_saved(torch, node, device)))
         return buffer
+
+    def _mapped(self, node: Dict[str, Any], path: Tuple[Any, ...], dtype: Any,
+                shape: Tuple[int, ...]) -> Any:
+        """A CPU tensor viewing its stored bytes in a private (copy-on-write) mapping of its
+        file, its read queued as a verification; None where that cannot be (compressed, empty,
+        unaligned for its dtype, or the file cannot be mapped): the tensor is then read."""
+        import torch
+
+        itemsize = dtype.itemsize
+        nbytes = math.prod(shape) * itemsize
+        index = self._stored(node, path, nbytes)
+        stored = self._tensors[index]
+        file, offset = stored["file"], stored["offset"]
+        if (stored["codec"] != "none" or nbytes == 0 or offset % itemsize
+                or file.startswith("/") or ".." in file.split("/")):
+            return None
+        if file not in self._mapped_files:
+            try:
+                full = os.path.join(self._mapped_root, file)
+                size = os.stat(full).st_size
+                self._mapped_files[file] = (size, torch.UntypedStorage.from_file(
+                    full, shared=False, nbytes=size) if size else None)
+            except (OSError, RuntimeError):
+                self._mapped_files[file] = None  # the read names what is wrong with it
+        mapping = self._mapped_files[file]
+        if mapping is None or mapping[1] is None or offset + nbytes > mapping[0]:
+            return None
+        tensor = torch.empty(0, dtype=dtype).set_(mapping[1], offset // itemsize, shape)
+        self._queue(index, tensor.data_ptr(), tensor, False, _device.HOST_MEMORY, 0, mapped=True)
+        return tensor
 
     def _ndarray(self, node: Dict[str, Any], path: Tuple[Any, ...], into: Any) -> Any:
         dtype = np.dtype(node["dtype"])
@@ -518,10 +552,23 @@ class _Restore:
         self._queue(index, array.ctypes.data, array, fresh, _device.HOST_MEMORY, 0)
 
     def _queue(self, index: int, address: int, keep: Any, fresh: bool, device: int,
-               stream: int) -> None:
+               stream: int, mapped: bool = False) -> None:
         if self._tensors[index]["nbytes"]:  # an empty tensor has nothing to read (and may be
-            self.reads.append((index, address, fresh, device, stream))  # at address 0)
+            self.reads.append((index, address, fresh, device, stream, mapped))  # at address 0)
             self._keep.append(keep)
+
+
+def _as_saved(torch: Any, node: Dict[str, Any], device: Any = None) -> Callable[[Any], Any]:
+    """What makes a restored tensor what was saved: moved to ``device`` (if given and not
+    already there) and a Parameter again if it was one."""
+    def build(tensor: Any) -> Any:
+        if device is not None and tensor.device != device:
+            tensor = tensor.to(device)
+        if node.get("parameter"):  # made here: a moved Parameter would be a plain tensor
+            tensor = torch.nn.Parameter(tensor, requires_grad=node["requires_grad"])
+        return tensor
+
+    return build
 
 
 def _child(into: Any, key: Any) -> Any:

@@ -335,7 +335,7 @@ class Checkpointer:
     # --- loading -------------------------------------------------------------------------------
 
     def load(self, step: Optional[int] = None, map_location: Any = "cpu", into: Any = None,
-             fallback: bool = True) -> Any:
+             fallback: bool = True, mmap: bool = False) -> Any:
         """This rank's part of step ``step`` (None: the newest committed step), rebuilt as it was
         saved, every tensor checksum-verified while it is read.
 
@@ -348,6 +348,17 @@ class Checkpointer:
         in the result; tensors with no counterpart are allocated. If a read fails half-way, the
         ``into`` tensors hold a mix of old and new bytes.
 
+        ``mmap=True`` (for a checkpoint in a local directory) makes each new CPU tensor stored
+        uncompressed a view of a private, copy-on-write mapping of its file instead of a copy:
+        its pages are the page cache's, so a step the cache holds loads without copying and
+        without a second copy in memory (``torch.load(mmap=True)`` and safetensors' ``load_file``
+        do the same). Every tensor is still checksum-verified, by reading it where it is mapped.
+        Writing to such a tensor copies the page written; the files are never changed. The
+        files must not be truncated while the tensors live (zerowait never does: its gc
+        unlinks), and pages the kernel evicts are read from the file again when next touched,
+        without another verification. ``into`` targets, CUDA tensors, numpy arrays, compressed
+        tensors and sharded (DTensor) states are read as without it.
+
         A copy that is missing or corrupt is replaced by the mirror's copy of the same step, and,
         with ``fallback`` and ``step=None``, by the newest older step that loads; each such
         fallback is a warning naming the file and tensor at fault. :attr:`loaded_step` says which
@@ -358,9 +369,9 @@ class Checkpointer:
         # A background copy may still read tensors that into= would overwrite.
         self._copy_waits.settle(blocking=True)
         if step is not None or self._ranks is None:
-            return self._load_newest_valid(step, map_location, into, fallback)
+            return self._load_newest_valid(step, map_location, into, fallback, mmap)
         try:
-            state, mine = self._load_newest_valid(None, map_location, into, fallback), None
+            state, mine = self._load_newest_valid(None, map_location, into, fallback, mmap), None
         except Exception as error:
             state, mine = None, error
         agreed = self._ranks.min_over_ranks(-1 if mine is not None else self.loaded_step)
@@ -374,20 +385,21 @@ class Checkpointer:
             warnings.warn(f"rank {self.rank} loaded step {self.loaded_step}, but another rank "
                           f"could only load step {agreed}: loading step {agreed} so that every "
                           f"rank resumes from the same step", stacklevel=2)
-            state = self._load_newest_valid(agreed, map_location, into, fallback)
+            state = self._load_newest_valid(agreed, map_location, into, fallback, mmap)
         return state
 
     def _load_newest_valid(self, step: Optional[int], map_location: Any, into: Any,
-                           fallback: bool) -> Any:
+                           fallback: bool, mmap: bool) -> Any:
         """load() of one rank: step, its mirror copy, or with step=None older steps. Which copy
         to read next, and when to give one up, is the engine's (restore_newest in C++, shared
         with ``zerowait ckpt restore``); this side builds the tensors and says what it skipped."""
         roots = {"primary": self.directory, "mirror": self.mirror}
         loaded: Dict[str, Any] = {}
 
-        def plan(manifest: Dict[str, Any], s: int, tier: str) -> List[Tuple[int, int, bool]]:
+        def plan(manifest: Dict[str, Any], s: int, tier: str,
+                 local_root: Optional[str]) -> List[Tuple[int, int, bool, int, int, bool]]:
             restore = _Restore(manifest, f"step {s} in {roots[tier]}", self.allow_pickle,
-                               map_location, self._device)
+                               map_location, self._device, local_root if mmap else None)
             loaded["run_id"] = manifest.get("run_id", "")
             restore.sharded = ShardedLoad(roots[tier], s, manifest["world_size"], dict(
                 threads=self._threads, direct=self._direct_reads, **self._read_timeout))

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "checkpoint/checkpoint_io.hpp"
 #include "checkpoint/checkpoint_manifest.hpp"
@@ -144,6 +146,25 @@ Result<std::vector<RankManifest>> read_rank_manifests(Store& target, uint64_t st
 // --- parallel verified reads ------------------------------------------------------------------
 
 namespace {
+
+// Runs body(i) for every i in [0, count) on `pool` and the caller; returns the first error, once
+// the items already started have ended (the others are skipped).
+Status parallel_until_error(internal::ThreadPool& pool, size_t count,
+                            const std::function<Status(size_t)>& body) {
+  std::mutex mutex;
+  Status first;
+  std::atomic<bool> failed{false};
+  pool.parallel_for(count, [&](size_t i) {
+    if (failed.load(std::memory_order_relaxed)) return;
+    Status status = body(i);
+    if (!status.is_ok()) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (first.is_ok()) first = status;
+      failed = true;
+    }
+  });
+  return first;
+}
 
 // One unit of reading work: a span of one file, feeding parts of one or more tensors.
 struct ReadTask {
@@ -329,15 +350,20 @@ Status Restore::run_task(const ReadTask& task) {
   return Status::ok();
 }
 
+// `bytes` (tensor `t` as stored in file `file`) against its checksum.
+Status check_tensor(const StoredTensor& t, const std::byte* bytes, const std::string& file) {
+  const uint64_t digest = XXH3_64bits(bytes, t.nbytes);
+  if (digest == t.xxh3) return Status::ok();
+  return corrupt("tensor '" + t.name + "' in '" + file + "' (offset " + std::to_string(t.offset) +
+                 ", " + std::to_string(t.stored_bytes) + " bytes) does not match its checksum " +
+                 "(xxh3 " + hex64(digest) + ", manifest " + hex64(t.xxh3) +
+                 "): the file is damaged");
+}
+
 Status Restore::tensor_done(size_t read, const std::byte* copy) {
   if (!options_.verify) return Status::ok();
-  const StoredTensor& t = tensor(read);
-  const uint64_t digest = XXH3_64bits(copy != nullptr ? copy : reads_[read].dst, t.nbytes);
-  if (digest == t.xxh3) return Status::ok();
-  return corrupt("tensor '" + t.name + "' in '" + files_[file_of_read_[read]]->name() +
-                 "' (offset " + std::to_string(t.offset) + ", " + std::to_string(t.stored_bytes) +
-                 " bytes) does not match its checksum (xxh3 " + hex64(digest) + ", manifest " +
-                 hex64(t.xxh3) + "): the file is damaged");
+  return check_tensor(tensor(read), copy != nullptr ? copy : reads_[read].dst,
+                      files_[file_of_read_[read]]->name());
 }
 
 Status Restore::run() {
@@ -349,28 +375,44 @@ Status Restore::run() {
     remaining_[r].store(tensor(r).nbytes);
     if (tensor(r).nbytes == 0) ZW_RETURN_IF_ERROR(tensor_done(r));
   }
-  std::mutex mutex;
-  Status first;
-  std::atomic<bool> failed{false};
   internal::ThreadPool pool(read_threads(options_.threads) - 1);
-  pool.parallel_for(tasks_.size(), [&](size_t i) {
-    if (failed.load(std::memory_order_relaxed)) return;
-    Status status = run_task(tasks_[i]);
-    if (!status.is_ok()) {
-      std::lock_guard<std::mutex> lock(mutex);
-      if (first.is_ok()) first = status;
-      failed = true;
+  return parallel_until_error(pool, tasks_.size(), [&](size_t i) { return run_task(tasks_[i]); });
+}
+
+// Reads whose bytes are already in memory (TensorRead::mapped, pages of the files' mappings):
+// each tensor hashed where it is, the largest first, as many at once as there are CPUs (hashing
+// a mapping faults its pages in from the page cache: CPU, not I/O).
+Status verify_in_place(Store& target, const RankManifest& manifest,
+                       std::span<const TensorRead> reads, const RestoreOptions& options) {
+  for (const TensorRead& r : reads) {
+    if (r.index >= manifest.tensors.size() || manifest.tensors[r.index].codec != "none") {
+      return invalid_argument("tensor index " + std::to_string(r.index) +
+                              " is out of range or compressed: it cannot be read in place");
     }
+  }
+  if (!options.verify) return Status::ok();
+  std::vector<const TensorRead*> order;
+  for (const TensorRead& r : reads) order.push_back(&r);
+  std::sort(order.begin(), order.end(), [&](const TensorRead* a, const TensorRead* b) {
+    return manifest.tensors[a->index].nbytes > manifest.tensors[b->index].nbytes;
   });
-  return first;
+  const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
+  internal::ThreadPool pool(std::min(read_threads(options.threads), cpus) - 1);
+  return parallel_until_error(pool, order.size(), [&](size_t i) {
+    const StoredTensor& t = manifest.tensors[order[i]->index];
+    return check_tensor(t, order[i]->dst, target.describe() + "/" + t.file);
+  });
 }
 
 }  // namespace
 
 Status read_tensors(Store& target, const RankManifest& manifest, std::span<const TensorRead> reads,
                     const RestoreOptions& options) {
-  std::vector<TensorRead> direct, staged;
-  for (const TensorRead& r : reads) (r.device == kHostMemory ? direct : staged).push_back(r);
+  std::vector<TensorRead> mapped, direct, staged;
+  for (const TensorRead& r : reads) {
+    (r.mapped ? mapped : r.device == kHostMemory ? direct : staged).push_back(r);
+  }
+  if (!mapped.empty()) ZW_RETURN_IF_ERROR(verify_in_place(target, manifest, mapped, options));
   if (!direct.empty()) {
     Restore restore(target, manifest, direct, options);
     ZW_RETURN_IF_ERROR(restore.run());

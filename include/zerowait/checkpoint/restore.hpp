@@ -41,6 +41,10 @@ struct TensorRead {
   // next tensors are read; read_tensors returns once every copy is done.
   int device = kHostMemory;
   void* stream = nullptr;
+  // `dst` already holds the tensor's stored bytes: a private mapping of its file that the
+  // caller made (Store::local_file), host memory. Nothing is read; the bytes are verified where
+  // they are. Only for an uncompressed tensor.
+  bool mapped = false;
 };
 
 // How long one read of a restore, a verification or a mirror copy (at most 16 MiB, one ranged

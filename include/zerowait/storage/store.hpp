@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -72,6 +73,14 @@ class Store {
 
   // The root, for messages ("/ckpt", "s3://bucket/ckpt", "memory:test").
   virtual std::string describe() const = 0;
+
+  // Object `path` as a file of this machine's file system, for a caller that maps it into
+  // memory instead of reading it (Checkpointer.load(mmap=True)); nullopt where objects are not
+  // local files, or where every read must go through the store (fault injection).
+  virtual std::optional<std::string> local_file(const std::string& path) const {
+    (void)path;
+    return std::nullopt;
+  }
 
   // Creates directory `path` (and missing parents); an existing one is fine. Object stores have
   // no directories: a name exists once an object lies under it.

@@ -302,6 +302,12 @@ class LocalStore final : public Store {
 
   std::string describe() const override { return root_.string(); }
 
+  std::optional<std::string> local_file(const std::string& path) const override {
+    auto full = full_path(path);
+    if (!full.is_ok()) return std::nullopt;
+    return std::move(full).value();
+  }
+
   Status make_directory(const std::string& path, Deadline deadline) override {
     ZW_ASSIGN_OR_RETURN(std::string full, full_path(path));
     return call_within(deadline, "creating directory", full, [full]() -> Status {

@@ -111,10 +111,11 @@ class CheckpointReader {
 // restore_newest() for Checkpointer.load(): `plan(manifest, step, tier, local_root)` (Python,
 // under the GIL; local_root: the copy's directory on this machine, None for a store that is not
 // one) allocates or maps the tensors of the copy being tried and returns their reads
-// (TensorRead's fields as (index, address, fresh, device, cudaStream_t, mapped)); `on_skip(step, tier,
-// listed, message, next_step, next_tier)` is told of each copy given up, in order. The reads run
-// without the GIL. A CorruptDataError from `plan` (a damaged state structure) gives the copy up;
-// any other Python exception from either callback ends the restore and is re-raised.
+// (TensorRead's fields as (index, address, fresh, device, cudaStream_t, mapped));
+// `on_skip(step, tier, listed, message, next_step, next_tier)` is told of each copy given up, in
+// order. The reads run without the GIL. A CorruptDataError from `plan` (a damaged state
+// structure) gives the copy up; any other Python exception from either callback ends the restore
+// and is re-raised.
 py::dict restore_newest_py(py::handle directory, py::object mirror, std::optional<uint64_t> step,
                            uint32_t rank, bool fallback, py::function plan, py::function on_skip,
                            unsigned threads, bool direct, double read_timeout_s) {

@@ -161,6 +161,7 @@ TEST(CheckpointRestore, MappedTensorsAreVerifiedInPlace) {
   TrainingState state = TrainingState::make({3, 1000, 300000, 5 << 20});
   save_two_steps(dir.path(), state, /*compressed=*/false);
   auto target = make_local_store(dir.path());
+  EXPECT_FALSE(target->local_file("../step-2").has_value());  // inside the root only
   FaultStore faulty(target);
   EXPECT_FALSE(faulty.local_file("step-2").has_value());
   EXPECT_FALSE(testing::fresh_memory_store("m")->local_file("step-2").has_value());

@@ -11,6 +11,7 @@
 
 #include "checkpoint/checkpoint_io.hpp"
 #include "checkpoint/checkpoint_manifest.hpp"
+#include "checkpoint/checkpointer_state.hpp"
 #include "checkpoint/file_digest.hpp"
 #include "checkpoint/part_writer.hpp"
 #include "checkpoint/safetensors.hpp"
@@ -196,8 +197,8 @@ TEST(CheckpointChecksum, CopyAndHashGivesTheBytesAndTheirHashAtEverySize) {
 }
 
 TEST(CheckpointChecksum, ABackgroundCopyRecordsEachTensorsOwnChecksum) {
-  // The writer hashes a tensor that is one copy piece as it copies it; one of several pieces
-  // (over 32 MiB) is hashed after the copy. Nobody waits for the copy here: the writer does all.
+  // The writer hashes each tensor as it copies it, one of several pieces (over 32 MiB) across
+  // them. Nobody waits for the copy here: the writer does all.
   TempDir dir;
   auto target = make_local_store(dir.path());
   auto cp = open_or_die(target);
@@ -220,6 +221,82 @@ TEST(CheckpointChecksum, ABackgroundCopyRecordsEachTensorsOwnChecksum) {
     EXPECT_EQ(t.xxh3, XXH3_64bits(state.values[i].data(), state.values[i].size() * 4)) << t.name;
   }
   EXPECT_EQ(read_all(*target, 1), state.values);
+}
+
+// A background copy's job made by hand: tensors of `sizes` bytes with random contents, staged
+// back to back, cut into pieces of at most `piece` bytes in order, as start_copying() cuts them.
+struct CopyJob {
+  SaveJob job;
+  std::vector<std::vector<std::byte>> sources;
+  std::vector<std::byte> staging;
+
+  CopyJob(const std::vector<uint64_t>& sizes, uint64_t piece) {
+    std::mt19937 rng(9);
+    uint64_t total = 0;
+    for (uint64_t size : sizes) {
+      TensorToSave t;
+      t.nbytes = size;
+      job.tensors.push_back(t);
+      job.staging_offsets.push_back(total);
+      total += size;
+      sources.emplace_back(size);
+      for (std::byte& b : sources.back()) b = static_cast<std::byte>(rng());
+    }
+    staging.resize(total);
+    job.staging_base = staging.data();
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      for (uint64_t off = 0; off < sizes[i]; off += piece) {
+        job.copy_pieces.push_back({sources[i].data() + off, job.staging(i) + off,
+                                   std::min(piece, sizes[i] - off), i});
+      }
+    }
+    job.copy_xxh3.assign(sizes.size(), std::nullopt);
+  }
+  // Piece `i` as another thread (the training loop's wait) takes it: copied, never hashed.
+  void taken_elsewhere(size_t i) {
+    ASSERT_EQ(job.next_copy_piece.fetch_add(1), i);
+    const SaveJob::CopyPiece& p = job.copy_pieces[i];
+    std::memcpy(p.dst, p.src, p.bytes);
+    job.copy_pieces_done.fetch_add(1);
+  }
+  bool staged_as_sources() const {
+    for (size_t i = 0; i < sources.size(); ++i) {
+      if (!std::equal(sources[i].begin(), sources[i].end(), job.staging(i))) return false;
+    }
+    return true;
+  }
+  uint64_t xxh3(size_t i) const { return XXH3_64bits(sources[i].data(), sources[i].size()); }
+};
+
+TEST(CheckpointChecksum, ATensorOfSeveralPiecesIsHashedAcrossThemWhenTheWriterTakesThemAll) {
+  // Pieces of 1 MiB: a tensor of three pieces (the last short), one of one, one of two.
+  const uint64_t piece = 1 << 20;
+  const std::vector<uint64_t> sizes{2 * piece + 5, 1000, 2 * piece};
+  {
+    SCOPED_TRACE("the writer takes every piece");
+    CopyJob c(sizes, piece);
+    c.job.take_copy_pieces(/*hash=*/true);
+    EXPECT_TRUE(c.staged_as_sources());
+    for (size_t i = 0; i < sizes.size(); ++i) EXPECT_EQ(c.job.copy_xxh3[i], c.xxh3(i)) << i;
+  }
+  {
+    SCOPED_TRACE("the first tensor's first piece went to another thread");
+    CopyJob c(sizes, piece);
+    c.taken_elsewhere(0);
+    c.job.take_copy_pieces(/*hash=*/true);
+    EXPECT_TRUE(c.staged_as_sources());
+    EXPECT_FALSE(c.job.copy_xxh3[0].has_value());  // left to the part writer
+    EXPECT_EQ(c.job.copy_xxh3[1], c.xxh3(1));
+    EXPECT_EQ(c.job.copy_xxh3[2], c.xxh3(2));
+  }
+  {
+    SCOPED_TRACE("the loop waits for the copy: pieces are only copied");
+    CopyJob c(sizes, piece);
+    c.job.copy_waited_for = true;
+    c.job.take_copy_pieces(/*hash=*/true);
+    EXPECT_TRUE(c.staged_as_sources());
+    for (size_t i = 0; i < sizes.size(); ++i) EXPECT_FALSE(c.job.copy_xxh3[i].has_value()) << i;
+  }
 }
 
 TEST(CheckpointStaging, IsLaidOutAsTheFilesDataFromPageAlignedStarts) {

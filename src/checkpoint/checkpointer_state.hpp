@@ -163,19 +163,38 @@ class SaveJob {
   // Copies pieces of the background copy until none is left to take; whoever finishes the last
   // one marks the host tensors copied. Returns when no piece is left to take: others may still
   // be copying theirs (wait for host_copied). `hash` (the writer thread only): while nobody
-  // waits for the copy, a piece that is a whole tensor is hashed as it is copied, each chunk
-  // while it is still in the cache, so the part writer does not read it from memory again. Once
-  // the training loop waits (copy_waited_for), pieces are only copied: hashing them now would
-  // lengthen its wait; the part writer hashes them later.
+  // waits for the copy, each tensor is hashed as it is copied, each chunk while it is still in
+  // the cache, so the part writer does not read it from memory again; a tensor of several
+  // pieces is hashed across them when this thread takes all of them, in order (it does unless
+  // the loop waits). Once the training loop waits (copy_waited_for), pieces are only copied:
+  // hashing them now would lengthen its wait; the part writer hashes the tensors left.
   void take_copy_pieces(bool hash) {
     const size_t count = copy_pieces.size();
+    internal::Xxh3Stream stream;  // the tensor whose pieces this thread takes, when `streaming`
+    bool streaming = false;
+    size_t streamed = 0, previous = count;  // that tensor; the piece this thread took last
     for (size_t i = next_copy_piece.fetch_add(1); i < count; i = next_copy_piece.fetch_add(1)) {
       const CopyPiece& piece = copy_pieces[i];
-      const bool whole = piece.bytes == tensors[piece.tensor].nbytes;  // all of its tensor
-      if (hash && whole && !copy_waited_for.load(std::memory_order_relaxed)) {
+      const uint64_t start = static_cast<uint64_t>(piece.dst - staging(piece.tensor));
+      const bool last = start + piece.bytes == tensors[piece.tensor].nbytes;
+      const bool goes_on = streaming && streamed == piece.tensor && previous + 1 == i;
+      previous = i;
+      if (!hash || copy_waited_for.load(std::memory_order_relaxed) || (start != 0 && !goes_on)) {
+        std::memcpy(piece.dst, piece.src, piece.bytes);
+        streaming = false;
+      } else if (start == 0 && last) {  // the whole tensor in one piece
         copy_xxh3[piece.tensor] = internal::copy_and_xxh3(piece.dst, piece.src, piece.bytes);
       } else {
-        std::memcpy(piece.dst, piece.src, piece.bytes);
+        if (start == 0) {
+          stream.reset();
+          streamed = piece.tensor;
+          streaming = true;
+        }
+        internal::copy_into_xxh3(stream, piece.dst, piece.src, piece.bytes);
+        if (last) {
+          copy_xxh3[piece.tensor] = stream.digest();
+          streaming = false;
+        }
       }
       if (copy_pieces_done.fetch_add(1) + 1 == count) set_host_copied();
     }

@@ -31,21 +31,26 @@ class Xxh3Stream {
   XXH3_state_t* state_;
 };
 
-// Copies `size` bytes from `src` to `dst` and returns their XXH3-64: each chunk is hashed right
+// Copies `size` bytes from `src` to `dst` and adds them to `stream`: each chunk is hashed right
 // after it is copied, while it is still in the cache, so the bytes cross the memory bus once for
 // both (a copy, then a hash, reads them twice).
-inline uint64_t copy_and_xxh3(std::byte* dst, const std::byte* src, size_t size) {
+inline void copy_into_xxh3(Xxh3Stream& stream, std::byte* dst, const std::byte* src, size_t size) {
   constexpr size_t kChunk = 128 << 10;  // with its source's lines, well inside a core's L2
-  if (size <= kChunk) {
-    std::memcpy(dst, src, size);
-    return XXH3_64bits(dst, size);
-  }
-  Xxh3Stream stream;
   for (size_t offset = 0; offset < size; offset += kChunk) {
     const size_t n = std::min(kChunk, size - offset);
     std::memcpy(dst + offset, src + offset, n);
     stream.update(dst + offset, n);
   }
+}
+
+// copy_into_xxh3 of bytes that are all there is to hash: returns their XXH3-64.
+inline uint64_t copy_and_xxh3(std::byte* dst, const std::byte* src, size_t size) {
+  if (size <= (128 << 10)) {  // one chunk: the one-shot hash, without a streaming state
+    std::memcpy(dst, src, size);
+    return XXH3_64bits(dst, size);
+  }
+  Xxh3Stream stream;
+  copy_into_xxh3(stream, dst, src, size);
   return stream.digest();
 }
 

@@ -321,7 +321,7 @@ class _Restore:
                  mapped_root: Optional[str] = None) -> None:
         self._tensors = manifest["tensors"]
         self._mapped_root = mapped_root
-        self._mapped_files: Dict[str, Any] = {}  # file -> (size, its mapping) or None
+        self._mapped_files: Dict[str, Any] = {}  # file -> (size, its mapping), None: unmapped
         self._what = what
         self._allow_pickle = allow_pickle
         self._map_location = map_location
@@ -501,13 +501,13 @@ class _Restore:
         if file not in self._mapped_files:
             try:
                 full = os.path.join(self._mapped_root, file)
-                size = os.stat(full).st_size
+                size = os.stat(full).st_size  # an empty file holds no tensor to map
                 self._mapped_files[file] = (size, torch.UntypedStorage.from_file(
-                    full, shared=False, nbytes=size) if size else None)
+                    full, shared=False, nbytes=size)) if size else None
             except (OSError, RuntimeError):
                 self._mapped_files[file] = None  # the read names what is wrong with it
         mapping = self._mapped_files[file]
-        if mapping is None or mapping[1] is None or offset + nbytes > mapping[0]:
+        if mapping is None or offset + nbytes > mapping[0]:
             return None
         tensor = torch.empty(0, dtype=dtype).set_(mapping[1], offset // itemsize, shape)
         self._queue(index, tensor.data_ptr(), tensor, False, _device.HOST_MEMORY, 0, mapped=True)

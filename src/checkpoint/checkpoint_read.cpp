@@ -9,7 +9,6 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <thread>
 
 #include "checkpoint/checkpoint_io.hpp"
 #include "checkpoint/checkpoint_manifest.hpp"
@@ -396,8 +395,7 @@ Status verify_in_place(Store& target, const RankManifest& manifest,
   std::sort(order.begin(), order.end(), [&](const TensorRead* a, const TensorRead* b) {
     return manifest.tensors[a->index].nbytes > manifest.tensors[b->index].nbytes;
   });
-  const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
-  internal::ThreadPool pool(std::min(read_threads(options.threads), cpus) - 1);
+  internal::ThreadPool pool(std::min(read_threads(options.threads), internal::available_cpus()) - 1);
   return parallel_until_error(pool, order.size(), [&](size_t i) {
     const StoredTensor& t = manifest.tensors[order[i]->index];
     return check_tensor(t, order[i]->dst, target.describe() + "/" + t.file);

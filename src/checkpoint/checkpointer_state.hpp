@@ -170,32 +170,26 @@ class SaveJob {
   // hashing them now would lengthen its wait; the part writer hashes the tensors left.
   void take_copy_pieces(bool hash) {
     const size_t count = copy_pieces.size();
-    internal::Xxh3Stream stream;  // the tensor whose pieces this thread takes, when `streaming`
+    internal::Xxh3Stream stream;
+    // `stream` holds the start of a tensor up to the piece this thread took last (`previous`):
+    // the next piece of that tensor, if this thread takes it too, goes on hashing it.
     bool streaming = false;
-    size_t streamed = 0, previous = count;  // that tensor; the piece this thread took last
+    size_t previous = count;
     for (size_t i = next_copy_piece.fetch_add(1); i < count; i = next_copy_piece.fetch_add(1)) {
       const CopyPiece& piece = copy_pieces[i];
       const uint64_t start = static_cast<uint64_t>(piece.dst - staging(piece.tensor));
       const bool last = start + piece.bytes == tensors[piece.tensor].nbytes;
-      const bool goes_on = streaming && streamed == piece.tensor && previous + 1 == i;
+      const bool hashing = hash && !copy_waited_for.load(std::memory_order_relaxed) &&
+                           (start == 0 || (streaming && previous + 1 == i));
       previous = i;
-      if (!hash || copy_waited_for.load(std::memory_order_relaxed) || (start != 0 && !goes_on)) {
-        std::memcpy(piece.dst, piece.src, piece.bytes);
-        streaming = false;
-      } else if (start == 0 && last) {  // the whole tensor in one piece
-        copy_xxh3[piece.tensor] = internal::copy_and_xxh3(piece.dst, piece.src, piece.bytes);
-      } else {
-        if (start == 0) {
-          stream.reset();
-          streamed = piece.tensor;
-          streaming = true;
-        }
+      if (hashing) {
+        if (start == 0) stream.reset();
         internal::copy_into_xxh3(stream, piece.dst, piece.src, piece.bytes);
-        if (last) {
-          copy_xxh3[piece.tensor] = stream.digest();
-          streaming = false;
-        }
+        if (last) copy_xxh3[piece.tensor] = stream.digest();
+      } else {
+        std::memcpy(piece.dst, piece.src, piece.bytes);
       }
+      streaming = hashing && !last;
       if (copy_pieces_done.fetch_add(1) + 1 == count) set_host_copied();
     }
   }

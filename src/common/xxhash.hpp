@@ -43,15 +43,4 @@ inline void copy_into_xxh3(Xxh3Stream& stream, std::byte* dst, const std::byte* 
   }
 }
 
-// copy_into_xxh3 of bytes that are all there is to hash: returns their XXH3-64.
-inline uint64_t copy_and_xxh3(std::byte* dst, const std::byte* src, size_t size) {
-  if (size <= (128 << 10)) {  // one chunk: the one-shot hash, without a streaming state
-    std::memcpy(dst, src, size);
-    return XXH3_64bits(dst, size);
-  }
-  Xxh3Stream stream;
-  copy_into_xxh3(stream, dst, src, size);
-  return stream.digest();
-}
-
 }  // namespace zerowait::internal

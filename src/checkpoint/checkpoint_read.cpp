@@ -20,6 +20,7 @@
 #include "common/log.hpp"
 #include "common/thread_pool.hpp"
 #include "common/xxhash.hpp"
+#include "storage/store_path.hpp"
 #include "zerowait/host/page_cache.hpp"
 #include "zerowait/checkpoint/maintenance.hpp"
 #include "zerowait/checkpoint/manifest.hpp"
@@ -398,7 +399,8 @@ Status verify_in_place(Store& target, const RankManifest& manifest,
   internal::ThreadPool pool(std::min(read_threads(options.threads), internal::available_cpus()) - 1);
   return parallel_until_error(pool, order.size(), [&](size_t i) {
     const StoredTensor& t = manifest.tensors[order[i]->index];
-    return check_tensor(t, order[i]->dst, target.describe() + "/" + t.file);
+    ZW_ASSIGN_OR_RETURN(std::string file, internal::join_store_path(target.describe(), t.file));
+    return check_tensor(t, order[i]->dst, file);
   });
 }
 

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include "host/thread_placement.hpp"
+
 namespace zerowait {
 
 ArenaPool::ArenaPool(unsigned arenas, uint64_t arena_limit, bool pin, bool poison)
@@ -38,11 +40,35 @@ void ArenaPool::release(Arena* arena) {
   changed_.notify_all();
 }
 
-Status ArenaPool::prefault(uint64_t read_bytes, uint64_t out_bytes) {
-  // The estimate already has room for larger batches: no growth slack on top of it here.
-  for (const std::unique_ptr<Arena>& arena : arenas_) {
-    ZW_RETURN_IF_ERROR(reserve(arena.get(), read_bytes, out_bytes, /*slack=*/false));
-  }
+ArenaPool::~ArenaPool() {
+  stopping_.store(true);
+  if (prefaulter_.joinable()) prefaulter_.join();
+}
+
+Status ArenaPool::start_prefault(uint64_t read_bytes, uint64_t out_bytes,
+                                 std::vector<unsigned> cpus) {
+  auto touch_free_arenas = [this, read_bytes, out_bytes] {
+    for (const std::unique_ptr<Arena>& arena : arenas_) {
+      if (stopping_.load()) return;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto free = std::find(free_.begin(), free_.end(), arena.get());
+        if (free == free_.end()) continue;  // a worker has it
+        free_.erase(free);
+        prefaulting_ = 1;
+      }
+      // The estimate already has room for larger batches: no growth slack on top of it here.
+      (void)reserve(arena.get(), read_bytes, out_bytes, /*slack=*/false);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        free_.push_back(arena.get());  // last: the next arena a worker takes
+        prefaulting_ = 0;
+      }
+      changed_.notify_all();
+    }
+  };
+  ZW_ASSIGN_OR_RETURN(prefaulter_, internal::start_thread({"zw-arena-touch", std::move(cpus)},
+                                                          std::move(touch_free_arenas)));
   return Status::ok();
 }
 

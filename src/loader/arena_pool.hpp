@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "host/aligned_buffer.hpp"
@@ -34,6 +35,7 @@ class ArenaPool {
  public:
   static constexpr std::byte kPoisonByte{0xA5};
   ArenaPool(unsigned arenas, uint64_t arena_limit, bool pin, bool poison = false);
+  ~ArenaPool();  // stops and joins start_prefault()'s thread
 
   std::mutex& mutex() { return mutex_; }
   std::condition_variable& changed() { return changed_; }
@@ -42,19 +44,29 @@ class ArenaPool {
   Arena* take_locked();
   // Returns an arena (locks mutex()) and wakes every waiter.
   void release(Arena* arena);
-  // With mutex() held.
-  unsigned free_count_locked() const { return static_cast<unsigned>(free_.size()); }
+  // With mutex() held. The arena start_prefault()'s thread holds counts as free: it comes back
+  // as soon as its pages are touched.
+  unsigned free_count_locked() const {
+    return static_cast<unsigned>(free_.size()) + prefaulting_;
+  }
 
   // Grows both buffers of `arena` (owned by the caller) to hold `read_bytes` and `out_bytes`,
   // with a quarter to spare when `slack` (within the per-arena limit); kResourceExhausted when
   // they would pass that limit.
   Status reserve(Arena* arena, uint64_t read_bytes, uint64_t out_bytes, bool slack = true);
 
-  // Reserves every arena for a batch of these sizes (call before any arena is taken).
-  Status prefault(uint64_t read_bytes, uint64_t out_bytes);
+  // Reserves every arena for a batch of these sizes on a thread of the pool's own, beside what
+  // the loader does next (a remote dataset's first claims wait a round trip for their bytes):
+  // each arena still free is taken, reserved and given back, one at a time, so a worker never
+  // waits for more than one arena's faults, and one a worker took first is faulted by that
+  // worker's own reserve(). A failed reservation is the worker's to meet, and to report. The
+  // thread (zw-arena-touch) runs on `cpus`, as the workers do (empty: the caller's). Call once,
+  // after bind_to_node().
+  Status start_prefault(uint64_t read_bytes, uint64_t out_bytes, std::vector<unsigned> cpus);
 
   // Binds every arena's memory to NUMA node `node` (AlignedBuffer::bind_to_node): call before
-  // prefault(), so that pages are bound before they are first touched. Before any arena is taken.
+  // start_prefault(), so that pages are bound before they are first touched. Before any arena is
+  // taken.
   Status bind_to_node(int node);
 
   unsigned size() const { return static_cast<unsigned>(arenas_.size()); }
@@ -72,6 +84,9 @@ class ArenaPool {
   std::atomic<uint64_t> bytes_{0};
   std::mutex mutex_;
   std::condition_variable changed_;
+  unsigned prefaulting_ = 0;  // arenas start_prefault()'s thread holds (0 or 1); under mutex_
+  std::atomic<bool> stopping_{false};
+  std::thread prefaulter_;
 };
 
 }  // namespace zerowait

@@ -313,9 +313,9 @@ Result<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<Dataset> dataset,
   impl.pool = std::make_shared<ArenaPool>(arenas, options.memory_budget / arenas, pin,
                                           options.poison_released_arenas);
   if (memory_node >= 0) ZW_RETURN_IF_ERROR(impl.pool->bind_to_node(memory_node));
-  // Touch the arenas now: first-touch page faults (~0.3 GB/s here) belong to start-up, not to
-  // the first batches of training (and, bound to a node, they are allocated there).
-  ZW_RETURN_IF_ERROR(impl.pool->prefault(read_estimate, out_estimate));
+  // The arenas are touched to these sizes when the first run starts (Impl::start_run).
+  impl.arena_read_estimate = read_estimate;
+  impl.arena_out_estimate = out_estimate;
   impl.epoch = options.epoch;
   impl.dataset = std::move(dataset);
   impl.options = std::move(options);

@@ -21,9 +21,9 @@ void check(bool ok) {
 // A JPEG that declares more pixels than this is not decoded. An 881-byte file can declare
 // 32785 x 4121 pixels; the six decodes below took 14 s of it under the sanitizers (the two at
 // full resolution, without DCT scaling, most of that), past libFuzzer's 10 s timeout. Large
-// images test nothing small ones do not, so libjpeg-turbo's own fuzzers bail out above 1 Mpixel
-// for the same reason. (ImageDecoder refuses, from the header, what passes its own limit:
-// Pillow's, 179 Mpixel.)
+// images test nothing small ones do not: OSS-Fuzz's libjpeg-turbo fuzzer bails out above
+// 1 Mpixel for the same reason. (ImageDecoder refuses, from the header, what passes its own
+// limit: Pillow's, 179 Mpixel.)
 constexpr uint64_t kMaxFuzzPixels = 4 << 20;
 
 bool declares_too_many_pixels(const uint8_t* data, size_t size) {

@@ -396,7 +396,8 @@ Status verify_in_place(Store& target, const RankManifest& manifest,
   std::sort(order.begin(), order.end(), [&](const TensorRead* a, const TensorRead* b) {
     return manifest.tensors[a->index].nbytes > manifest.tensors[b->index].nbytes;
   });
-  internal::ThreadPool pool(std::min(read_threads(options.threads), internal::available_cpus()) - 1);
+  const unsigned threads = std::min(read_threads(options.threads), internal::available_cpus());
+  internal::ThreadPool pool(threads - 1);
   return parallel_until_error(pool, order.size(), [&](size_t i) {
     const StoredTensor& t = manifest.tensors[order[i]->index];
     ZW_ASSIGN_OR_RETURN(std::string file, internal::join_store_path(target.describe(), t.file));

@@ -47,6 +47,7 @@ ArenaPool::~ArenaPool() {
 
 Status ArenaPool::start_prefault(uint64_t read_bytes, uint64_t out_bytes,
                                  std::vector<unsigned> cpus) {
+  if (prefaulter_.joinable()) return Status::ok();
   auto touch_free_arenas = [this, read_bytes, out_bytes] {
     for (const std::unique_ptr<Arena>& arena : arenas_) {
       if (stopping_.load()) return;

@@ -60,8 +60,8 @@ class ArenaPool {
   // each arena still free is taken, reserved and given back, one at a time, so a worker never
   // waits for more than one arena's faults, and one a worker took first is faulted by that
   // worker's own reserve(). A failed reservation is the worker's to meet, and to report. The
-  // thread (zw-arena-touch) runs on `cpus`, as the workers do (empty: the caller's). Call once,
-  // after bind_to_node().
+  // thread (zw-arena-touch) runs on `cpus`, as the workers do (empty: the caller's). Once
+  // started, later calls do nothing. Call after bind_to_node().
   Status start_prefault(uint64_t read_bytes, uint64_t out_bytes, std::vector<unsigned> cpus);
 
   // Binds every arena's memory to NUMA node `node` (AlignedBuffer::bind_to_node): call before

@@ -41,10 +41,9 @@ struct Loader::Impl {
   std::shared_ptr<internal::FallbackTally> fallbacks = std::make_shared<internal::FallbackTally>();
   NumaStats numa;
   std::vector<unsigned> worker_cpus;  // empty: the threads run where the creating thread may
-  // A batch's estimated sizes, to which start_run() has the arenas touched the first time.
+  // A batch's estimated sizes, to which start_run() has the arenas touched (the first time).
   uint64_t arena_read_estimate = 0;
   uint64_t arena_out_estimate = 0;
-  bool arenas_touched = false;
   uint64_t epoch = 0;
   uint64_t position = 0;  // where the next run starts
   bool closed = false;
@@ -95,12 +94,9 @@ struct Loader::Impl {
     // First-touch page faults (~0.3 GB/s here) belong to start-up, not to the batches of
     // training (and, bound to a node, they are allocated there). They happen beside the first
     // claims, not before Loader() returns: a remote dataset's first batch waits a round trip for
-    // its bytes meanwhile (docs/remote.md, "The first batch: what it waited for").
-    if (!arenas_touched) {
-      ZW_RETURN_IF_ERROR(
-          pool->start_prefault(arena_read_estimate, arena_out_estimate, worker_cpus));
-      arenas_touched = true;
-    }
+    // its bytes meanwhile (docs/remote.md, "The first batch: what it waited for"). Only the
+    // first run's call starts the pool's thread.
+    ZW_RETURN_IF_ERROR(pool->start_prefault(arena_read_estimate, arena_out_estimate, worker_cpus));
     // Later epochs are planned on a worker thread.
     LoaderRun::NextEpoch next_epoch = [this](uint64_t e) { return plan(e, 0); };
     std::shared_ptr<const EpochOrder> order = std::move(first_order);

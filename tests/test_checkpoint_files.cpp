@@ -181,18 +181,34 @@ TEST(CheckpointChecksum, AnUnknownChecksumKindIsCorruptNamingTheFile) {
       << manifest.status().message();
 }
 
-TEST(CheckpointChecksum, CopyAndHashGivesTheBytesAndTheirHashAtEverySize) {
+TEST(CheckpointChecksum, CopyAndHashGivesTheBytesAndTheirHashAtEverySizeAndAlignment) {
+  // The copy streams 16-byte-aligned stores and copies the unaligned ends plainly: every size
+  // around a store's and a chunk's width, at every alignment of either side.
   std::mt19937 rng(3);
-  std::vector<std::byte> source(1 << 20);
+  std::vector<std::byte> source((1 << 20) + 16);
   for (std::byte& b : source) b = static_cast<std::byte>(rng());
-  for (size_t size : {size_t{0}, size_t{1}, size_t{128 << 10}, size_t{(128 << 10) + 1},
-                      source.size() - 7}) {
-    std::vector<std::byte> copy(size + 1, std::byte{0x5a});
-    internal::Xxh3Stream stream;
-    internal::copy_into_xxh3(stream, copy.data(), source.data(), size);
-    EXPECT_EQ(stream.digest(), XXH3_64bits(source.data(), size)) << size;
-    EXPECT_TRUE(std::equal(source.begin(), source.begin() + size, copy.begin())) << size;
-    EXPECT_EQ(copy[size], std::byte{0x5a}) << size;  // nothing written past the end
+  for (size_t size : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{63}, size_t{64},
+                      size_t{65}, size_t{100}, size_t{128 << 10}, size_t{(128 << 10) + 1},
+                      size_t{(1 << 20) - 7}}) {
+    for (size_t from : {size_t{0}, size_t{3}}) {
+      for (size_t to : {size_t{0}, size_t{1}, size_t{8}, size_t{15}}) {
+        std::vector<std::byte> copy(size + 32, std::byte{0x5a});
+        std::byte* dst = copy.data() + to;
+        const std::byte* src = source.data() + from;
+        internal::Xxh3Stream stream;
+        internal::copy_into_xxh3(stream, dst, src, size);
+        const std::string where = std::to_string(size) + " bytes, source +" +
+                                  std::to_string(from) + ", copy +" + std::to_string(to);
+        EXPECT_EQ(stream.digest(), XXH3_64bits(src, size)) << where;
+        EXPECT_TRUE(std::equal(src, src + size, dst)) << where;
+        // Nothing written before or past the copy.
+        EXPECT_TRUE(std::all_of(copy.data(), dst, [](std::byte b) { return b == std::byte{0x5a}; }))
+            << where;
+        EXPECT_TRUE(std::all_of(dst + size, copy.data() + copy.size(),
+                                [](std::byte b) { return b == std::byte{0x5a}; }))
+            << where;
+      }
+    }
   }
 }
 

@@ -8,7 +8,9 @@ are processes on this machine (checkpoint_sharded_worker.py); every time is the 
 - blocking time of one save (best of --repeat, after a warm-up save each): zerowait's save();
   dcp.async_save with a DefaultStager, thread-based and process-based (staging in shared memory),
   counting the staging_completion wait its users place before the optimizer step; dcp.save;
-- time to durable: save() until committed on every rank, dcp.save, async_save's upload;
+- time to durable: save() until committed on every rank, dcp.save, async_save's upload; and
+  what the disk gives writers as the two sides write (fio: 4 jobs, a quarter of the state each,
+  8 MiB writes, fsynced; O_DIRECT as zerowait writes, buffered as dcp.save does), its limit;
 - resharded restore 4 -> 2: two ranks load zerowait's and DCP's checkpoint of the same state into
   the same 2-rank DTensor targets, cold (files evicted from the page cache) and warm, each result
   checked bit for bit;
@@ -31,6 +33,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import common
@@ -98,7 +101,29 @@ def loop_extras(loop, name):
     return statistics.median(per_save), (sum(times) - base * len(times)) / len(saves)
 
 
-def save_rows(table, saved):
+def disk_write_limit(out, nbytes, writers):
+    """What the disk gives `writers` writers of `nbytes` in all, each writing its share front to
+    back in 8 MiB writes and fsyncing it (fio, psync): (seconds O_DIRECT, seconds buffered), the
+    ways zerowait and dcp.save write; None without fio. Timed from outside fio, the fsync in."""
+    if shutil.which("fio") is None:
+        return None
+    block = 8 << 20
+    share = max(block, nbytes // writers // block * block)
+    folder = out / "fio"
+    seconds = []
+    for direct in (1, 0):
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        start = time.perf_counter()
+        common.run_fio(["--name=write", f"--directory={folder}", "--rw=write", f"--bs={block}",
+                        "--ioengine=psync", f"--direct={direct}", "--end_fsync=1",
+                        f"--numjobs={writers}", "--group_reporting", f"--size={share}"])
+        seconds.append(time.perf_counter() - start)
+    shutil.rmtree(folder, ignore_errors=True)
+    return tuple(seconds)
+
+
+def save_rows(table, saved, disk):
     """The blocking and durable rows and their ratios; returns the fastest async form's name."""
     total = saved["state_bytes"]
     table.add_row("zerowait save() returns", saved["zerowait"]["blocking_s"], total)
@@ -113,6 +138,20 @@ def save_rows(table, saved):
     table.add_row("zerowait save() to committed (durable)", saved["zerowait"]["durable_s"], total)
     for key, label in forms.items():
         table.add_row(f"dcp.async_save {label}: upload done", saved[key]["durable_s"], total)
+    if disk is None:
+        table.notes.append("no fio: the disk's write limit was not measured")
+    else:
+        direct_s, buffered_s = disk
+        table.add_row(f"fio: {SAVE_RANKS} writers, O_DIRECT, fsynced (the disk)", direct_s, total)
+        table.add_row(f"fio: {SAVE_RANKS} writers, buffered, fsynced (the disk)", buffered_s,
+                      total)
+        table.notes.append(
+            f"durable against the disk written the same way: zerowait {direct_s:.2f} s of fio "
+            f"O_DIRECT / {saved['zerowait']['durable_s']:.2f} s = "
+            f"{direct_s / saved['zerowait']['durable_s']:.2f}, dcp.save {buffered_s:.2f} s of "
+            f"fio buffered / {saved['dcp_save']['durable_s']:.2f} s = "
+            f"{buffered_s / saved['dcp_save']['durable_s']:.2f} (1 = at the disk's limit; "
+            f"fio's 4 writers share the state as the ranks do)")
     fastest = min(forms, key=lambda key: saved[key]["blocking_s"])
     # Like for like: each side's call and the wait before the optimizer may change the state,
     # placed right after the call (the most either can hold a loop).
@@ -193,8 +232,11 @@ def main():
     log(f"{RESTORE_RANKS} ranks: resharded restores")
     restored = run_ranks("restore", RESTORE_RANKS, out, options, args.timeout)
 
+    log("the disk's write limit (fio)")
+    disk = disk_write_limit(out, saved["state_bytes"], SAVE_RANKS)
+
     table = common.Results(repeat=1)
-    fastest = save_rows(table, saved)
+    fastest = save_rows(table, saved, disk)
     restore_rows(table, restored)
     loop_rows(table, saved["loop"], args)
     wrong = {key: names for key, names in restored["wrong"].items() if names}

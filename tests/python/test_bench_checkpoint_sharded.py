@@ -18,7 +18,8 @@ ROWS = ["zerowait save() returns", "zerowait save() + next optimizer step's wait
         "dcp.async_save thread: + staging wait", "dcp.async_save process: call returns",
         "dcp.async_save process: + staging wait", "dcp.save (blocking, durable)",
         "zerowait save() to committed (durable)", "dcp.async_save thread: upload done",
-        "dcp.async_save process: upload done", "zerowait load(into=) 4 -> 2 ranks",
+        "dcp.async_save process: upload done", "fio: 4 writers, O_DIRECT, fsynced (the disk)",
+        "fio: 4 writers, buffered, fsynced (the disk)", "zerowait load(into=) 4 -> 2 ranks",
         "  the same, direct_reads=False", "dcp.load 4 -> 2 ranks",
         "memcpy of the state (4 ranks, copy_)",
         "training step without saves (median)", "zerowait: extra time of a saving step",
@@ -45,6 +46,7 @@ def test_the_sharded_checkpoint_bench_runs_every_row_and_restores_exactly(tmp_pa
     assert report["exact"] is True
     assert all(not names for names in report["restore"]["wrong"].values()), report["restore"]
     assert "restores checked bit for bit on every rank: all exact" in done.stdout
+    assert "durable against the disk written the same way: zerowait" in done.stdout
 
     names = [(row["name"], row["cache"]) for row in report["rows"]]
     for name in ROWS:

@@ -183,7 +183,7 @@ TEST(CheckpointChecksum, AnUnknownChecksumKindIsCorruptNamingTheFile) {
 
 TEST(CheckpointChecksum, CopyAndHashGivesTheBytesAndTheirHashAtEverySizeAndAlignment) {
   // The copy streams 16-byte-aligned stores and copies the unaligned ends plainly: every size
-  // around a store's and a chunk's width, at every alignment of either side.
+  // around a store's and a chunk's width, at several alignments of either side.
   std::mt19937 rng(3);
   std::vector<std::byte> source((1 << 20) + 16);
   for (std::byte& b : source) b = static_cast<std::byte>(rng());

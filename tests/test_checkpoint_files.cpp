@@ -184,6 +184,10 @@ TEST(CheckpointChecksum, AnUnknownChecksumKindIsCorruptNamingTheFile) {
 TEST(CheckpointChecksum, CopyAndHashGivesTheBytesAndTheirHashAtEverySizeAndAlignment) {
   // The copy streams 16-byte-aligned stores and copies the unaligned ends plainly: every size
   // around a store's and a chunk's width, at several alignments of either side.
+  constexpr std::byte kUntouched{0x5a};
+  auto untouched = [&](const std::byte* begin, const std::byte* end) {
+    return std::all_of(begin, end, [&](std::byte b) { return b == kUntouched; });
+  };
   std::mt19937 rng(3);
   std::vector<std::byte> source((1 << 20) + 16);
   for (std::byte& b : source) b = static_cast<std::byte>(rng());
@@ -192,7 +196,7 @@ TEST(CheckpointChecksum, CopyAndHashGivesTheBytesAndTheirHashAtEverySizeAndAlign
                       size_t{(1 << 20) - 7}}) {
     for (size_t from : {size_t{0}, size_t{3}}) {
       for (size_t to : {size_t{0}, size_t{1}, size_t{8}, size_t{15}}) {
-        std::vector<std::byte> copy(size + 32, std::byte{0x5a});
+        std::vector<std::byte> copy(size + 32, kUntouched);
         std::byte* dst = copy.data() + to;
         const std::byte* src = source.data() + from;
         internal::Xxh3Stream stream;
@@ -202,11 +206,8 @@ TEST(CheckpointChecksum, CopyAndHashGivesTheBytesAndTheirHashAtEverySizeAndAlign
         EXPECT_EQ(stream.digest(), XXH3_64bits(src, size)) << where;
         EXPECT_TRUE(std::equal(src, src + size, dst)) << where;
         // Nothing written before or past the copy.
-        EXPECT_TRUE(std::all_of(copy.data(), dst, [](std::byte b) { return b == std::byte{0x5a}; }))
-            << where;
-        EXPECT_TRUE(std::all_of(dst + size, copy.data() + copy.size(),
-                                [](std::byte b) { return b == std::byte{0x5a}; }))
-            << where;
+        EXPECT_TRUE(untouched(copy.data(), dst)) << where;
+        EXPECT_TRUE(untouched(dst + size, copy.data() + copy.size())) << where;
       }
     }
   }

@@ -22,9 +22,7 @@ namespace {
 using testing::TempDir;
 using namespace std::chrono_literals;
 
-std::span<const std::byte> as_bytes(std::string_view s) {
-  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
-}
+using testing::as_bytes;
 
 using ::zerowait::testing::contains;
 

@@ -4,14 +4,13 @@
 
 #include <string>
 
+#include "testing/testing.hpp"
 #include "zerowait/storage/open.hpp"
 
 namespace zerowait {
 namespace {
 
-std::span<const std::byte> as_bytes(std::string_view s) {
-  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
-}
+using testing::as_bytes;
 
 TEST(MemoryStore, OneStorePerNameThroughTheRegistry) {
   auto store = open_store("memory://registry-test");

@@ -26,9 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::TempDir;
 
-std::span<const std::byte> as_bytes(std::string_view s) {
-  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
-}
+using testing::as_bytes;
 
 using ::zerowait::testing::contains;
 

@@ -50,8 +50,8 @@ def loader_threads(not_in: dict[str, str] | None = None) -> dict[str, str]:
         try:
             name = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
             status = Path(f"/proc/self/task/{tid}/status").read_text()
-        except FileNotFoundError:  # ended meanwhile
-            continue
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the task ended meanwhile: its entry gone (ENOENT) or dead (ESRCH)
         if name.startswith("zw-") and f"{name} ({tid})" not in (not_in or {}):
             line = next(l for l in status.splitlines() if l.startswith("Cpus_allowed_list:"))
             found[f"{name} ({tid})"] = line.split(":", 1)[1].strip()

@@ -77,6 +77,10 @@ std::string to_string(std::span<const std::byte> b) {
   return std::string(reinterpret_cast<const char*>(b.data()), b.size());
 }
 
+std::span<const std::byte> as_bytes(std::string_view s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
 std::string random_bytes(size_t size, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::string out(size, '\0');

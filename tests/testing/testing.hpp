@@ -10,6 +10,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace zerowait::testing {
@@ -43,6 +44,8 @@ std::string read_file(const std::string& path);
 bool wait_for_file(const std::string& path, std::chrono::milliseconds limit);
 std::vector<std::byte> to_bytes(const std::string& s);
 std::string to_string(std::span<const std::byte> b);
+// The bytes of `s` where they are (valid as long as `s` is).
+std::span<const std::byte> as_bytes(std::string_view s);
 
 // `size` bytes from a generator seeded with `seed`: the same seed, the same bytes.
 std::string random_bytes(size_t size, uint64_t seed);

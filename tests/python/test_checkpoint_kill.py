@@ -14,27 +14,33 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
 import zerowait
+from helpers import python_process
 
 DIED_AT_THE_FAULT = 86  # the exit status of $ZEROWAIT_FAULT_EXIT_AT_OPERATION
+HERE = Path(__file__).parent
 
 
 def numpy_state(step: int) -> dict:
-    """What step `step` saves (numpy: the child starts without importing torch)."""
+    """What step `step` saves, in numpy arrays."""
     return {"model": {f"layer{i}": np.arange(3000, dtype=np.float32) + step for i in range(3)},
             "frozen": np.full(5000, step // 4, dtype=np.int16),
             "step": step}
 
 
-SAVE_TWO_STEPS = r"""
-import sys, zerowait
+# The children are forked from the tests' zygote (helpers.python_process), torch imported
+# already: about 3 s of CPU less a child than a new interpreter. Scripts, not `-c`: the zygote
+# runs a file, with this folder put on the path for the state they save.
+SAVE_TWO_STEPS = f"""
+import sys
+sys.path.insert(0, {str(HERE)!r})
+import zerowait
 from test_checkpoint_kill import numpy_state
 with zerowait.Checkpointer(sys.argv[1], keep_last=1, incremental=True) as ckpt:
     for step in (1, 2):
@@ -57,18 +63,19 @@ def assert_every_step_holds_what_it_saved(directory: Path, when: str) -> list:
 
 
 def test_dying_at_each_storage_operation_never_leaves_a_torn_step(tmp_path):
+    script = tmp_path / "save_two_steps.py"
+    script.write_text(SAVE_TWO_STEPS)
     operation = 0
     while True:
         operation += 1
         directory = tmp_path / f"die-at-{operation}"
-        child = subprocess.run([sys.executable, "-c", SAVE_TWO_STEPS, str(directory)],
-                               env={**os.environ, "ZEROWAIT_FAULT_EXIT_AT_OPERATION": str(operation)},
-                               cwd=Path(__file__).parent, capture_output=True, text=True,
-                               timeout=120)
+        child = python_process([str(script), str(directory)], env={
+            **os.environ, "ZEROWAIT_FAULT_EXIT_AT_OPERATION": str(operation)})
+        _, stderr = child.communicate(timeout=120)
         when = f"death at operation {operation}"
         if child.returncode == 0:
             break  # past the last operation of the two saves
-        assert child.returncode == DIED_AT_THE_FAULT, (when, child.stderr)
+        assert child.returncode == DIED_AT_THE_FAULT, (when, stderr)
         steps = assert_every_step_holds_what_it_saved(directory, when)
         with zerowait.Checkpointer(directory, keep_last=1, incremental=True) as ckpt:
             resumed = (steps[-1] if steps else 0) + 1
@@ -78,14 +85,16 @@ def test_dying_at_each_storage_operation_never_leaves_a_torn_step(tmp_path):
     assert assert_every_step_holds_what_it_saved(directory, "no death") == [2]
 
 
-RANDOM_SAVER = r"""
-import sys, torch, zerowait
+RANDOM_SAVER = f"""
+import sys
+sys.path.insert(0, {str(HERE)!r})
+import torch, zerowait
 from test_checkpoint_kill import torch_state
-directory, mode = sys.argv[1], sys.argv[2]
+directory, mode, ready = sys.argv[1], sys.argv[2], sys.argv[3]
 ckpt = zerowait.Checkpointer(directory, keep_last=3, incremental=mode == "incremental",
                              compression="zstd" if mode == "zstd" else None)
 step = (ckpt.latest() or 0) + 1
-print("ready", flush=True)
+open(ready, "w").close()
 while True:
     ckpt.save(step, torch_state(step))  # asynchronous: waits only for the previous save
     step += 1
@@ -94,8 +103,6 @@ while True:
 
 def torch_state(step: int) -> dict:
     """What step `step` saves: half of it changes every step, half every fourth step."""
-    import torch  # here, so that the other test's children start without it
-
     return {
         "model": {f"layer{i}.weight": torch.arange(200_000, dtype=torch.float32) + step
                   for i in range(4)},
@@ -107,21 +114,23 @@ def torch_state(step: int) -> dict:
 
 
 def test_kill_nine_at_random_moments_never_leaves_a_torn_step(tmp_path):
-    import torch
-
     directory = tmp_path / "ckpt"
+    script = tmp_path / "random_saver.py"
+    script.write_text(RANDOM_SAVER)
     rng = random.Random(20261129)
     newest = 0
     for kill in range(6):
         mode = ("plain", "incremental", "zstd")[kill % 3]
-        child = subprocess.Popen([sys.executable, "-c", RANDOM_SAVER, str(directory), mode],
-                                 stdout=subprocess.PIPE, text=True,
-                                 cwd=Path(__file__).parent)  # imports torch_state from here
-        assert child.stdout.readline().strip() == "ready", "the saving child did not start"
+        ready = tmp_path / f"ready-{kill}"
+        child = python_process([str(script), str(directory), mode, str(ready)], env=os.environ)
+        deadline = time.monotonic() + 60
+        while not ready.exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert ready.exists(), f"the saving child did not start: {child.communicate(5)[1]}"
         time.sleep(rng.uniform(0.0, 0.6))
         child.send_signal(signal.SIGKILL)
-        assert child.wait(timeout=60) == -signal.SIGKILL, "the child stopped by itself"
-        child.stdout.close()
+        child.communicate(timeout=60)
+        assert child.returncode == -signal.SIGKILL, "the child stopped by itself"
 
         ckpt = zerowait.Checkpointer(directory)
         steps = ckpt.steps()

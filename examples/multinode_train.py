@@ -63,14 +63,16 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Dict, Iterable, List
+from typing import TYPE_CHECKING, Dict, Iterable, List
 
 import numpy as np
-import torch
-import torch.distributed as dist
-import torch.nn.functional as F
 
 import zerowait
+
+# torch is imported where training needs it: `generate` runs without it (importing torch takes
+# a few seconds of CPU, in every process).
+if TYPE_CHECKING:
+    import torch
 
 FEATURES, CLASSES = 64, 8
 
@@ -144,6 +146,8 @@ def average_gradients(model: torch.nn.Module, world: int, step: int) -> None:
     """All-reduces every gradient over the job; a failure (a rank gone, or silent past the
     process group's timeout) is raised naming the collective and the step, which gloo's own
     message does not."""
+    import torch.distributed as dist
+
     started = time.monotonic()
     try:
         for p in model.parameters():
@@ -163,6 +167,10 @@ def cache_counters(loader: zerowait.Loader) -> Dict[str, int]:
 
 
 def train(args: argparse.Namespace) -> int:
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
     rank, world = env_int("RANK"), env_int("WORLD_SIZE")
     local_rank, local_world = env_int("LOCAL_RANK"), env_int("LOCAL_WORLD_SIZE")
     node, nodes = env_int("GROUP_RANK"), world // local_world
@@ -260,6 +268,8 @@ def train(args: argparse.Namespace) -> int:
 
 def report_epoch(record: Dict, world: int) -> None:
     """Rank 0 prints what each node fetched from the store in the epoch (its ranks summed)."""
+    import torch.distributed as dist
+
     records: List[Dict] = [{} for _ in range(world)]
     dist.all_gather_object(records, record)
     if dist.get_rank() != 0:

@@ -71,20 +71,9 @@ COMPUTE_BOUND = textwrap.dedent("""
 """)
 
 
-def watch(cli: Path, *args: str, timeout: float = 60,
-          ahead: bool = False) -> subprocess.CompletedProcess:
-    command = [str(cli), "watch", *args]
-    return subprocess.run(ahead_of_the_suite(command) if ahead else command, capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-
-
-def ahead_of_the_suite(argv: list) -> list:
-    """`argv` at a higher CPU priority than the rest of the test suite, where this process may
-    raise one (root, as in CI): the job and watch then have the cores as on a training node,
-    whose work the job is. Sharing two cores with the suite's other workers, 32 tensors a batch
-    read 5.1 and 5.8 points under the loop's own share (docs/observe.md: not yet reliable under
-    such load), and failed the 5 points this test holds watch to."""
-    return ["nice", "-n", "-10", *argv] if os.geteuid() == 0 else list(argv)
+def watch(cli: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([str(cli), "watch", *args], capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 def script(tmp_path: Path, name: str, text: str) -> str:
@@ -206,7 +195,7 @@ def test_dataloader_job_input_share_matches_the_loop_own(cli, tmp_path, job_args
     figures = tmp_path / "loop.json"
     done = watch(cli, "--interval", "0.02", "--out", str(tmp_path / "run"), "--",
                  sys.executable, str(DATALOADER_JOB), str(figures), *job_args,
-                 timeout=300, ahead=True)
+                 timeout=300)
     assert done.returncode == 0, done.stderr
     loop = loop_figures(figures)
     doc, samples = read_run(tmp_path / "run")
@@ -230,9 +219,8 @@ def test_dataloader_job_input_share_matches_the_loop_own(cli, tmp_path, job_args
 
 
 def start_dataloader_job(figures: Path) -> subprocess.Popen:
-    return subprocess.Popen(ahead_of_the_suite([sys.executable, str(DATALOADER_JOB),
-                                                str(figures), *DATALOADER_ARGS]),
-                            stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, str(DATALOADER_JOB), str(figures),
+                             *DATALOADER_ARGS], stdout=subprocess.PIPE, text=True)
 
 
 def test_pid_of_a_dataloader_job_matches_the_loop_own(cli, tmp_path, ground_truth):
@@ -242,7 +230,7 @@ def test_pid_of_a_dataloader_job_matches_the_loop_own(cli, tmp_path, ground_trut
     job = start_dataloader_job(figures)
     try:
         done = watch(cli, "--pid", str(job.pid), "--interval", "0.02", "--out",
-                     str(tmp_path / "run"), timeout=300, ahead=True)
+                     str(tmp_path / "run"), timeout=300)
     finally:
         job.communicate(timeout=300)
     assert done.returncode == 0 and job.returncode == 0, done.stderr
